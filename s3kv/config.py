@@ -1,0 +1,234 @@
+"""One settings object for the gateway and the store.
+
+Precedence: CLI flags > environment (``S3KV_<NAME>``) > config file (TOML, keys are the field
+names) > defaults. Every field carries its own help text and parser, so the CLI flags, the
+environment names, the Helm chart's ConfigMap and the docs all come from this one table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from s3kv.errors import ConfigError
+from s3kv.sizes import GiB, KiB, MiB, parse_size
+
+ENV_PREFIX = "S3KV_"
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(f"invalid boolean {text!r}: use true/false")
+
+
+def _parse_float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"invalid number {text!r}") from None
+
+
+def _parse_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"invalid integer {text!r}") from None
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "str": str,
+    "size": parse_size,
+    "int": _parse_int,
+    "float": _parse_float,
+    "bool": _parse_bool,
+}
+
+
+def setting(default: Any, help: str, kind: str = "str", *, choices: tuple[str, ...] = (),
+            metavar: str = "", secret: bool = False) -> Any:
+    """Declare a settings field with its help text and how to parse it from a string."""
+    return field(default=default, metadata={
+        "help": help, "kind": kind, "choices": choices, "metavar": metavar, "secret": secret,
+    })
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Gateway and store settings. See ``s3kv serve --help``."""
+
+    listen: str = setting("127.0.0.1:9470", "address the gateway listens on", metavar="HOST:PORT")
+    store: str = setting("", "backend store URL: s3://BUCKET/PREFIX?endpoint=URL[,URL...] or "
+                         "file:///PATH (default: file://./s3kv-data, the embedded default)",
+                         metavar="URL")
+    domain: str = setting("", "base domain for virtual-hosted-style bucket addressing "
+                          "(BUCKET.DOMAIN); empty: path-style only", metavar="DOMAIN")
+    segment_size: int = setting(256 * MiB, "size of a full segment object; a multiple of "
+                                "--part-size", "size", metavar="SIZE")
+    part_size: int = setting(16 * MiB, "multipart part size for segment uploads (>= 5MiB on S3)",
+                             "size", metavar="SIZE")
+    block_align: int = setting(4 * KiB, "every block starts at a multiple of this inside its "
+                               "segment", "size", metavar="SIZE")
+    seal_after: float = setting(5.0, "seal an open segment at most this many seconds after its "
+                                "first block", "float", metavar="SECONDS")
+    capacity: int = setting(0, "capacity budget of the backend in bytes; whole segments are "
+                            "evicted above it (0: unlimited)", "size", metavar="SIZE")
+    ttl: float = setting(0.0, "evict segments sealed more than this many seconds ago (0: never)",
+                         "float", metavar="SECONDS")
+    dram_cache: int = setting(0, "size of the in-memory LRU of hot blocks (0 disables the DRAM "
+                              "tier)", "size", metavar="SIZE")
+    max_block_size: int = setting(64 * MiB, "largest block (object) accepted", "size",
+                                  metavar="SIZE")
+    max_open_segments: int = setting(2, "segments held in memory at once (open + sealing); "
+                                     "bounds write-path memory", "int", metavar="N")
+    max_parts_in_flight: int = setting(4, "multipart part uploads in flight at once", "int",
+                                       metavar="N")
+    compact_threshold: float = setting(0.5, "a sealed segment whose live bytes fall below this "
+                                       "share is dropped or compacted", "float", metavar="RATIO")
+    compact_mode: str = setting("compact", "what to do with mostly-dead segments: drop them, or "
+                                "compact (rewrite their hot live blocks, then drop)", "str",
+                                choices=("drop", "compact"))
+    sync_interval: float = setting(10.0, "seconds between scans for manifests written by other "
+                                   "replicas (0: never)", "float", metavar="SECONDS")
+    node_id: str = setting("", "this replica's id, unique per gateway (default: hostname plus a "
+                           "random suffix); with a stable id, a restart aborts its own "
+                           "unfinished uploads at once", metavar="ID")
+    backend_timeout: float = setting(30.0, "seconds before one backend request is abandoned",
+                                     "float", metavar="SECONDS")
+    log_format: str = setting("console", "log output format", choices=("json", "console"))
+    log_level: str = setting("info", "log level", choices=("debug", "info", "warning", "error"))
+    access_key: str = setting("", "front-end access key clients sign with (SigV4)",
+                              metavar="KEY")
+    secret_key: str = setting("", "front-end secret key (prefer the environment variable)",
+                              metavar="SECRET", secret=True)
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def field_specs(cls) -> list[dataclasses.Field[Any]]:
+        return list(fields(cls))
+
+    @staticmethod
+    def env_name(name: str) -> str:
+        return ENV_PREFIX + name.upper()
+
+    @classmethod
+    def env_names(cls) -> set[str]:
+        return {cls.env_name(f.name) for f in fields(cls)}
+
+    @classmethod
+    def parse_value(cls, name: str, raw: Any) -> Any:
+        spec = {f.name: f for f in fields(cls)}.get(name)
+        if spec is None:
+            raise ConfigError(f"unknown setting {name!r}")
+        kind = spec.metadata["kind"]
+        if isinstance(raw, str):
+            try:
+                value = _PARSERS[kind](raw)
+            except ConfigError as exc:
+                raise ConfigError(f"{name}: {exc}") from None
+        elif kind == "size" and isinstance(raw, int):
+            value = parse_size(raw)
+        elif kind == "float" and isinstance(raw, (int, float)):
+            value = float(raw)
+        else:
+            value = raw
+        choices = spec.metadata["choices"]
+        if choices and value not in choices:
+            raise ConfigError(f"{name}: {value!r} is not one of {', '.join(choices)}")
+        return value
+
+    @classmethod
+    def load(cls, overrides: Mapping[str, Any] | None = None,
+             env: Mapping[str, str] | None = None, config_file: str | Path | None = None
+             ) -> Settings:
+        """Merge defaults < config file < environment < overrides (CLI flags; None = unset)."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        path = config_file or env.get(ENV_PREFIX + "CONFIG")
+        if path:
+            try:
+                data = tomllib.loads(Path(path).read_text())
+            except (OSError, tomllib.TOMLDecodeError) as exc:
+                raise ConfigError(f"cannot read config file {path}: {exc}") from None
+            for key, raw in data.items():
+                values[key] = cls.parse_value(key, raw)
+        for f in fields(cls):
+            raw_env = env.get(cls.env_name(f.name))
+            if raw_env is not None:
+                values[f.name] = cls.parse_value(f.name, raw_env)
+        for key, raw in (overrides or {}).items():
+            if raw is not None:
+                values[key] = cls.parse_value(key, raw)
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        if self.part_size < 1 or self.segment_size % self.part_size:
+            raise ConfigError(
+                f"segment_size ({self.segment_size}) must be a multiple of part_size "
+                f"({self.part_size})")
+        if self.block_align < 1 or self.block_align & (self.block_align - 1):
+            raise ConfigError(f"block_align ({self.block_align}) must be a power of two")
+        if self.max_block_size > self.segment_size // 2:
+            raise ConfigError(
+                f"max_block_size ({self.max_block_size}) must be at most half of segment_size "
+                f"({self.segment_size}) so that full segments stay full")
+        if self.seal_after <= 0:
+            raise ConfigError("seal_after must be positive")
+        if self.max_open_segments < 1 or self.max_parts_in_flight < 1:
+            raise ConfigError("max_open_segments and max_parts_in_flight must be >= 1")
+        if not 0.0 <= self.compact_threshold < 1.0:
+            raise ConfigError("compact_threshold must be in [0, 1)")
+        if self.capacity and self.capacity < 2 * self.segment_size:
+            raise ConfigError(
+                f"capacity ({self.capacity}) must hold at least two segments "
+                f"({2 * self.segment_size} bytes) or be 0 for unlimited")
+
+    def public_dict(self) -> dict[str, Any]:
+        """The settings with secrets masked, for logs and `stats`."""
+        out = dataclasses.asdict(self)
+        for f in fields(self):
+            if f.metadata["secret"] and out[f.name]:
+                out[f.name] = "***"
+        return out
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser, names: list[str] | None = None) -> None:
+    """Add one ``--flag`` per settings field (or the named ones), with help and env names."""
+    for f in fields(Settings):
+        if names is not None and f.name not in names:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        meta = f.metadata
+        default = f.default
+        shown = _show_default(meta["kind"], default)
+        help_text = f"{meta['help']} [env {Settings.env_name(f.name)}; default {shown}]"
+        kwargs: dict[str, Any] = {"dest": f.name, "default": None, "help": help_text}
+        if meta["choices"]:
+            kwargs["choices"] = meta["choices"]
+        if meta["metavar"]:
+            kwargs["metavar"] = meta["metavar"]
+        parser.add_argument(flag, **kwargs)
+
+
+def _show_default(kind: str, value: Any) -> str:
+    if kind == "size":
+        from s3kv.sizes import format_size
+
+        return format_size(value) if value else "0"
+    if value == "":
+        return "unset"
+    return str(value)
+
+
+__all__ = ["GiB", "KiB", "MiB", "Settings", "add_settings_arguments", "setting"]

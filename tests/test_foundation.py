@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from s3kv import __version__
+from s3kv.config import Settings
+from s3kv.errors import ConfigError
+from s3kv.sizes import GiB, KiB, MiB, format_size, parse_size
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("256MiB", 256 * MiB), ("16MiB", 16 * MiB), ("1GiB", GiB), ("4096", 4096),
+    ("4KiB", 4 * KiB), ("10GB", 10 * 1000**3), ("1.5GiB", 3 * GiB // 2), ("16 mib", 16 * MiB),
+])
+def test_parse_size(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "MiB", "12XB", "-1", "1.3B", "1e3"])
+def test_parse_size_rejects(bad: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_size(bad)
+
+
+def test_format_size() -> None:
+    assert format_size(256 * MiB) == "256MiB"
+    assert format_size(1536) == "1.50KiB"
+    assert format_size(12) == "12B"
+
+
+def test_settings_precedence(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cfg = tmp_path / "s3kv.toml"
+    cfg.write_text('segment_size = "128MiB"\npart_size = "8MiB"\nseal_after = 2\n')
+    env = {"S3KV_SEAL_AFTER": "3.5", "S3KV_PART_SIZE": "16MiB"}
+    s = Settings.load({"seal_after": "1.25"}, env=env, config_file=cfg)
+    assert s.segment_size == 128 * MiB  # file
+    assert s.part_size == 16 * MiB  # env beats file
+    assert s.seal_after == 1.25  # flag beats env
+
+
+def test_settings_validation() -> None:
+    with pytest.raises(ConfigError, match="multiple of part_size"):
+        Settings.load({"segment_size": "100MiB", "part_size": "16MiB"}, env={})
+    with pytest.raises(ConfigError, match="not one of"):
+        Settings.load({"log_format": "xml"}, env={})
+    with pytest.raises(ConfigError, match="invalid size"):
+        Settings.load(env={"S3KV_CAPACITY": "lots"})
+
+
+def test_secrets_masked() -> None:
+    s = Settings.load({"secret_key": "hunter2"}, env={})
+    assert s.public_dict()["secret_key"] == "***"
+
+
+def test_cli_version_and_help() -> None:
+    out = subprocess.run([sys.executable, "-m", "s3kv.cli", "--version"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"s3kv {__version__}"
+    helptext = subprocess.run([sys.executable, "-m", "s3kv.cli", "--help"],
+                              capture_output=True, text=True, check=True).stdout
+    assert "COMMAND" in helptext
