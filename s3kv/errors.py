@@ -98,3 +98,18 @@ class ObjectMissing(BackendError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, transient=False, status=404)
+
+
+class RequestError(S3KVError):
+    """A client request the gateway rejects, with its S3 error code and HTTP status.
+
+    Raised by the gateway's request parsing and authentication (SigV4, chunked bodies, XML,
+    headers); the gateway renders it as an S3 XML error document.
+    """
+
+    def __init__(self, code: str, message: str, status: int = 400,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+        self.headers = headers or {}
