@@ -35,5 +35,5 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
 
 
 def get_logger(name: str) -> Any:
-    """A structlog logger bound to the module name (``logger=s3kv.store.writer``)."""
-    return structlog.get_logger(logger=name)
+    """A structlog logger bound to the module name (``module=s3kv.store.writer``)."""
+    return structlog.get_logger(module=name)

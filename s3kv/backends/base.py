@@ -1,0 +1,75 @@
+"""The object backend interface: a handful of async calls that every backend implements.
+
+Backends know nothing of blocks or segments. Keys are backend object keys (already including
+the store's prefix). Errors are s3kv.errors: ObjectMissing for an absent object, BackendUnavailable
+for unreachable/timeouts/5xx, BackendError for everything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+Buffer = bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    last_modified: float  # unix seconds
+
+
+@dataclass(frozen=True)
+class UploadInfo:
+    key: str
+    upload_id: str
+    initiated: float  # unix seconds
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the store needs from object storage."""
+
+    #: a short human-readable description (``s3://bucket/prefix @ 2 endpoints``)
+    description: str
+
+    async def put_object(self, key: str, data: Buffer) -> None: ...
+
+    async def get_range(self, key: str, start: int, length: int) -> bytes:
+        """Bytes [start, start+length) of the object; fewer only at the object's end."""
+        ...
+
+    async def get_object(self, key: str) -> bytes: ...
+
+    async def head_object(self, key: str) -> int:
+        """The object's size in bytes."""
+        ...
+
+    async def list_objects(self, prefix: str) -> list[ObjectInfo]: ...
+
+    async def delete_objects(self, keys: Sequence[str]) -> None:
+        """Delete keys; absent ones are not an error."""
+        ...
+
+    async def create_multipart(self, key: str, part_size: int) -> str:
+        """Start a multipart upload. Every part but the last will be exactly ``part_size``."""
+        ...
+
+    async def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer) -> str:
+        """Upload part ``part_number`` (1-based); returns its ETag."""
+        ...
+
+    async def complete_multipart(self, key: str, upload_id: str,
+                                 parts: Sequence[tuple[int, str]]) -> None: ...
+
+    async def abort_multipart(self, key: str, upload_id: str) -> None: ...
+
+    async def list_multipart_uploads(self, prefix: str) -> list[UploadInfo]: ...
+
+    async def check(self) -> None:
+        """Raise BackendUnavailable unless the backend answers and the bucket/dir exists."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,248 @@
+"""Local-directory backend: the embedded default, and the md RAID-0 + XFS node design.
+
+Objects are files under the root. A multipart upload writes each part straight into a hidden
+temporary file at its final offset ((n-1) * part_size), so a segment is written once, in large
+aligned writes, and published by an atomic rename on completion. All file I/O runs in threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from s3kv.backends.base import Buffer, ObjectInfo, UploadInfo
+from s3kv.errors import BackendError, BackendUnavailable, InvalidInput, ObjectMissing
+
+_UPLOADS = ".uploads"
+
+
+class FileBackend:
+    def __init__(self, root: str | Path, *, fsync: bool = True) -> None:
+        self.root = Path(root).resolve()
+        self.fsync = fsync
+        self.description = f"file://{self.root}"
+
+    async def open(self) -> FileBackend:
+        await asyncio.to_thread(self._mkdirs)
+        return self
+
+    def _mkdirs(self) -> None:
+        try:
+            (self.root / _UPLOADS).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BackendError(f"cannot create store directory {self.root}: {exc}") from exc
+
+    def _path(self, key: str) -> Path:
+        parts = key.split("/")
+        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts) \
+                or parts[0] == _UPLOADS:
+            raise InvalidInput(f"invalid object key for the file backend: {key!r}")
+        return self.root.joinpath(*parts)
+
+    @staticmethod
+    def _io_error(exc: OSError, what: str) -> BackendError:
+        if isinstance(exc, FileNotFoundError):
+            return ObjectMissing(f"{what}: not found")
+        # disk full, permission denied, I/O errors: not retried, reported as they are
+        return BackendError(f"{what}: {exc.strerror or exc}", transient=False)
+
+    async def _run(self, what: str, fn: object, *args: object) -> object:
+        try:
+            return await asyncio.to_thread(fn, *args)  # type: ignore[arg-type]
+        except OSError as exc:
+            raise self._io_error(exc, what) from exc
+
+    # ---- objects ------------------------------------------------------------------------
+    def _write_atomic(self, path: Path, data: Buffer) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                if self.fsync:
+                    os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    async def put_object(self, key: str, data: Buffer) -> None:
+        await self._run(f"PUT {key}", self._write_atomic, self._path(key), data)
+
+    @staticmethod
+    def _pread(path: Path, start: int, length: int) -> bytes:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            return os.pread(fd, length, start)
+        finally:
+            os.close(fd)
+
+    async def get_range(self, key: str, start: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        data = await self._run(f"GET {key}", self._pread, self._path(key), start, length)
+        assert isinstance(data, bytes)
+        return data
+
+    async def get_object(self, key: str) -> bytes:
+        data = await self._run(f"GET {key}", self._path(key).read_bytes)
+        assert isinstance(data, bytes)
+        return data
+
+    async def head_object(self, key: str) -> int:
+        st = await self._run(f"HEAD {key}", os.stat, self._path(key))
+        assert isinstance(st, os.stat_result)
+        return st.st_size
+
+    def _list(self, prefix: str) -> list[ObjectInfo]:
+        out: list[ObjectInfo] = []
+        base = self.root
+        # walk only the directory the prefix points into
+        start_dir = base.joinpath(*prefix.split("/")[:-1]) if "/" in prefix else base
+        if not start_dir.is_dir():
+            return out
+        for dirpath, dirnames, filenames in os.walk(start_dir):
+            if Path(dirpath) == base and _UPLOADS in dirnames:
+                dirnames.remove(_UPLOADS)
+            rel_dir = Path(dirpath).relative_to(base)
+            for name in filenames:
+                if name.startswith(".") and name.endswith(".tmp"):
+                    continue
+                key = (rel_dir / name).as_posix() if rel_dir.parts else name
+                if key.startswith(prefix):
+                    st = os.stat(os.path.join(dirpath, name))
+                    out.append(ObjectInfo(key, st.st_size, st.st_mtime))
+        out.sort(key=lambda o: o.key)
+        return out
+
+    async def list_objects(self, prefix: str) -> list[ObjectInfo]:
+        result = await self._run(f"LIST {prefix}", self._list, prefix)
+        assert isinstance(result, list)
+        return result
+
+    def _delete(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            self._path(key).unlink(missing_ok=True)
+
+    async def delete_objects(self, keys: Sequence[str]) -> None:
+        await self._run(f"DELETE {len(keys)} objects", self._delete, list(keys))
+
+    # ---- multipart ----------------------------------------------------------------------
+    def _upload_dir(self, upload_id: str) -> Path:
+        if not upload_id.isalnum():
+            raise InvalidInput(f"invalid upload id {upload_id!r}")
+        return self.root / _UPLOADS / upload_id
+
+    def _create(self, key: str, part_size: int) -> str:
+        self._path(key)  # validate
+        upload_id = uuid.uuid4().hex
+        d = self._upload_dir(upload_id)
+        d.mkdir(parents=True)
+        (d / "meta.json").write_text(json.dumps(
+            {"key": key, "part_size": part_size, "initiated": time.time()}))
+        (d / "data").touch()
+        return upload_id
+
+    async def create_multipart(self, key: str, part_size: int) -> str:
+        upload_id = await self._run(f"CREATE-MULTIPART {key}", self._create, key, part_size)
+        assert isinstance(upload_id, str)
+        return upload_id
+
+    def _meta(self, upload_id: str) -> dict[str, object]:
+        try:
+            meta: dict[str, object] = json.loads(
+                (self._upload_dir(upload_id) / "meta.json").read_text())
+        except FileNotFoundError:
+            raise ObjectMissing(f"no such upload {upload_id}") from None
+        return meta
+
+    def _write_part(self, upload_id: str, number: int, data: Buffer) -> str:
+        meta = self._meta(upload_id)
+        part_size = int(str(meta["part_size"]))
+        if len(data) > part_size:
+            raise InvalidInput(f"part {number} is {len(data)} bytes, over part_size {part_size}")
+        d = self._upload_dir(upload_id)
+        fd = os.open(d / "data", os.O_WRONLY)
+        try:
+            view = memoryview(data)
+            offset = (number - 1) * part_size
+            while view:
+                n = os.pwrite(fd, view, offset)
+                view = view[n:]
+                offset += n
+        finally:
+            os.close(fd)
+        (d / f"part-{number:05d}").write_text(str(len(data)))
+        return f"{number}-{len(data)}"
+
+    async def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer) -> str:
+        etag = await self._run(f"UPLOAD-PART {key}#{part_number}", self._write_part,
+                               upload_id, part_number, data)
+        assert isinstance(etag, str)
+        return etag
+
+    def _complete(self, key: str, upload_id: str, parts: Sequence[tuple[int, str]]) -> None:
+        meta = self._meta(upload_id)
+        part_size = int(str(meta["part_size"]))
+        d = self._upload_dir(upload_id)
+        numbers = [n for n, _ in parts]
+        if numbers != list(range(1, len(parts) + 1)):
+            raise InvalidInput(f"parts must be 1..N in order, got {numbers}")
+        total = 0
+        for i, (n, _etag) in enumerate(parts):
+            size = int((d / f"part-{n:05d}").read_text())
+            if i < len(parts) - 1 and size != part_size:
+                raise InvalidInput(f"part {n} is {size} bytes; all but the last must be "
+                                   f"{part_size}")
+            total += size
+        data = d / "data"
+        with open(data, "r+b") as fh:
+            fh.truncate(total)
+            if self.fsync:
+                os.fsync(fh.fileno())
+        dest = self._path(key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(data, dest)
+        self._remove_upload(upload_id)
+
+    async def complete_multipart(self, key: str, upload_id: str,
+                                 parts: Sequence[tuple[int, str]]) -> None:
+        await self._run(f"COMPLETE-MULTIPART {key}", self._complete, key, upload_id, list(parts))
+
+    def _remove_upload(self, upload_id: str) -> None:
+        d = self._upload_dir(upload_id)
+        if d.exists():
+            for f in d.iterdir():
+                f.unlink(missing_ok=True)
+            d.rmdir()
+
+    async def abort_multipart(self, key: str, upload_id: str) -> None:
+        await self._run(f"ABORT-MULTIPART {key}", self._remove_upload, upload_id)
+
+    def _list_uploads(self, prefix: str) -> list[UploadInfo]:
+        out: list[UploadInfo] = []
+        for d in (self.root / _UPLOADS).iterdir():
+            try:
+                meta = json.loads((d / "meta.json").read_text())
+            except (FileNotFoundError, json.JSONDecodeError):
+                continue
+            if str(meta["key"]).startswith(prefix):
+                out.append(UploadInfo(str(meta["key"]), d.name, float(meta["initiated"])))
+        return out
+
+    async def list_multipart_uploads(self, prefix: str) -> list[UploadInfo]:
+        result = await self._run(f"LIST-UPLOADS {prefix}", self._list_uploads, prefix)
+        assert isinstance(result, list)
+        return result
+
+    async def check(self) -> None:
+        ok = await asyncio.to_thread(os.access, self.root, os.W_OK)
+        if not ok:
+            raise BackendUnavailable(f"store directory {self.root} is missing or not writable")
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,97 @@
+"""One multipart upload, driven part by part, aborted on any failure.
+
+The only multipart loop in s3kv: the segment writer feeds it parts as they fill; it keeps at
+most the caller's semaphore's worth of parts in flight, collects ETags in order, and completes,
+or aborts the upload if anything failed (so no orphan upload is left behind on purpose).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from s3kv.backends.base import Backend, Buffer
+from s3kv.errors import BackendError
+from s3kv.log import get_logger
+from s3kv.retry import RetryPolicy
+
+log = get_logger(__name__)
+
+
+class MultipartUpload:
+    def __init__(self, backend: Backend, key: str, part_size: int, retry: RetryPolicy,
+                 slots: asyncio.Semaphore) -> None:
+        self.backend = backend
+        self.key = key
+        self.part_size = part_size
+        self.retry = retry
+        self.slots = slots
+        self.upload_id: str | None = None
+        self._etags: dict[int, str] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._next_part = 1
+        self.bytes_sent = 0
+        self.failed: BaseException | None = None
+
+    async def start(self) -> None:
+        self.upload_id = await self.retry.run(
+            lambda: self.backend.create_multipart(self.key, self.part_size))
+
+    async def add_part(self, data: Buffer) -> None:
+        """Queue the next part. Waits for an in-flight slot (this is the backpressure point)."""
+        if self.failed is not None:
+            raise BackendError(f"upload of {self.key} already failed: {self.failed}")
+        number = self._next_part
+        self._next_part += 1
+        await self.slots.acquire()
+        task = asyncio.create_task(self._send(number, data))
+        # released by a done-callback, which runs even for a task cancelled before it started
+        task.add_done_callback(lambda _t: self.slots.release())
+        self._tasks.append(task)
+
+    async def _send(self, number: int, data: Buffer) -> None:
+        assert self.upload_id is not None
+        upload_id = self.upload_id
+        try:
+            etag = await self.retry.run(
+                lambda: self.backend.upload_part(self.key, upload_id, number, data))
+            self._etags[number] = etag
+            self.bytes_sent += len(data)
+        except BaseException as exc:
+            if self.failed is None:
+                self.failed = exc
+            raise
+
+    async def complete(self) -> None:
+        """Wait for every part, then complete; abort and re-raise on any failure."""
+        try:
+            if self.upload_id is None:
+                await self.start()
+            results = await asyncio.gather(*self._tasks, return_exceptions=True)
+            for res in results:
+                if isinstance(res, BaseException):
+                    raise res
+            assert self.upload_id is not None
+            upload_id = self.upload_id
+            parts = sorted(self._etags.items())
+            await self.retry.run(
+                lambda: self.backend.complete_multipart(self.key, upload_id, parts))
+        except BaseException:
+            await self.abort()
+            raise
+
+    async def abort(self) -> None:
+        """Cancel parts in flight and abort the upload (best effort; logged if it fails)."""
+        for task in self._tasks:
+            task.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.upload_id is None:
+            return
+        try:
+            await self.backend.abort_multipart(self.key, self.upload_id)
+            log.info("multipart.aborted", key=self.key, upload_id=self.upload_id)
+        except BackendError as exc:
+            # The orphan is cleaned up at the next start (own node id) or by age.
+            log.warning("multipart.abort_failed", key=self.key, upload_id=self.upload_id,
+                        error=str(exc))
