@@ -35,7 +35,6 @@ def register(subparsers: Any) -> None:
             "seed's QLC node (24 x 122.88 TB QLC, 0.6 DWPD over 5 years, 3,000 MB/s write "
             "each, 2U, 1,600 W PSU, md RAID-0). Formulas: docs/planning.md."
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     src = p.add_mutually_exclusive_group()
     src.add_argument(
@@ -101,7 +100,7 @@ def register(subparsers: Any) -> None:
         "--ec-parity", type=int, default=d.ec_parity, metavar="M",
         help="MinIO erasure-coding parity drives per erasure set; usable = raw x (S - M) / S "
              f"(default: {d.ec_parity}, no erasure coding: md RAID-0 as in the seed, no "
-             "redundancy; MinIO's own default is EC:4 on sets of 8 or more drives)",
+             "redundancy; MinIO's own default is EC:4 on sets of 8 to 16 drives)",
     )
     p.add_argument(
         "--ec-stripe", type=int, default=None, metavar="S",
