@@ -122,7 +122,19 @@ def query_params(raw_query: str) -> dict[str, list[str]]:
     return out
 
 
-def _header_values(headers: Mapping[str, str], name: str) -> list[str]:
+def parse_payload_mode(value: str) -> tuple[PayloadMode, str | None]:
+    """``x-amz-content-sha256`` -> (mode, lowercase hex digest when the payload is signed)."""
+    mode = _LITERAL_MODES.get(value)
+    if mode is not None:
+        return mode, None
+    if _HEX64.match(value):
+        return PayloadMode.SIGNED, value.lower()
+    raise _bad("InvalidArgument", "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, "
+               "STREAMING-UNSIGNED-PAYLOAD-TRAILER, STREAMING-AWS4-HMAC-SHA256-PAYLOAD, "
+               "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER or a valid sha256 value.")
+
+
+def header_values(headers: Mapping[str, str], name: str) -> list[str]:
     getall = getattr(headers, "getall", None)
     if getall is not None:
         return list(getall(name, []))
@@ -133,7 +145,7 @@ def _header_values(headers: Mapping[str, str], name: str) -> list[str]:
 def canonical_headers(headers: Mapping[str, str], signed: list[str]) -> str:
     lines = []
     for name in signed:
-        values = [_SPACES.sub(" ", v.strip()) for v in _header_values(headers, name)]
+        values = [_SPACES.sub(" ", v.strip()) for v in header_values(headers, name)]
         lines.append(f"{name}:{','.join(values)}\n")
     return "".join(lines)
 
@@ -153,9 +165,9 @@ def _as_datetime(now: datetime | float) -> datetime:
 
 
 def has_auth(raw_query: str, headers: Mapping[str, str]) -> bool:
-    """Does the request carry any signature at all (header or presigned)?"""
-    return "authorization" in {k.lower() for k in headers} or "X-Amz-Signature=" in raw_query \
-        or "x-amz-signature=" in raw_query.lower()
+    """Does the request carry a signature at all (Authorization header or presigned query)?"""
+    return bool(header_values(headers, "authorization")) or "X-Amz-Algorithm" in \
+        query_params(raw_query)
 
 
 class SigV4Verifier:
@@ -185,7 +197,7 @@ class SigV4Verifier:
     def verify(self, method: str, raw_path: str, raw_query: str, headers: Mapping[str, str],
                now: datetime | float) -> AuthContext:
         """Verify a request; ``raw_path``/``raw_query`` as on the request line (still encoded)."""
-        has_header = bool(_header_values(headers, "authorization"))
+        has_header = bool(header_values(headers, "authorization"))
         params = query_params(raw_query)
         presigned = "X-Amz-Signature" in params or "X-Amz-Algorithm" in params
         if has_header and presigned:
@@ -202,7 +214,7 @@ class SigV4Verifier:
 
     def _verify_header(self, method: str, raw_path: str, raw_query: str,
                        headers: Mapping[str, str], now: datetime) -> AuthContext:
-        auth = _header_values(headers, "authorization")[0].strip()
+        auth = header_values(headers, "authorization")[0].strip()
         algorithm, _, rest = auth.partition(" ")
         if algorithm != ALGORITHM:
             if algorithm == "AWS":
@@ -223,12 +235,12 @@ class SigV4Verifier:
                        f"the authorization header is missing {', '.join(missing)}")
         access_key, date, region = self._check_credential(fields["Credential"],
                                                           "AuthorizationHeaderMalformed")
-        amz = _header_values(headers, "x-amz-date")
+        amz = header_values(headers, "x-amz-date")
         if amz:
             amz_date = amz[0].strip()
             when = _parse_amz_date(amz_date, "x-amz-date")
         else:
-            raw_date = _header_values(headers, "date")
+            raw_date = header_values(headers, "date")
             try:
                 when = parsedate_to_datetime(raw_date[0]).astimezone(UTC)
             except (IndexError, TypeError, ValueError):
@@ -241,11 +253,11 @@ class SigV4Verifier:
         if abs(now - when) > self._max_skew:
             raise _bad("RequestTimeTooSkewed", "The difference between the request time and the "
                        "server's time is too large.", 403)
-        sha = _header_values(headers, "x-amz-content-sha256")
+        sha = header_values(headers, "x-amz-content-sha256")
         if not sha:
             raise _bad("InvalidRequest",
                        "Missing required header for this request: x-amz-content-sha256")
-        mode, content_sha = self._payload_mode(sha[0].strip())
+        mode, content_sha = parse_payload_mode(sha[0].strip())
         signed = fields["SignedHeaders"].split(";")
         if "host" not in signed:
             raise _bad("AuthorizationHeaderMalformed", "SignedHeaders must include host")
@@ -299,7 +311,7 @@ class SigV4Verifier:
         if "host" not in signed:
             raise _bad(code, "X-Amz-SignedHeaders must include host")
         hashed = params.get("X-Amz-Content-Sha256", ["UNSIGNED-PAYLOAD"])[0]
-        mode, content_sha = self._payload_mode(hashed)
+        mode, content_sha = parse_payload_mode(hashed)
         return self._check_signature(
             method, raw_path, canonical_query(raw_query, drop="X-Amz-Signature"), headers,
             signed, hashed, access_key, date, region, amz_date, one("X-Amz-Signature"), mode,
@@ -327,16 +339,6 @@ class SigV4Verifier:
                        "in our records.", 403)
         return access_key, date, region
 
-    @staticmethod
-    def _payload_mode(value: str) -> tuple[PayloadMode, str | None]:
-        mode = _LITERAL_MODES.get(value)
-        if mode is not None:
-            return mode, None
-        if _HEX64.match(value):
-            return PayloadMode.SIGNED, value.lower()
-        raise _bad("InvalidArgument", "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, "
-                   "STREAMING-UNSIGNED-PAYLOAD-TRAILER, STREAMING-AWS4-HMAC-SHA256-PAYLOAD, "
-                   "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER or a valid sha256 value.")
 
     def _check_signature(self, method: str, raw_path: str, cquery: str,
                          headers: Mapping[str, str], signed: list[str], hashed_payload: str,
