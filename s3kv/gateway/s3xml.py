@@ -1,0 +1,264 @@
+"""S3 XML documents: rendering the responses and parsing the few request bodies, safely.
+
+Rendering builds strings directly (escaped; characters XML 1.0 cannot carry are written as
+numeric references, as S3 does; clients that need exact keys ask for ``EncodingType=url``).
+Parsing takes bytes of at most ``MAX_XML_BYTES``, refuses any DTD or entity declaration, ignores
+namespaces (clients send the S3 namespace or none) and raises ``RequestError`` (MalformedXML,
+InvalidPartOrder, InvalidArgument) on anything else.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from itertools import pairwise
+from urllib.parse import quote
+
+from s3kv.errors import RequestError
+
+NS = "http://s3.amazonaws.com/doc/2006-03-01/"
+HEADER = '<?xml version="1.0" encoding="UTF-8"?>\n'
+MAX_XML_BYTES = 2 * 1024 * 1024  # DeleteObjects with 1000 long keys stays well below this
+MAX_DELETE_KEYS = 1000
+MAX_PART_NUMBER = 10000
+_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&apos;", "\r": "&#13;"}
+_ESCAPE_RE = re.compile("[&<>\"'\r\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def escape(text: str) -> str:
+    return _ESCAPE_RE.sub(lambda m: _ESCAPES.get(m.group(), f"&#x{ord(m.group()):x};"), text)
+
+
+def _el(name: str, value: object) -> str:
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    return f"<{name}>{escape(str(value))}</{name}>"
+
+
+def _doc(root: str, body: str) -> bytes:
+    return f'{HEADER}<{root} xmlns="{NS}">{body}</{root}>'.encode()
+
+
+def iso8601(ts: float | datetime) -> str:
+    """S3's timestamp form: 2009-10-12T17:50:30.000Z."""
+    dt = ts if isinstance(ts, datetime) else datetime.fromtimestamp(ts, UTC)
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+
+
+# -- responses -------------------------------------------------------------------------------------
+
+def error_document(code: str, message: str, resource: str = "", request_id: str = "",
+                   **extra: str) -> bytes:
+    body = _el("Code", code) + _el("Message", message)
+    body += "".join(_el(k, v) for k, v in extra.items())
+    body += _el("Resource", resource) + _el("RequestId", request_id)
+    return f"{HEADER}<Error>{body}</Error>".encode()
+
+
+@dataclass(frozen=True)
+class BucketEntry:
+    name: str
+    created: float | datetime
+
+
+def list_buckets(buckets: Iterable[BucketEntry], owner_id: str = "s3kv",
+                 owner_name: str = "s3kv") -> bytes:
+    items = "".join(f"<Bucket>{_el('Name', b.name)}{_el('CreationDate', iso8601(b.created))}"
+                    "</Bucket>" for b in buckets)
+    owner = f"<Owner>{_el('ID', owner_id)}{_el('DisplayName', owner_name)}</Owner>"
+    return _doc("ListAllMyBucketsResult", f"{owner}<Buckets>{items}</Buckets>")
+
+
+@dataclass(frozen=True)
+class ObjectEntry:
+    key: str
+    last_modified: float | datetime
+    etag: str  # quoted, as in the ETag header
+    size: int
+    storage_class: str = "STANDARD"
+
+
+@dataclass
+class ListV2Page:
+    bucket: str
+    prefix: str = ""
+    delimiter: str | None = None
+    max_keys: int = 1000
+    contents: Sequence[ObjectEntry] = field(default_factory=list)
+    common_prefixes: Sequence[str] = field(default_factory=list)
+    is_truncated: bool = False
+    continuation_token: str | None = None
+    next_continuation_token: str | None = None
+    start_after: str | None = None
+    encoding_type: str | None = None  # "url" or None
+
+
+def list_objects_v2(page: ListV2Page) -> bytes:
+    """ListBucketResult for ListObjectsV2; with ``encoding_type='url'`` keys, prefixes,
+    delimiter and StartAfter are URL-encoded as S3 does."""
+    url = page.encoding_type == "url"
+
+    def enc(text: str) -> str:
+        return quote(text, safe="/") if url else text
+
+    parts = [_el("Name", page.bucket), _el("Prefix", enc(page.prefix))]
+    if page.delimiter:
+        parts.append(_el("Delimiter", enc(page.delimiter)))
+    parts.append(_el("MaxKeys", page.max_keys))
+    if url:
+        parts.append(_el("EncodingType", "url"))
+    parts.append(_el("KeyCount", len(page.contents) + len(page.common_prefixes)))
+    parts.append(_el("IsTruncated", page.is_truncated))
+    if page.continuation_token is not None:
+        parts.append(_el("ContinuationToken", page.continuation_token))
+    if page.next_continuation_token is not None:
+        parts.append(_el("NextContinuationToken", page.next_continuation_token))
+    if page.start_after is not None:
+        parts.append(_el("StartAfter", enc(page.start_after)))
+    for o in page.contents:
+        parts.append(f"<Contents>{_el('Key', enc(o.key))}"
+                     f"{_el('LastModified', iso8601(o.last_modified))}{_el('ETag', o.etag)}"
+                     f"{_el('Size', o.size)}{_el('StorageClass', o.storage_class)}</Contents>")
+    for p in page.common_prefixes:
+        parts.append(f"<CommonPrefixes>{_el('Prefix', enc(p))}</CommonPrefixes>")
+    return _doc("ListBucketResult", "".join(parts))
+
+
+def initiate_multipart_upload(bucket: str, key: str, upload_id: str) -> bytes:
+    return _doc("InitiateMultipartUploadResult",
+                _el("Bucket", bucket) + _el("Key", key) + _el("UploadId", upload_id))
+
+
+def complete_multipart_upload(location: str, bucket: str, key: str, etag: str) -> bytes:
+    return _doc("CompleteMultipartUploadResult", _el("Location", location) +
+                _el("Bucket", bucket) + _el("Key", key) + _el("ETag", etag))
+
+
+def location_constraint(region: str | None) -> bytes:
+    """GetBucketLocation: empty for us-east-1, as S3 answers."""
+    value = "" if region in (None, "", "us-east-1") else escape(region or "")
+    return f'{HEADER}<LocationConstraint xmlns="{NS}">{value}</LocationConstraint>'.encode()
+
+
+@dataclass(frozen=True)
+class DeleteError:
+    key: str
+    code: str
+    message: str
+
+
+def delete_result(deleted: Iterable[str], errors: Iterable[DeleteError] = (),
+                  quiet: bool = False) -> bytes:
+    """DeleteResult; in quiet mode only the errors are listed."""
+    parts = [] if quiet else [f"<Deleted>{_el('Key', k)}</Deleted>" for k in deleted]
+    parts += [f"<Error>{_el('Key', e.key)}{_el('Code', e.code)}{_el('Message', e.message)}"
+              "</Error>" for e in errors]
+    return _doc("DeleteResult", "".join(parts))
+
+
+# -- requests --------------------------------------------------------------------------------------
+
+def _malformed(why: str = "") -> RequestError:
+    msg = ("The XML you provided was not well-formed or did not validate against our published "
+           "schema")
+    return RequestError("MalformedXML", f"{msg} ({why})" if why else msg)
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def parse_xml(data: bytes, root: str) -> ET.Element:
+    """Parse a request body whose root element must be ``root`` (any namespace)."""
+    if len(data) > MAX_XML_BYTES:
+        raise _malformed(f"the document is larger than {MAX_XML_BYTES} bytes")
+    if b"\x00" in data:  # UTF-16/32 would slip past the byte checks below
+        raise _malformed("the document must be UTF-8")
+    if b"<!DOCTYPE" in data or b"<!ENTITY" in data or b"<!doctype" in data:
+        raise _malformed("DTDs and entity declarations are not accepted")
+    try:
+        elem = ET.fromstring(data)
+    except ET.ParseError as exc:
+        raise _malformed(str(exc)) from None
+    if _local(elem.tag) != root:
+        raise _malformed(f"the root element must be {root}")
+    return elem
+
+
+def _children(elem: ET.Element, name: str) -> list[ET.Element]:
+    return [c for c in elem if _local(c.tag) == name]
+
+
+def _text(elem: ET.Element, name: str, *, required: bool = True) -> str | None:
+    found = _children(elem, name)
+    if len(found) > 1:
+        raise _malformed(f"{name} appears more than once")
+    if not found:
+        if required:
+            raise _malformed(f"{name} is missing")
+        return None
+    return found[0].text or ""
+
+
+@dataclass(frozen=True)
+class CompletedPart:
+    part_number: int
+    etag: str  # as sent, normally quoted
+
+
+def parse_complete_multipart_upload(data: bytes) -> list[CompletedPart]:
+    """Parts in ascending PartNumber order (else InvalidPartOrder); at least one part."""
+    root = parse_xml(data, "CompleteMultipartUpload")
+    parts: list[CompletedPart] = []
+    for el in _children(root, "Part"):
+        raw = (_text(el, "PartNumber") or "").strip()
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_PART_NUMBER:
+            raise RequestError("InvalidArgument", "Part number must be an integer between 1 and "
+                               f"{MAX_PART_NUMBER}, inclusive")
+        etag = (_text(el, "ETag") or "").strip()
+        if not etag:
+            raise _malformed("a Part has an empty ETag")
+        parts.append(CompletedPart(int(raw), etag))
+    if not parts:
+        raise _malformed("CompleteMultipartUpload lists no Part")
+    for a, b in pairwise(parts):
+        if b.part_number <= a.part_number:
+            raise RequestError("InvalidPartOrder", "The list of parts was not in ascending "
+                               "order. The parts list must be specified in order by part number.")
+    return parts
+
+
+@dataclass(frozen=True)
+class DeleteRequest:
+    keys: list[str]
+    quiet: bool
+
+
+def parse_delete(data: bytes) -> DeleteRequest:
+    """DeleteObjects body: 1 to 1000 Object/Key entries, optional Quiet."""
+    root = parse_xml(data, "Delete")
+    quiet_text = _text(root, "Quiet", required=False)
+    quiet = (quiet_text or "").strip().lower() == "true"
+    if quiet_text is not None and quiet_text.strip().lower() not in ("true", "false"):
+        raise _malformed("Quiet must be true or false")
+    keys = []
+    for obj in _children(root, "Object"):
+        key = _text(obj, "Key")
+        if not key:
+            raise _malformed("an Object has an empty Key")
+        keys.append(key)
+    if not keys or len(keys) > MAX_DELETE_KEYS:
+        raise _malformed(f"Delete must list between 1 and {MAX_DELETE_KEYS} objects")
+    return DeleteRequest(keys, quiet)
+
+
+def parse_create_bucket_configuration(data: bytes) -> str | None:
+    """The LocationConstraint of a CreateBucket body (None when the body is empty)."""
+    if not data.strip():
+        return None
+    root = parse_xml(data, "CreateBucketConfiguration")
+    value = _text(root, "LocationConstraint", required=False)
+    return value.strip() if value and value.strip() else None
