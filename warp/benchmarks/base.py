@@ -1,0 +1,91 @@
+"""What every benchmark type shares: the run context, the object set, one op per call."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+from s3kv.errors import S3KVError
+from warp.config import BenchConfig
+from warp.payload import PayloadSource, variant_of
+from warp.s3 import OpResult, S3Client
+
+if TYPE_CHECKING:
+    from warp.runner import Recorder
+
+
+class BenchError(S3KVError):
+    """A benchmark cannot run (bucket cannot be created, object set cannot be uploaded)."""
+
+    code = "BenchmarkFailed"
+
+
+@dataclass
+class Context:
+    config: BenchConfig
+    client: S3Client
+    payload: PayloadSource
+    recorder: Recorder
+    rng: random.Random
+    #: keys of the object set that exist now (GET/STAT/mixed read them, DELETE consumes them)
+    pool: list[str] = field(default_factory=list)
+    seq: int = 0
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    async def put(self, key: str) -> OpResult:
+        """Upload one object of the run (multipart above --part-size)."""
+        c = self.config
+        variant = variant_of(key)
+        if c.multipart(c.obj_size):
+            return await self.client.multipart_put(c.bucket, key, variant, c.obj_size,
+                                                   c.part_size, c.parts_in_flight)
+        return await self.client.put_object(c.bucket, key, variant, c.obj_size)
+
+
+class Benchmark(ABC):
+    """One benchmark type. ``run_op`` performs and records one operation."""
+
+    #: Warp's op name in records (PUT, GET, ...); mixed records several
+    op: ClassVar[str]
+    #: whether the type works on a prepared object set
+    uses_object_set: ClassVar[bool] = False
+
+    async def setup(self, ctx: Context) -> None:
+        c = ctx.config
+        r = await ctx.client.create_bucket(c.bucket)
+        if r.error:
+            raise BenchError(f"cannot create bucket {c.bucket!r} on {r.endpoint}: {r.error}")
+        if self.uses_object_set:
+            keys = [c.object_key(i) for i in range(c.objects)]
+            if not c.prepared:
+                await upload_object_set(ctx, keys)
+            ctx.pool = keys
+
+    @abstractmethod
+    async def run_op(self, ctx: Context, thread: int) -> bool:
+        """Do one operation and record it; return False when this worker has nothing left."""
+
+
+async def upload_object_set(ctx: Context, keys: list[str]) -> None:
+    """Warp's prepare step: upload the object set with --concurrent uploads (not recorded)."""
+    todo = list(reversed(keys))
+    errors: list[str] = []
+
+    async def uploader() -> None:
+        while todo and len(errors) < 10:
+            key = todo.pop()
+            r = await ctx.put(key)
+            if r.error:
+                errors.append(f"{key}: {r.error}")
+
+    await asyncio.gather(*(uploader() for _ in range(min(ctx.config.concurrent, len(keys)))))
+    if errors:
+        raise BenchError(f"preparing the object set failed ({len(errors)} errors), first: "
+                         f"{errors[0]}")
+

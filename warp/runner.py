@@ -1,0 +1,178 @@
+"""One benchmark client: workers generating operations, recording each, until the deadline.
+
+``concurrent`` workers each run one operation at a time (Warp's ``--concurrent``). At the
+deadline, on ``--autoterm`` stability or on Ctrl-C, operations still in flight are cancelled
+and not recorded (as Warp does); everything completed is in the record file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import random
+import signal
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from warp.benchmarks.base import Benchmark, Context
+from warp.clock import now_ns, now_s
+from warp.config import BenchConfig
+from warp.payload import PayloadSource
+from warp.records import Record, RecordWriter
+from warp.s3 import OpResult, S3Client
+from warp.sigv4 import Credentials
+
+
+@dataclass
+class LiveStats:
+    """Running totals, for progress bars and ``--autoterm``."""
+
+    ops: int = 0
+    bytes: int = 0
+    errors: int = 0
+    verify_failures: int = 0
+    #: completed bytes (or ops, when ops move no bytes) per wall-clock second
+    per_second: dict[int, float] = field(default_factory=dict)
+
+    def stable(self, seconds: float, pct: float, since_s: float) -> bool:
+        """Warp-like autoterm: the last ``seconds`` full seconds all within ``pct`` % of their
+        mean (and the run has gone on for at least that long)."""
+        n = max(2, math.ceil(seconds))
+        current = int(now_s())
+        window = [self.per_second.get(s, 0.0) for s in range(current - n, current)]
+        if current - n < since_s:
+            return False
+        mean = statistics.fmean(window)
+        return mean > 0 and all(abs(v - mean) <= mean * pct / 100 for v in window)
+
+
+class Recorder:
+    """Turns results into records, writes them as they come and keeps live totals."""
+
+    def __init__(self, config: BenchConfig, writer: RecordWriter | None) -> None:
+        self.config = config
+        self.writer = writer
+        self.stats = LiveStats()
+        self.recording = False  # prepare-phase operations are not recorded, as in Warp
+
+    def add(self, op: str, thread: int, key: str, r: OpResult, n_objects: int = 1) -> None:
+        if not self.recording:
+            return
+        rec = Record(op=op, thread=thread, client_id=self.config.client_id, endpoint=r.endpoint,
+                     file=key, size=r.size, start_ns=r.start_ns, end_ns=r.end_ns,
+                     first_byte_ns=r.first_byte_ns if op in ("GET", "LIST") else 0,
+                     error=r.error, http_status=r.status, retries=r.retries, n_objects=n_objects)
+        if self.writer is not None:
+            self.writer.write(rec)
+        s = self.stats
+        s.ops += 1
+        if rec.ok:
+            s.bytes += rec.size
+            sec = rec.end_ns // 1_000_000_000
+            s.per_second[sec] = s.per_second.get(sec, 0.0) + (rec.size or n_objects)
+        else:
+            s.errors += 1
+            s.verify_failures += rec.verify_failed
+
+
+@dataclass
+class RunResult:
+    records: Path | None
+    stats: LiveStats
+    interrupted: bool
+    started_ns: int
+    ended_ns: int
+    cleaned: int = 0
+
+
+Progress = Callable[[LiveStats, float], None]
+
+
+async def run_client(config: BenchConfig, bench: Benchmark, records: Path | None, *,
+                     start_at: float = 0.0, progress: Progress | None = None,
+                     comment: str = "", handle_sigint: bool = True,
+                     creds: Credentials | None = None) -> RunResult:
+    """Prepare, wait for ``start_at`` (wall clock, for synchronized clients), run, clean up."""
+    creds = creds or Credentials.from_environment(config.region)
+    payload = PayloadSource(config.seed)
+    in_flight = config.parts_in_flight if config.multipart(config.obj_size) else 1
+    client = S3Client(config.endpoints, creds, payload,
+                      connections=config.concurrent * in_flight + 4,
+                      retries=config.retries, timeout=config.request_timeout)
+    writer = RecordWriter(records) if records is not None else None
+    recorder = Recorder(config, writer)
+    ctx = Context(config=config, client=client, payload=payload, recorder=recorder,
+                  rng=random.Random())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    if handle_sigint:
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+    started = ended = now_ns()
+    cleaned = 0
+    try:
+        await bench.setup(ctx)
+        delay = start_at - now_s()
+        if delay > 0 and not stop.is_set():
+            await _wait(stop, delay)
+        recorder.recording = True
+        started = now_ns()
+        if not stop.is_set():
+            await _run_workers(ctx, bench, stop, progress, started / 1e9)
+        ended = now_ns()
+        recorder.recording = False
+        if config.cleanup and not config.noclear:
+            cleaned = await client.delete_prefix(config.bucket, config.run_prefix)
+    finally:
+        if handle_sigint:
+            loop.remove_signal_handler(signal.SIGINT)
+            loop.remove_signal_handler(signal.SIGTERM)
+        if writer is not None:
+            writer.close(comment)
+        await client.close()
+    return RunResult(records, recorder.stats, stop.is_set(), started, ended, cleaned)
+
+
+async def _wait(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def _run_workers(ctx: Context, bench: Benchmark, stop: asyncio.Event,
+                       progress: Progress | None, t0: float) -> None:
+    config = ctx.config
+
+    async def worker(thread: int) -> None:
+        while not stop.is_set():
+            if not await bench.run_op(ctx, thread):
+                return
+
+    tasks = [asyncio.create_task(worker(t)) for t in range(config.concurrent)]
+    deadline = time.monotonic() + config.duration
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or stop.is_set() or all(t.done() for t in tasks):
+                break
+            await asyncio.wait([*tasks, stopper], timeout=min(0.5, left),
+                               return_when=asyncio.FIRST_EXCEPTION)
+            for t in tasks:
+                if t.done() and not t.cancelled() and t.exception() is not None:
+                    raise t.exception()  # type: ignore[misc]  # a bug, not an S3 error
+            if progress is not None:
+                progress(ctx.recorder.stats, now_s() - t0)
+            if config.autoterm and ctx.recorder.stats.stable(config.autoterm_dur,
+                                                             config.autoterm_pct, t0 + 2):
+                break
+    finally:
+        stopper.cancel()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, stopper, return_exceptions=True)
+    if progress is not None:
+        progress(ctx.recorder.stats, now_s() - t0)
