@@ -1,0 +1,275 @@
+"""``kvq``: lossy KV-cache quantization (random rotation + Lloyd-Max scalar codes).
+
+Per block: the channels of the head dimension are split into segments by energy (mixed
+precision keeps the highest-energy channels at more bits), each segment into rotation blocks
+of at most 64 channels. Each rotation block of each vector is rotated by a seeded random
+orthogonal matrix, normalised to unit variance per coordinate (its gain kept as a log-coded
+byte), and every coordinate quantized with a Lloyd-Max codebook fit for the rotated
+distribution, then bit-packed. The byte format is in docs/codecs.md.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from s3kv.errors import IntegrityError, InvalidInput
+from s3kv.store.codecs import kvq_math as km
+from s3kv.store.codecs.spec import CodecSpec
+
+CODEC_ID = 2
+MAGIC = b"S3KQ"
+VERSION = 1
+HEADER = struct.Struct("<4sBBHBBBBIQQQII")  # 48 bytes; the last field is the header crc32
+DTYPES = {"float16": 1, "bfloat16": 2}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+FLAG_PERMUTED = 1
+MAX_ROTATION = 64
+#: gains are coded in ln units over at most this range below the block's largest gain
+GAIN_RANGE = 12.0
+#: largest |value| kvq accepts: squares of 128+ such values still fit float32
+MAX_ABS = 2.0**60
+
+#: candidate layouts per effective bit width: (quarters of head_dim, bits) per segment, the
+#: first segment holding the highest-energy channels. All candidates spend exactly the same
+#: index bits; the encoder picks the one with the least expected error for the block.
+LAYOUTS: dict[float, tuple[tuple[tuple[int, int], ...], ...]] = {
+    2.0: (((4, 2),), ((2, 3), (2, 1))),
+    2.5: (((1, 4), (3, 2)), ((2, 3), (2, 2))),
+    3.0: (((4, 3),), ((2, 4), (2, 2)), ((1, 5), (1, 3), (2, 2))),
+    3.5: (((1, 5), (3, 3)), ((2, 4), (2, 3))),
+    4.0: (((4, 4),), ((2, 5), (2, 3))),
+}
+
+
+@dataclass(frozen=True)
+class Segment:
+    channels: int
+    bits: int
+
+    @property
+    def blocks(self) -> int:
+        """Rotation blocks: the fewest of equal size <= 64 that is a multiple of 8."""
+        m = -(-self.channels // MAX_ROTATION)
+        while self.channels % (8 * m):
+            m += 1
+        return m
+
+    @property
+    def block_size(self) -> int:
+        return self.channels // self.blocks
+
+
+def layouts_for(bits: float, head_dim: int) -> list[tuple[Segment, ...]]:
+    out = []
+    for cand in LAYOUTS[float(bits)]:
+        if len(cand) > 1 and head_dim % 32:
+            continue
+        out.append(tuple(Segment(q * head_dim // 4, b) for q, b in cand))
+    return out
+
+
+def expected_error(layout: tuple[Segment, ...], energy_sorted: npt.NDArray[np.float64]) -> float:
+    """Expected relative MSE of a layout given per-channel energies sorted descending."""
+    total = float(energy_sorted.sum()) or 1.0
+    err, start = 0.0, 0
+    for seg in layout:
+        frac = float(energy_sorted[start:start + seg.channels].sum()) / total
+        err += frac * km.codebook(seg.block_size, seg.bits)[2]
+        start += seg.channels
+    return err
+
+
+def bound(bits: float) -> float:
+    """Documented bound on a block's relative MSE |x - x'|^2 / |x|^2 at head_dim >= 64:
+    the worst candidate-free case (energy spread evenly) plus margin for gain coding."""
+    layout = layouts_for(bits, 128)
+    even = min(expected_error(lay, np.ones(128)) for lay in layout)
+    return 1.15 * even + 0.002
+
+
+class KvqCodec:
+    codec_id = CODEC_ID
+
+    def __init__(self, spec: CodecSpec) -> None:
+        if spec.name != "kvq" or not spec.shaped:
+            raise InvalidInput("kvq needs dtype and head_dim (x-s3kv-dtype, x-s3kv-head-dim)")
+        self.spec = spec
+        self.dtype = spec.dtype
+        self.head_dim = spec.head_dim
+        self.bits = float(spec.bits)
+        self.seed = spec.seed
+        self.layouts = layouts_for(self.bits, self.head_dim)
+
+    # -- encode ---------------------------------------------------------------------------
+    def encode(self, data: bytes | memoryview) -> bytes:
+        d = self.head_dim
+        mv = memoryview(data).cast("B")
+        if len(mv) % (2 * d):
+            raise InvalidInput(f"kvq block of {len(mv)} bytes is not a whole number of "
+                               f"{self.dtype} vectors of head_dim {d} ({2 * d} bytes each)")
+        n = len(mv) // (2 * d)
+        x = km.to_f32(np.frombuffer(mv, dtype="<u2"), self.dtype).reshape(n, d)
+        energy = np.einsum("ij,ij->j", x, x, dtype=np.float64) if n else np.zeros(d)
+        if not np.isfinite(energy).all() or (n and float(np.abs(x).max()) >= MAX_ABS):
+            if not np.isfinite(x).all():
+                raise InvalidInput("kvq block holds NaN or infinite values")
+            raise InvalidInput(f"kvq block holds values beyond +-2**60; store it lossless")
+        order = np.argsort(-energy, kind="stable")
+        layout = min(self.layouts, key=lambda lay: expected_error(lay, energy[order]))
+        permuted = len(layout) > 1
+        if permuted:
+            perm = np.concatenate([np.sort(order[s:s + g.channels]) for s, g in
+                                   zip(np.cumsum([0] + [g.channels for g in layout]), layout,
+                                       strict=False)]).astype(np.uint16)
+            xp = np.take(x, perm.astype(np.intp), axis=1)
+        else:
+            perm = np.arange(d, dtype=np.uint16)
+            xp = x
+        n_blocks = sum(g.blocks for g in layout)
+        gains = np.zeros((n, n_blocks), dtype=np.float32)
+        parts: list[bytes] = []
+        col = j = 0
+        for seg in layout:
+            size = seg.block_size
+            for _ in range(seg.blocks):
+                z = xp[:, col:col + size] @ km.rotation(self.seed, size, j)
+                norm = np.sqrt(np.einsum("ij,ij->i", z, z))
+                scale = np.float32(math.sqrt(size))
+                with np.errstate(divide="ignore"):
+                    inv = np.where(norm > 0, scale / norm, 0).astype(np.float32)
+                parts.append(km.pack(km.quantize(z, inv, size, seg.bits).reshape(-1), seg.bits))
+                gains[:, j] = norm / scale
+                col += size
+                j += 1
+        gain_codes, lo, step = _code_gains(gains)
+        head = [perm.astype("<u2").tobytes()] if permuted else []
+        head.append(b"".join(struct.pack("<HBB", g.channels, g.bits, g.blocks) for g in layout))
+        head.extend(km.codebook(g.block_size, g.bits)[0].astype("<f4").tobytes() for g in layout)
+        head.append(struct.pack("<dd", lo, step))
+        head.append(gain_codes.tobytes())
+        payload = b"".join(head + parts)
+        bits2 = int(self.bits * 2)
+        fields = (MAGIC, VERSION, DTYPES[self.dtype], d, bits2, len(layout),
+                  FLAG_PERMUTED if permuted else 0, 0, 0, self.seed, len(mv), len(payload),
+                  zlib.crc32(payload))
+        header = HEADER.pack(*fields, 0)[:-4]
+        return header + struct.pack("<I", zlib.crc32(header)) + payload
+
+    # -- decode ---------------------------------------------------------------------------
+    def decode(self, data: bytes | memoryview) -> bytes:
+        return decode(data)
+
+
+def _code_gains(gains: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.uint8], float, float]:
+    """Gains to bytes: 0 is zero, 1..255 are ln-spaced over [lo, lo + 254*step]."""
+    pos = gains > 0
+    if not pos.any():
+        return np.zeros(gains.shape, dtype=np.uint8), 0.0, 0.0
+    ln = np.log(np.where(pos, gains, 1).astype(np.float64))
+    hi = float(ln[pos].max())
+    lo = max(float(ln[pos].min()), hi - GAIN_RANGE)
+    step = (hi - lo) / 254.0
+    q = np.ones(gains.shape) if step == 0 else np.rint((ln - lo) / step) + 1
+    codes = np.where(pos, np.clip(q, 1, 255), 0).astype(np.uint8)
+    return codes, lo, step
+
+
+def _corrupt(what: str) -> IntegrityError:
+    return IntegrityError(f"kvq block is corrupt: {what}")
+
+
+def decode(data: bytes | memoryview) -> bytes:
+    """Decode a kvq block; IntegrityError on anything malformed (never garbage)."""
+    mv = memoryview(data).cast("B")
+    if len(mv) < HEADER.size:
+        raise _corrupt(f"{len(mv)} bytes is shorter than the {HEADER.size}-byte header")
+    fields = HEADER.unpack_from(mv)
+    (magic, version, dtype_id, d, bits2, n_seg, flags, _r1, _r2, seed, raw_len, pay_len,
+     pay_crc, head_crc) = fields
+    if magic != MAGIC:
+        raise _corrupt("bad magic")
+    if zlib.crc32(mv[:HEADER.size - 4]) != head_crc:
+        raise _corrupt("header checksum mismatch")
+    if version != VERSION:
+        raise _corrupt(f"unknown format version {version}")
+    if pay_len != len(mv) - HEADER.size:
+        raise _corrupt(f"payload is {len(mv) - HEADER.size} bytes, header says {pay_len}")
+    payload = mv[HEADER.size:]
+    if zlib.crc32(payload) != pay_crc:
+        raise _corrupt("payload checksum mismatch")
+    dtype = DTYPE_NAMES.get(dtype_id)
+    if dtype is None or d == 0 or d % 8 or raw_len % (2 * d) or not 1 <= n_seg <= 8:
+        raise _corrupt("inconsistent header fields")
+    if bits2 / 2 not in LAYOUTS or flags & ~FLAG_PERMUTED:
+        raise _corrupt("inconsistent header fields")
+    n = raw_len // (2 * d)
+    try:
+        return _decode_payload(payload, dtype, d, n_seg, bool(flags & FLAG_PERMUTED), seed, n)
+    except (ValueError, struct.error, IndexError) as exc:
+        raise _corrupt(f"malformed payload ({exc})") from None
+
+
+def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permuted: bool,
+                    seed: int, n: int) -> bytes:
+    pos = 0
+
+    def take(size: int) -> memoryview:
+        nonlocal pos
+        if size < 0 or pos + size > len(payload):
+            raise _corrupt("payload shorter than its sections")
+        out = payload[pos:pos + size]
+        pos += size
+        return out
+
+    perm = None
+    if permuted:
+        perm = np.frombuffer(take(2 * d), dtype="<u2").astype(np.intp)
+        if not np.array_equal(np.sort(perm), np.arange(d)):
+            raise _corrupt("channel order is not a permutation")
+    layout = []
+    for _ in range(n_seg):
+        ch, bits, blocks = struct.unpack("<HBB", take(4))
+        seg = Segment(ch, bits)
+        if not 1 <= bits <= 8 or ch == 0 or seg.blocks != blocks:
+            raise _corrupt("bad segment table")
+        layout.append(seg)
+    if sum(g.channels for g in layout) != d:
+        raise _corrupt("segments do not cover head_dim")
+    books = [np.frombuffer(take(4 << g.bits), dtype="<f4").astype(np.float32) for g in layout]
+    if not all(np.isfinite(b).all() for b in books):
+        raise _corrupt("codebook is not finite")
+    lo, step = struct.unpack("<dd", take(16))
+    if not (math.isfinite(lo) and math.isfinite(step) and step >= 0):
+        raise _corrupt("bad gain range")
+    n_blocks = sum(g.blocks for g in layout)
+    gcodes = np.frombuffer(take(n * n_blocks), dtype=np.uint8).reshape(n, n_blocks)
+    table = np.zeros(256, dtype=np.float64)
+    table[1:] = np.exp(lo + step * np.arange(255))
+    if not np.isfinite(table).all() or table.max() > 2.0**70:
+        raise _corrupt("gains out of range")
+    gains = table.astype(np.float32)[gcodes]
+    out = np.empty((n, d), dtype=np.float32)
+    col = j = 0
+    for seg, book in zip(layout, books, strict=True):
+        size = seg.block_size
+        for _ in range(seg.blocks):
+            packed = np.frombuffer(take(n * size * seg.bits // 8), dtype=np.uint8)
+            vals = km.dequantize(packed, seg.bits, n, size, book)
+            vals *= gains[:, j:j + 1]
+            out[:, col:col + size] = vals @ km.rotation(seed, size, j).T
+            col += size
+            j += 1
+    if pos != len(payload):
+        raise _corrupt(f"{len(payload) - pos} trailing payload bytes")
+    words = km.from_f32(out, dtype)
+    if perm is not None:
+        unperm = np.empty_like(words)
+        unperm[:, perm] = words
+        words = unperm
+    return words.astype("<u2", copy=False).tobytes()
