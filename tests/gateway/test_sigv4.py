@@ -15,7 +15,7 @@ from botocore.credentials import Credentials
 from multidict import CIMultiDict
 
 from s3kv.errors import RequestError
-from s3kv.gateway.sigv4 import PayloadMode, SigV4Verifier, canonical_query, has_auth
+from s3kv.gateway.sigv4 import AuthContext, PayloadMode, SigV4Verifier, canonical_query, has_auth
 
 AK, SK = "AKIDS3KVTEST", "s3kv/secret+key"
 ENDPOINT = "http://localhost:9470"
@@ -38,9 +38,9 @@ def _signed(method: str, url: str, *, body: bytes = b"", headers: dict[str, str]
 
 
 def _verify(method: str, path: str, query: str, headers: CIMultiDict[str],
-            now: float | datetime | None = None, **kw: str) -> object:
-    return SigV4Verifier({AK: SK}, **kw).verify(method, path, query, headers,
-                                                time.time() if now is None else now)
+            now: float | datetime | None = None, region: str | None = None) -> AuthContext:
+    return SigV4Verifier({AK: SK}, region=region).verify(
+        method, path, query, headers, time.time() if now is None else now)
 
 
 def _code(fn: object, *args: object, **kw: object) -> str:
@@ -65,16 +65,16 @@ def test_botocore_header_auth_verifies(url: str) -> None:
     path, query, h = _signed("PUT", url, body=b"hello", headers={"x-amz-meta-a": " a   b "},
                              region="eu-west-3")
     ctx = _verify("PUT", path, query, h)
-    assert ctx.access_key == AK and ctx.region == "eu-west-3"  # type: ignore[attr-defined]
-    assert ctx.payload_mode is PayloadMode.SIGNED  # type: ignore[attr-defined]
-    assert ctx.scope.endswith("/eu-west-3/s3/aws4_request")  # type: ignore[attr-defined]
+    assert ctx.access_key == AK and ctx.region == "eu-west-3"
+    assert ctx.payload_mode is PayloadMode.SIGNED
+    assert ctx.scope.endswith("/eu-west-3/s3/aws4_request")
 
 
 @pytest.mark.parametrize("url", URLS)
 def test_botocore_presigned_verifies(url: str) -> None:
     path, query, h = _signed("GET", url, presign=3600)
     ctx = _verify("GET", path, query, h)
-    assert ctx.presigned and ctx.payload_mode is PayloadMode.UNSIGNED  # type: ignore[attr-defined]
+    assert ctx.presigned and ctx.payload_mode is PayloadMode.UNSIGNED
 
 
 def test_boto3_generate_presigned_url_and_expiry() -> None:
@@ -85,7 +85,7 @@ def test_boto3_generate_presigned_url_and_expiry() -> None:
                                     ExpiresIn=60)
     parts = urlsplit(url)
     h: CIMultiDict[str] = CIMultiDict({"Host": parts.netloc})
-    assert _verify("GET", parts.path, parts.query, h).region == "us-west-2"  # type: ignore[attr-defined]
+    assert _verify("GET", parts.path, parts.query, h).region == "us-west-2"
     later = time.time() + 120
     assert _code(_verify, "GET", parts.path, parts.query, h, later) == "AccessDenied"
     assert _code(_verify, "HEAD", parts.path, parts.query, h) == "SignatureDoesNotMatch"
@@ -99,7 +99,7 @@ def test_minio_presigned_url_verifies() -> None:
     url = client.presigned_get_object("bkt", "obj/one", expires=timedelta(minutes=5))
     parts = urlsplit(url)
     h: CIMultiDict[str] = CIMultiDict({"Host": parts.netloc})
-    assert _verify("GET", parts.path, parts.query, h).presigned  # type: ignore[attr-defined]
+    assert _verify("GET", parts.path, parts.query, h).presigned
 
 
 def test_wrong_secret_and_tampering() -> None:
