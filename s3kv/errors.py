@@ -113,3 +113,9 @@ class RequestError(S3KVError):
         self.code = code
         self.status = status
         self.headers = headers or {}
+
+
+class InvalidNamespace(InvalidInput):
+    """A namespace (bucket) name breaks the naming rules."""
+
+    code = "InvalidBucketName"

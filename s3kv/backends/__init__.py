@@ -42,14 +42,18 @@ def parse_s3_url(url: str) -> S3Location:
     return S3Location(parts.netloc, prefix, tuple(endpoints), region)
 
 
-async def open_backend(url: str, *, max_connections: int = 32, timeout: float = 30.0
+def default_store_url() -> str:
+    return "file://" + os.path.abspath(DEFAULT_LOCAL_DIR)
+
+
+async def open_backend(url: str, *, max_connections: int = 32, request_timeout: float = 30.0
                        ) -> tuple[Backend, str]:
     """Open the backend a store URL names. Returns (backend, key prefix inside it).
 
     An empty URL means the embedded default, a ``./s3kv-data`` directory.
     """
     if not url:
-        url = "file://" + os.path.abspath(DEFAULT_LOCAL_DIR)
+        url = default_store_url()
     scheme = urlsplit(url).scheme
     if scheme == "file":
         path = unquote(urlsplit(url).path)
@@ -58,7 +62,8 @@ async def open_backend(url: str, *, max_connections: int = 32, timeout: float = 
         return await FileBackend(path).open(), ""
     if scheme == "s3":
         loc = parse_s3_url(url)
-        backend = await S3Backend(loc, max_connections=max_connections, timeout=timeout).open()
+        backend = await S3Backend(loc, max_connections=max_connections,
+                                  timeout=request_timeout).open()
         return backend, loc.prefix
     raise ConfigError(f"unsupported store URL {url!r}: use s3://BUCKET/PREFIX?endpoint=URL or "
                       "file:///PATH")

@@ -9,6 +9,7 @@ s3kv.errors here and nowhere else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
@@ -156,8 +157,12 @@ class S3Backend:
     async def delete_objects(self, keys: Sequence[str]) -> None:
         for i in range(0, len(keys), 1000):
             batch = [{"Key": k} for k in keys[i:i + 1000]]
-            resp = await self._call(f"DELETE {len(batch)} objects", lambda c, b=batch: c.delete_objects(  # type: ignore[misc]
-                Bucket=self.loc.bucket, Delete={"Objects": b, "Quiet": True}))
+
+            def op(c: Any, b: list[dict[str, str]] = batch) -> Awaitable[Any]:
+                return c.delete_objects(Bucket=self.loc.bucket,  # type: ignore[no-any-return]
+                                        Delete={"Objects": b, "Quiet": True})
+
+            resp = await self._call(f"DELETE {len(batch)} objects", op)
             errors = [e for e in resp.get("Errors", []) if e.get("Code") != "NoSuchKey"]
             if errors:
                 raise BackendError(f"DELETE failed for {len(errors)} objects: {errors[0]}",
@@ -182,11 +187,9 @@ class S3Backend:
             MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in parts]}))
 
     async def abort_multipart(self, key: str, upload_id: str) -> None:
-        try:
+        with contextlib.suppress(ObjectMissing):  # already gone
             await self._call(f"ABORT-MULTIPART {key}", lambda c: c.abort_multipart_upload(
                 Bucket=self.loc.bucket, Key=key, UploadId=upload_id))
-        except ObjectMissing:
-            pass  # already gone
 
     async def list_multipart_uploads(self, prefix: str) -> list[UploadInfo]:
         async def op(c: Any) -> list[UploadInfo]:

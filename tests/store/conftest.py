@@ -11,8 +11,8 @@ from s3kv.backends import Backend, FileBackend, S3Backend, S3Location
 from tests.support.s3server import MotoServer
 
 
-async def open_s3(endpoint: str, bucket: str, timeout: float = 10.0) -> S3Backend:
-    backend = S3Backend(S3Location(bucket, "", (endpoint,)), timeout=timeout,
+async def open_s3(endpoint: str, bucket: str, request_timeout: float = 10.0) -> S3Backend:
+    backend = S3Backend(S3Location(bucket, "", (endpoint,)), timeout=request_timeout,
                         connect_timeout=1.0)
     await backend.open()
     await backend.ensure_bucket()

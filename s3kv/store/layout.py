@@ -1,0 +1,160 @@
+"""The segment object format (see docs/format.md): blocks, footer manifest, fixed trailer.
+
+    segment := block* gap* manifest trailer
+    - blocks start at multiples of block_align; alignment gaps are zero bytes;
+    - a full segment ends exactly at segment_size (the tail gap before the manifest is zeros);
+    - the manifest (also written alone as the sidecar object) lists every block;
+    - the trailer (32 bytes) locates and checksums the manifest.
+
+All integers little-endian. Checksums are CRC-32 (zlib polynomial).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+from s3kv.errors import IntegrityError
+
+FORMAT_VERSION = 1
+MANIFEST_MAGIC = b"S3KVMNF1"
+TRAILER_MAGIC = b"S3KVSEG1"
+
+# magic, version, flags, entry count, namespace count, segment length, created_at, name length
+_MANIFEST_HEAD = struct.Struct("<8sHHIHQdH")
+# ns index, key length, codec, flags, (pad), offset, stored length, raw length, crc32, written_at
+_ENTRY = struct.Struct("<HHBBxxQIIId")
+_NS = struct.Struct("<H")
+# magic, version, flags, manifest length, manifest offset, manifest crc, trailer crc
+TRAILER = struct.Struct("<8sHHIQII")
+TRAILER_SIZE = TRAILER.size  # 32
+
+FLAG_TOMBSTONE = 0x01
+
+MAX_KEY_BYTES = 1024
+ENTRY_FIXED_BYTES = _ENTRY.size
+
+
+def align_up(n: int, align: int) -> int:
+    return (n + align - 1) & ~(align - 1)
+
+
+def checksum(data: bytes | bytearray | memoryview) -> int:
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One manifest line: a block (or a tombstone for a deleted key)."""
+
+    namespace: str
+    key: bytes
+    offset: int
+    length: int
+    raw_length: int
+    crc: int
+    codec: int
+    written_at: float
+    flags: int = 0
+
+    @property
+    def tombstone(self) -> bool:
+        return bool(self.flags & FLAG_TOMBSTONE)
+
+
+@dataclass
+class Manifest:
+    segment: str  # the segment's name relative to the store prefix
+    created_at: float
+    segment_length: int = 0
+    entries: list[Entry] = field(default_factory=list)
+
+    def encode(self) -> bytes:
+        namespaces: dict[str, int] = {}
+        for e in self.entries:
+            namespaces.setdefault(e.namespace, len(namespaces))
+        name = self.segment.encode()
+        out = bytearray(_MANIFEST_HEAD.pack(
+            MANIFEST_MAGIC, FORMAT_VERSION, 0, len(self.entries), len(namespaces),
+            self.segment_length, self.created_at, len(name)))
+        out += name
+        for ns in namespaces:
+            raw = ns.encode()
+            out += _NS.pack(len(raw)) + raw
+        for e in self.entries:
+            out += _ENTRY.pack(namespaces[e.namespace], len(e.key), e.codec, e.flags, e.offset,
+                               e.length, e.raw_length, e.crc, e.written_at)
+            out += e.key
+        out += struct.pack("<I", checksum(out))
+        return bytes(out)
+
+    @classmethod
+    def decode(cls, data: bytes) -> Manifest:
+        if len(data) < _MANIFEST_HEAD.size + 4:
+            raise IntegrityError("manifest too short")
+        body, (crc,) = data[:-4], struct.unpack("<I", data[-4:])
+        if checksum(body) != crc:
+            raise IntegrityError("manifest checksum mismatch")
+        try:
+            magic, version, _flags, n_entries, n_ns, seg_len, created, name_len = \
+                _MANIFEST_HEAD.unpack_from(body, 0)
+            if magic != MANIFEST_MAGIC:
+                raise IntegrityError("not an s3kv manifest (bad magic)")
+            if version != FORMAT_VERSION:
+                raise IntegrityError(f"unsupported manifest version {version}")
+            pos = _MANIFEST_HEAD.size
+            name = body[pos:pos + name_len].decode()
+            pos += name_len
+            ns_names: list[str] = []
+            for _ in range(n_ns):
+                (n,) = _NS.unpack_from(body, pos)
+                pos += _NS.size
+                ns_names.append(body[pos:pos + n].decode())
+                pos += n
+            entries: list[Entry] = []
+            unpack = _ENTRY.unpack_from
+            for _ in range(n_entries):
+                ns_i, klen, codec, flags, off, length, raw_len, bcrc, wat = unpack(body, pos)
+                pos += _ENTRY.size
+                key = body[pos:pos + klen]
+                pos += klen
+                entries.append(Entry(ns_names[ns_i], key, off, length, raw_len, bcrc, codec,
+                                     wat, flags))
+        except (struct.error, IndexError, UnicodeDecodeError) as exc:
+            raise IntegrityError(f"malformed manifest: {exc}") from exc
+        if pos != len(body):
+            raise IntegrityError("manifest has trailing bytes")
+        return cls(name, created, seg_len, entries)
+
+
+def manifest_overhead(segment: str) -> int:
+    """Bytes of an empty manifest for this segment name (header, name, final crc)."""
+    return _MANIFEST_HEAD.size + len(segment.encode()) + 4
+
+
+def entry_bytes(namespace_new: str | None, key: bytes) -> int:
+    """Bytes one more entry adds to a manifest (plus its namespace if not yet listed)."""
+    extra = _NS.size + len(namespace_new.encode()) if namespace_new is not None else 0
+    return _ENTRY.size + len(key) + extra
+
+
+def encode_trailer(manifest_offset: int, manifest: bytes) -> bytes:
+    head = TRAILER.pack(TRAILER_MAGIC, FORMAT_VERSION, 0, len(manifest), manifest_offset,
+                        checksum(manifest), 0)
+    crc = checksum(head[:-4])
+    return head[:-4] + struct.pack("<I", crc)
+
+
+def decode_trailer(data: bytes) -> tuple[int, int, int]:
+    """Parse a trailer; returns (manifest offset, manifest length, manifest crc)."""
+    if len(data) != TRAILER_SIZE:
+        raise IntegrityError("trailer has the wrong size")
+    magic, version, _flags, mlen, moff, mcrc, tcrc = TRAILER.unpack(data)
+    if magic != TRAILER_MAGIC:
+        raise IntegrityError("not an s3kv segment (bad trailer magic)")
+    if version != FORMAT_VERSION:
+        raise IntegrityError(f"unsupported segment format version {version}")
+    if checksum(data[:-4]) != tcrc:
+        raise IntegrityError("trailer checksum mismatch")
+    return moff, mlen, mcrc

@@ -1,0 +1,189 @@
+"""Rebuilding the index from manifests at start, and following other replicas' manifests.
+
+At start: list the segment objects and the sidecar manifests; read each segment's sidecar (or,
+when the sidecar is missing, its footer through the trailer); replay every entry in written_at
+order, last writer wins, tombstones included. Unfinished multipart uploads of this node (a
+crash) and stale ones of any node are aborted; sidecars whose segment is gone are removed.
+
+While running: every ``sync_interval`` seconds, pick up segments other replicas sealed, and drop
+segments that disappeared (evicted elsewhere).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from typing import TYPE_CHECKING
+
+from s3kv.backends.base import ObjectInfo
+from s3kv.errors import BackendError, IntegrityError
+from s3kv.log import get_logger
+from s3kv.store import layout
+from s3kv.store.index import Location
+from s3kv.store.segments import (
+    SegmentState,
+    name_from_key,
+    segment_key,
+    sidecar_key,
+)
+
+if TYPE_CHECKING:
+    from s3kv.store.store import BlockStore
+
+log = get_logger(__name__)
+
+#: multipart uploads of other nodes older than this are considered orphans
+ORPHAN_AGE = 3600.0
+LOAD_CONCURRENCY = 16
+
+
+class Recovery:
+    def __init__(self, store: BlockStore) -> None:
+        self.store = store
+        self.prefix = store.prefix
+        self.backend = store.backend
+
+    # ---- listing ------------------------------------------------------------------------
+    async def _list(self, kind: str) -> dict[str, ObjectInfo]:
+        out: dict[str, ObjectInfo] = {}
+        for obj in await self.backend.list_objects(f"{self.prefix}{kind}/"):
+            name = name_from_key(obj.key, self.prefix, kind)
+            if name is not None:
+                out[name] = obj
+        return out
+
+    async def _load_manifest(self, name: str, seg: ObjectInfo,
+                             has_sidecar: bool) -> layout.Manifest | None:
+        try:
+            if has_sidecar:
+                try:
+                    return layout.Manifest.decode(
+                        await self.backend.get_object(sidecar_key(self.prefix, name)))
+                except IntegrityError as exc:
+                    log.warning("manifest.sidecar_bad", segment=name, error=str(exc))
+            key = segment_key(self.prefix, name)
+            if seg.size < layout.TRAILER_SIZE:
+                raise IntegrityError("segment shorter than a trailer")
+            trailer = await self.backend.get_range(key, seg.size - layout.TRAILER_SIZE,
+                                                   layout.TRAILER_SIZE)
+            moff, mlen, mcrc = layout.decode_trailer(trailer)
+            body = await self.backend.get_range(key, moff, mlen)
+            if layout.checksum(body) != mcrc:
+                raise IntegrityError("footer manifest checksum mismatch")
+            manifest = layout.Manifest.decode(body)
+            if not has_sidecar:  # restore the sidecar so the next start is cheap
+                with contextlib.suppress(BackendError):
+                    await self.backend.put_object(sidecar_key(self.prefix, name), body)
+            return manifest
+        except (IntegrityError, BackendError) as exc:
+            log.error("manifest.unreadable", segment=name, error=str(exc))
+            return None
+
+    async def _load_all(self, names: list[str], segs: dict[str, ObjectInfo],
+                        sidecars: set[str]) -> list[layout.Manifest]:
+        slots = asyncio.Semaphore(LOAD_CONCURRENCY)
+
+        async def one(name: str) -> layout.Manifest | None:
+            async with slots:
+                return await self._load_manifest(name, segs[name], name in sidecars)
+
+        loaded = await asyncio.gather(*(one(n) for n in names))
+        return [m for m in loaded if m is not None]
+
+    # ---- applying -----------------------------------------------------------------------
+    def _apply(self, manifests: list[layout.Manifest]) -> int:
+        """Register segments and replay their entries, last writer wins. Returns entries."""
+        store = self.store
+        stream: list[tuple[float, int, layout.Entry]] = []
+        for m in manifests:
+            info = store.segments.add(m.segment, SegmentState.SEALED, own=False)
+            info.length = m.segment_length
+            info.sealed_at = info.last_access = info.created_at = m.created_at
+            info.block_bytes = sum(e.length for e in m.entries if not e.tombstone)
+            stream.extend((e.written_at, info.seg_id, e) for e in m.entries)
+        stream.sort(key=lambda t: (t[0], t[1]))
+        for _, seg_id, e in stream:
+            nid = store._register_namespace(e.namespace)
+            current = store.index.get(nid, e.key)
+            if current is not None and current.written_at >= e.written_at:
+                continue
+            if e.tombstone:
+                if current is not None:
+                    store.index.remove(nid, e.key)
+                    store._dead(current)
+                continue
+            store._index_put(nid, e.key, Location(seg_id, e.offset, e.length, e.raw_length,
+                                                  e.crc, e.codec, e.written_at))
+        return len(stream)
+
+    # ---- start --------------------------------------------------------------------------
+    async def rebuild(self) -> None:
+        started = time.monotonic()
+        await self._load_namespaces()
+        segs = await self._list("segments")
+        sidecars = await self._list("manifests")
+        stale = [n for n in sidecars if n not in segs]
+        if stale:
+            with contextlib.suppress(BackendError):
+                await self.backend.delete_objects([sidecar_key(self.prefix, n) for n in stale])
+        manifests = await self._load_all(sorted(segs), segs, set(sidecars))
+        entries = self._apply(manifests)
+        await self._abort_orphans()
+        log.info("store.recovered", segments=len(manifests), entries=entries,
+                 blocks=len(self.store.index), stale_sidecars=len(stale),
+                 seconds=round(time.monotonic() - started, 3))
+
+    async def _load_namespaces(self) -> None:
+        for obj in await self.backend.list_objects(f"{self.prefix}namespaces/"):
+            try:
+                record = json.loads(await self.backend.get_object(obj.key))
+                self.store._register_namespace(str(record["name"]),
+                                               str(record.get("codec", "none")))
+            except (ValueError, KeyError, BackendError) as exc:
+                log.warning("namespace.unreadable", key=obj.key, error=str(exc))
+
+    async def _abort_orphans(self) -> None:
+        own = f"{self.prefix}segments/{self.store.writer.node_id}/"
+        now = time.time()
+        try:
+            uploads = await self.backend.list_multipart_uploads(f"{self.prefix}segments/")
+        except BackendError as exc:
+            log.warning("recovery.list_uploads_failed", error=str(exc))
+            return
+        for up in uploads:
+            if up.key.startswith(own) or now - up.initiated > ORPHAN_AGE:
+                with contextlib.suppress(BackendError):
+                    await self.backend.abort_multipart(up.key, up.upload_id)
+                    log.info("recovery.orphan_aborted", key=up.key)
+
+    # ---- running ------------------------------------------------------------------------
+    async def sync_once(self) -> int:
+        """Load segments sealed by other replicas, forget vanished ones. Returns new segments."""
+        store = self.store
+        listed_at = time.time()
+        segs = await self._list("segments")
+        sidecars = await self._list("manifests")
+        known = store.segments.names()
+        for info in store.segments.sealed():
+            if info.name not in segs and info.sealed_at < listed_at:
+                dropped = store.forget_segment(info.seg_id)
+                log.info("segment.vanished", segment=info.name, blocks=dropped)
+        # only segments whose sidecar exists: a segment without one may still be completing
+        new = sorted(n for n in segs if n not in known and n in sidecars)
+        if new:
+            self._apply(await self._load_all(new, segs, set(sidecars)))
+            log.info("store.synced", segments=len(new))
+        return len(new)
+
+    async def sync_loop(self) -> None:
+        interval = self.store.settings.sync_interval
+        if interval <= 0:
+            return
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.sync_once()
+            except BackendError as exc:
+                log.warning("store.sync_failed", error=str(exc))

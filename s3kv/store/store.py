@@ -1,0 +1,379 @@
+"""BlockStore: the block store's public face. Knows nothing of HTTP.
+
+put -> codec -> checksum -> segment writer (-> backend); get -> index -> memory / DRAM tier /
+coalesced ranged GET -> checksum -> codec. Recovery, replica sync and eviction run beside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from s3kv.backends import open_backend
+from s3kv.backends.base import Backend
+from s3kv.config import Settings
+from s3kv.errors import (
+    BackendError,
+    InvalidInput,
+    InvalidNamespace,
+    NamespaceExists,
+    NamespaceNotEmpty,
+    NamespaceNotFound,
+    ObjectMissing,
+    TooLarge,
+)
+from s3kv.log import get_logger
+from s3kv.store import layout
+from s3kv.store.dram import DramCache
+from s3kv.store.index import BlockIndex, Location
+from s3kv.store.reader import plan_reads
+from s3kv.store.recovery import Recovery
+from s3kv.store.segments import SegmentInfo, SegmentState, SegmentTable, segment_key
+from s3kv.store.stats import StoreStats
+from s3kv.store.writer import SegmentWriter
+
+log = get_logger(__name__)
+
+_NS_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+#: checksums of blocks larger than this are computed off the event loop
+THREAD_THRESHOLD = 1024 * 1024
+READ_CONCURRENCY = 8
+
+
+@dataclass(frozen=True)
+class BlockMeta:
+    key: bytes
+    size: int  # bytes the client wrote
+    crc: int
+    written_at: float
+    codec: int
+
+    @property
+    def etag(self) -> str:
+        return f"{self.crc:08x}{self.size:x}"
+
+
+def validate_namespace(name: str) -> None:
+    if not _NS_RE.match(name) or ".." in name or "-." in name or ".-" in name:
+        raise InvalidNamespace(
+            f"invalid namespace (bucket) name {name!r}: 3-63 lowercase letters, digits, dots "
+            "and hyphens, starting and ending with a letter or digit")
+
+
+async def checksum_async(data: bytes | memoryview) -> int:
+    if len(data) > THREAD_THRESHOLD:
+        return await asyncio.to_thread(layout.checksum, data)
+    return layout.checksum(data)
+
+
+class BlockStore:
+    def __init__(self, backend: Backend, prefix: str, settings: Settings) -> None:
+        self.backend = backend
+        self.prefix = prefix
+        self.settings = settings
+        self.stats = StoreStats()
+        self.index = BlockIndex()
+        self.segments = SegmentTable()
+        self.dram = DramCache(settings.dram_cache)
+        self.namespaces: dict[str, int] = {}
+        self.namespace_codecs: dict[str, str] = {}
+        self.writer = SegmentWriter(backend, prefix, settings, self.segments, self.stats,
+                                    self._segment_failed)
+        self.ready = False
+        self._read_slots = asyncio.Semaphore(READ_CONCURRENCY)
+        self._background: list[asyncio.Task[None]] = []
+        self._recovery: Recovery | None = None
+        self._owns_backend = False
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    @classmethod
+    async def open(cls, settings: Settings, backend: Backend | None = None,
+                   prefix: str = "") -> BlockStore:
+        """Open the backend, rebuild the index from manifests, start sync and eviction."""
+        owns = backend is None
+        if backend is None:
+            backend, prefix = await open_backend(settings.store,
+                                                 request_timeout=settings.backend_timeout)
+        store = cls(backend, prefix, settings)
+        store._owns_backend = owns
+        from s3kv.store.eviction import Evictor
+
+        recovery = Recovery(store)
+        store._recovery = recovery
+        await recovery.rebuild()
+        store.ready = True
+        store._background.append(asyncio.create_task(recovery.sync_loop()))
+        store._background.append(asyncio.create_task(Evictor(store).loop()))
+        return store
+
+    async def close(self) -> None:
+        """Seal and upload everything in memory, stop background work, close the backend."""
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        try:
+            await self.writer.close()
+        finally:
+            if self._owns_backend:
+                await self.backend.close()
+
+    async def flush(self) -> None:
+        await self.writer.flush()
+
+    async def recovery_sync(self) -> int:
+        """Pick up other replicas' new segments now (also runs every sync_interval)."""
+        assert self._recovery is not None
+        return await self._recovery.sync_once()
+
+    # ---- namespaces ---------------------------------------------------------------------
+    def ns_id(self, name: str) -> int:
+        nid = self.namespaces.get(name)
+        if nid is None:
+            raise NamespaceNotFound(f"namespace {name!r} does not exist")
+        return nid
+
+    def _register_namespace(self, name: str, codec: str = "none") -> int:
+        if name not in self.namespaces:
+            self.namespaces[name] = len(self.namespaces) + 1
+            self.namespace_codecs[name] = codec
+        return self.namespaces[name]
+
+    async def create_namespace(self, name: str, codec: str = "none") -> None:
+        validate_namespace(name)
+        if name in self.namespaces:
+            raise NamespaceExists(f"namespace {name!r} already exists")
+        record = json.dumps({"name": name, "codec": codec, "created_at": time.time()}).encode()
+        await self.writer.retry.run(lambda: self.backend.put_object(
+            f"{self.prefix}namespaces/{name}.json", record))
+        self.stats.backend_bytes_written += len(record)
+        self._register_namespace(name, codec)
+
+    async def delete_namespace(self, name: str) -> None:
+        nid = self.ns_id(name)
+        if self.index.count_namespace(nid):
+            raise NamespaceNotEmpty(f"namespace {name!r} is not empty")
+        await self.writer.retry.run(lambda: self.backend.delete_objects(
+            [f"{self.prefix}namespaces/{name}.json"]))
+        self.namespaces.pop(name)
+        self.namespace_codecs.pop(name, None)
+        self.dram.invalidate_namespace(nid)
+
+    def list_namespaces(self) -> list[str]:
+        return sorted(self.namespaces)
+
+    # ---- writes -------------------------------------------------------------------------
+    async def put(self, namespace: str, key: bytes, data: bytes | memoryview, *,
+                  durable: bool = False, crc: int | None = None) -> BlockMeta:
+        """Store a block. Write-back by default; ``durable`` waits until its segment is sealed.
+
+        Raises TooLarge, NamespaceNotFound, InvalidInput, or Backpressure (retry later).
+        """
+        nid = self.ns_id(namespace)
+        self._check_key(key)
+        if len(data) > self.settings.max_block_size:
+            raise TooLarge(f"block of {len(data)} bytes is over max_block_size "
+                           f"({self.settings.max_block_size})")
+        if crc is None:
+            crc = await checksum_async(data)
+        entry = layout.Entry(namespace, key, 0, len(data), len(data), crc, 0, 0.0)
+        seg, placed = await self.writer.append(entry, data)
+        self._index_put(nid, key, Location(seg.info.seg_id, placed.offset, len(data), len(data),
+                                           crc, 0, placed.written_at))
+        self.dram.invalidate(nid, key)
+        self.stats.blocks_put += 1
+        self.stats.bytes_accepted += len(data)
+        if durable:
+            await seg.done
+        return BlockMeta(key, len(data), crc, placed.written_at, 0)
+
+    def _index_put(self, nid: int, key: bytes, loc: Location) -> None:
+        old = self.index.put(nid, key, loc)
+        if old is not None:
+            self._dead(old)
+        info = self.segments.get(loc.segment)
+        if info is not None and not info.own:
+            info.live_bytes += loc.length
+
+    def _dead(self, loc: Location) -> None:
+        info = self.segments.get(loc.segment)
+        if info is not None:
+            info.live_bytes -= loc.length
+
+    async def rewrite(self, namespace: str, key: bytes, data: bytes, old: Location) -> None:
+        """Compaction: append a live block again, unless it changed meanwhile."""
+        nid = self.ns_id(namespace)
+        entry = layout.Entry(namespace, key, 0, old.length, old.raw_length, old.crc, old.codec,
+                             0.0)
+        seg, placed = await self.writer.append(entry, data)
+        if self.index.get(nid, key) != old:
+            return  # overwritten or deleted while we appended: the newer write stands
+        self._index_put(nid, key, Location(seg.info.seg_id, placed.offset, old.length,
+                                           old.raw_length, old.crc, old.codec,
+                                           placed.written_at))
+
+    async def evict_now(self) -> int:
+        """Run the eviction policy once (tests and operations)."""
+        from s3kv.store.eviction import Evictor
+
+        return await Evictor(self).run_once()
+
+    async def delete(self, namespace: str, key: bytes) -> bool:
+        nid = self.ns_id(namespace)
+        old = self.index.remove(nid, key)
+        self.dram.invalidate(nid, key)
+        if old is None:
+            return False
+        self._dead(old)
+        self.stats.deletes += 1
+        tomb = layout.Entry(namespace, key, 0, 0, 0, 0, 0, 0.0, layout.FLAG_TOMBSTONE)
+        try:
+            await self.writer.append(tomb, b"")
+        except BackendError as exc:  # Backpressure included: the delete holds in memory
+            log.warning("store.tombstone_deferred", key=key[:80], error=str(exc))
+        return True
+
+    def _check_key(self, key: bytes) -> None:
+        if not key or len(key) > layout.MAX_KEY_BYTES:
+            raise InvalidInput(f"key must be 1..{layout.MAX_KEY_BYTES} bytes, got {len(key)}")
+
+    def _segment_failed(self, info: SegmentInfo) -> None:
+        lost = self.index.drop_segment(info.seg_id)
+        self.stats.blocks_lost += lost
+        self.segments.remove(info.seg_id)
+
+    # ---- reads --------------------------------------------------------------------------
+    def head(self, namespace: str, key: bytes) -> BlockMeta | None:
+        loc = self.index.get(self.ns_id(namespace), key)
+        if loc is None:
+            return None
+        return BlockMeta(key, loc.raw_length, loc.crc, loc.written_at, loc.codec)
+
+    async def get(self, namespace: str, key: bytes) -> bytes | None:
+        """The block's bytes, or None on a miss (absent, evicted, corrupt, backend down)."""
+        return (await self.get_many(namespace, [key]))[0]
+
+    async def get_many(self, namespace: str, keys: Sequence[bytes]) -> list[bytes | None]:
+        """Several blocks; adjacent blocks of one segment come from one ranged GET."""
+        nid = self.ns_id(namespace)
+        out: list[bytes | None] = [None] * len(keys)
+        wanted: list[tuple[int, Location]] = []
+        for pos, key in enumerate(keys):
+            self.stats.gets += 1
+            loc = self.index.get(nid, key)
+            if loc is None:
+                continue
+            cached = self.dram.get(nid, key) if self.dram.enabled else None
+            if cached is not None:
+                self.stats.dram_hits += 1
+                out[pos] = cached
+                continue
+            if self.dram.enabled:
+                self.stats.dram_misses += 1
+            mem = self.writer.read(loc.segment, loc.offset, loc.length)
+            if mem is not None:
+                out[pos] = await self._verified(nid, key, loc, mem)
+            else:
+                wanted.append((pos, loc))
+        if wanted:
+            runs = plan_reads(wanted)
+            chunks = await asyncio.gather(*(self._read_run(r.segment, r.start, r.end)
+                                            for r in runs))
+            for run, chunk in zip(runs, chunks, strict=True):
+                if chunk is None:
+                    continue
+                for pos, loc in run.members:
+                    start = loc.offset - run.start
+                    block = chunk[start:start + loc.length]
+                    out[pos] = await self._verified(nid, keys[pos], loc, block)
+        for pos, key in enumerate(keys):
+            if out[pos] is not None:
+                self.stats.hits += 1
+                self.index.touch(nid, key)
+            else:
+                self.stats.misses += 1
+        return out
+
+    async def _read_run(self, seg_id: int, start: int, end: int) -> bytes | None:
+        info = self.segments.get(seg_id)
+        if info is None:
+            return None
+        key = segment_key(self.prefix, info.name)
+        try:
+            async with self._read_slots:
+                data = await self.writer.retry.run(
+                    lambda: self.backend.get_range(key, start, end - start))
+        except ObjectMissing:
+            log.warning("segment.missing", segment=info.name)
+            self.forget_segment(seg_id)
+            return None
+        except BackendError as exc:
+            self.stats.backend_errors += 1
+            log.warning("store.read_failed", segment=info.name, error=str(exc))
+            return None
+        self.stats.backend_reads += 1
+        self.stats.backend_read_bytes += len(data)
+        info.last_access = time.time()
+        return data
+
+    async def _verified(self, nid: int, key: bytes, loc: Location,
+                        data: bytes) -> bytes | None:
+        if len(data) != loc.length or await checksum_async(data) != loc.crc:
+            self.stats.checksum_failures += 1
+            log.error("block.checksum_mismatch", key=key[:80], segment=loc.segment,
+                      offset=loc.offset)
+            current = self.index.get(nid, key)
+            if current == loc:
+                self.index.remove(nid, key)
+                self._dead(loc)
+            return None
+        if self.dram.enabled:
+            self.dram.put(nid, key, data)
+        return data
+
+    async def get_range(self, namespace: str, key: bytes, start: int,
+                        end: int) -> bytes | None:
+        """Bytes [start, end) of a block (the whole block is read and verified)."""
+        data = await self.get(namespace, key)
+        return None if data is None else data[start:end]
+
+    def list_blocks(self, namespace: str, prefix: bytes = b"", start_after: bytes = b"",
+             limit: int = 1000) -> list[BlockMeta]:
+        """Keys in lexicographic order after ``start_after``, at most ``limit``."""
+        nid = self.ns_id(namespace)
+        items = [(k, loc) for k, loc in self.index.iter_namespace(nid, prefix) if k > start_after]
+        items.sort(key=lambda kl: kl[0])
+        return [BlockMeta(k, loc.raw_length, loc.crc, loc.written_at, loc.codec)
+                for k, loc in items[:limit]]
+
+    def prefix_lookup(self, namespace: str, keys: Sequence[bytes]) -> tuple[int, list[bool]]:
+        """How many leading keys are present, and which keys are present."""
+        nid = self.ns_id(namespace)
+        present = [self.index.get(nid, k) is not None for k in keys]
+        leading = next((i for i, p in enumerate(present) if not p), len(present))
+        return leading, present
+
+    # ---- segments -----------------------------------------------------------------------
+    def forget_segment(self, seg_id: int) -> int:
+        """Drop a segment and every block it holds from the index (it is gone)."""
+        dropped = self.index.drop_segment(seg_id)
+        self.segments.remove(seg_id)
+        return dropped
+
+    def summary(self) -> dict[str, float]:
+        out = self.stats.as_dict()
+        out["index_entries"] = len(self.index)
+        out["index_bytes"] = self.index.memory_bytes()
+        out["open_segments"] = self.writer.open_segments
+        out["open_segment_bytes"] = self.writer.memory_bytes()
+        sealed = [s for s in self.segments.all() if s.state is SegmentState.SEALED]
+        out["sealed_segments"] = len(sealed)
+        out["sealed_bytes"] = sum(s.length for s in sealed)
+        out["dram_bytes"] = self.dram.size
+        out["namespaces"] = len(self.namespaces)
+        out["backend_healthy"] = 1.0 if self.writer.healthy else 0.0
+        return out
+

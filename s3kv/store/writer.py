@@ -1,0 +1,364 @@
+"""The segment writer: appends blocks into the open segment and uploads it part by part.
+
+One segment is open at a time. Blocks are appended at ``block_align`` boundaries; every
+``part_size`` bytes become one multipart part, queued for upload at once. A segment is sealed
+when the next block would not fit (then it is *full* and ends exactly at ``segment_size``), when
+``seal_after`` seconds have passed since its first block, or on flush/close (then it is simply
+shorter). Sealing appends the manifest and trailer, completes the upload and writes the sidecar
+manifest. Until then the segment's bytes stay in memory and reads are served from there.
+
+Memory is bounded: at most ``max_open_segments`` segments (open + sealing) are held; a write
+that needs another one waits briefly and then raises Backpressure. When the backend fails, the
+writer turns unhealthy (writes raise Backpressure at once) and probes until it answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import socket
+import time
+from collections.abc import Callable
+
+from s3kv.backends.base import Backend
+from s3kv.backends.multipart import MultipartUpload
+from s3kv.config import Settings
+from s3kv.errors import BackendError, BackendUnavailable, Backpressure
+from s3kv.log import get_logger
+from s3kv.retry import RetryPolicy
+from s3kv.store import layout
+from s3kv.store.segments import (
+    SegmentInfo,
+    SegmentState,
+    SegmentTable,
+    segment_key,
+    sidecar_key,
+)
+from s3kv.store.stats import StoreStats
+
+log = get_logger(__name__)
+
+
+def default_node_id() -> str:
+    host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())
+    return f"{host[:40] or 'node'}-{os.urandom(3).hex()}"
+
+
+class OpenSegment:
+    def __init__(self, info: SegmentInfo, part_size: int, upload: MultipartUpload) -> None:
+        self.info = info
+        self.part_size = part_size
+        self.upload = upload
+        self.parts: list[bytes] = []
+        self.cur = bytearray()
+        self.size = 0
+        self.entries: list[layout.Entry] = []
+        self.namespaces: set[str] = set()
+        self.manifest_bytes = layout.manifest_overhead(info.name)
+        self.first_at = 0.0
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.uploader: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.sealing = False
+
+    def room_for(self, namespace: str, key: bytes, length: int, align: int,
+                 segment_size: int) -> bool:
+        start = layout.align_up(self.size, align)
+        ns_new = namespace if namespace not in self.namespaces else None
+        manifest = self.manifest_bytes + layout.entry_bytes(ns_new, key)
+        return start + length + manifest + layout.TRAILER_SIZE <= segment_size
+
+    def _write(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        while view:
+            room = self.part_size - len(self.cur)
+            self.cur += view[:room]
+            view = view[room:]
+            if len(self.cur) == self.part_size:
+                part = bytes(self.cur)
+                self.parts.append(part)
+                self.queue.put_nowait(part)
+                self.cur = bytearray()
+        self.size += len(data)
+
+    def append(self, data: bytes | memoryview, align: int) -> int:
+        pad = layout.align_up(self.size, align) - self.size
+        if pad:
+            self._write(bytes(pad))
+        offset = self.size
+        self._write(data)
+        return offset
+
+    def add_entry(self, entry: layout.Entry) -> None:
+        ns_new = entry.namespace if entry.namespace not in self.namespaces else None
+        self.manifest_bytes += layout.entry_bytes(ns_new, entry.key)
+        self.namespaces.add(entry.namespace)
+        self.entries.append(entry)
+
+    def read(self, offset: int, length: int) -> bytes:
+        out = bytearray()
+        end = offset + length
+        pos = offset
+        while pos < end:
+            idx, inner = divmod(pos, self.part_size)
+            src: bytes | bytearray = self.parts[idx] if idx < len(self.parts) else self.cur
+            take = min(end - pos, len(src) - inner)
+            if take <= 0:
+                raise ValueError("read past the end of the open segment")
+            out += src[inner:inner + take]
+            pos += take
+        return bytes(out)
+
+
+class SegmentWriter:
+    def __init__(self, backend: Backend, prefix: str, settings: Settings, table: SegmentTable,
+                 stats: StoreStats, on_failed: Callable[[SegmentInfo], None],
+                 retry: RetryPolicy | None = None) -> None:
+        self.backend = backend
+        self.prefix = prefix
+        self.s = settings
+        self.table = table
+        self.stats = stats
+        self.on_failed = on_failed
+        self.retry = retry or RetryPolicy(deadline=min(10.0, settings.backend_timeout))
+        self.node_id = settings.node_id or default_node_id()
+        self._epoch = f"{int(time.time() * 1000):012x}"
+        self._seq = 0
+        self._last_stamp = 0.0
+        self._current: OpenSegment | None = None
+        self._in_memory: dict[int, OpenSegment] = {}
+        self._lock = asyncio.Lock()
+        self._room = asyncio.Condition()
+        self._slots = asyncio.Semaphore(settings.max_parts_in_flight)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.healthy = True
+        self._probe: asyncio.Task[None] | None = None
+        self.last_error = ""
+
+    # ---- public -------------------------------------------------------------------------
+    @property
+    def open_segments(self) -> int:
+        return len(self._in_memory)
+
+    def memory_bytes(self) -> int:
+        return sum(seg.size for seg in self._in_memory.values())
+
+    def read(self, seg_id: int, offset: int, length: int) -> bytes | None:
+        """Bytes of a segment still in memory, or None if it is not (read the backend)."""
+        seg = self._in_memory.get(seg_id)
+        return None if seg is None else seg.read(offset, length)
+
+    async def append(self, entry: layout.Entry, data: bytes | memoryview
+                     ) -> tuple[OpenSegment, layout.Entry]:
+        """Append one block (or a tombstone, with empty data).
+
+        Returns the segment and the entry as placed: its offset, and its written_at stamped
+        under the writer's lock, so that stamps order exactly as appends do.
+        """
+        if not self.healthy:
+            self.stats.backpressure_rejections += 1
+            raise Backpressure(f"backend unavailable ({self.last_error}); retry later", 1.0)
+        async with self._lock:
+            seg = await self._segment_for(entry.namespace, entry.key, len(data))
+            offset = seg.append(data, self.s.block_align) if len(data) else 0
+            placed = layout.Entry(entry.namespace, entry.key, offset, entry.length,
+                                  entry.raw_length, entry.crc, entry.codec,
+                                  self._stamp(), entry.flags)
+            seg.add_entry(placed)
+            seg.info.block_bytes += len(data)
+            seg.info.live_bytes += len(data)
+            if seg.first_at == 0.0:
+                seg.first_at = time.monotonic()
+                seg.timer = asyncio.get_running_loop().call_later(
+                    self.s.seal_after, self._seal_soon, seg, "deadline")
+            return seg, placed
+
+    def _stamp(self) -> float:
+        """Wall-clock time, strictly increasing within this writer (last writer wins)."""
+        now = max(time.time(), self._last_stamp + 1e-6)
+        self._last_stamp = now
+        return now
+
+    async def flush(self) -> None:
+        """Seal the open segment now and wait until every segment in memory is on the backend."""
+        async with self._lock:
+            seg = self._current
+            if seg is not None and seg.entries:
+                self._seal_soon(seg, "flush")
+        pending = [s.done for s in self._in_memory.values()]
+        results = await asyncio.gather(*pending, return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise BackendUnavailable(f"flush: {len(errors)} segment(s) failed: {errors[0]}")
+
+    async def close(self) -> None:
+        try:
+            await self.flush()
+        except BackendError as exc:
+            log.error("writer.close_flush_failed", error=str(exc))
+        finally:
+            if self._probe is not None:
+                self._probe.cancel()
+            for seg in list(self._in_memory.values()):
+                if not seg.entries and seg.uploader is not None:
+                    seg.uploader.cancel()
+                    await seg.upload.abort()
+            for task in list(self._tasks):
+                task.cancel()
+
+    # ---- segments -----------------------------------------------------------------------
+    async def _segment_for(self, namespace: str, key: bytes, length: int) -> OpenSegment:
+        seg = self._current
+        if seg is not None and seg.room_for(namespace, key, length, self.s.block_align,
+                                            self.s.segment_size):
+            return seg
+        if seg is not None:
+            self._seal_soon(seg, "full")
+        await self._wait_for_room()
+        return self._open_segment()
+
+    async def _wait_for_room(self) -> None:
+        if len(self._in_memory) < self.s.max_open_segments:
+            return
+        wait = min(2.0, self.s.seal_after)
+        try:
+            async with asyncio.timeout(wait), self._room:
+                await self._room.wait_for(
+                    lambda: len(self._in_memory) < self.s.max_open_segments)
+        except TimeoutError:
+            self.stats.backpressure_rejections += 1
+            raise Backpressure(
+                f"{len(self._in_memory)} segments are still uploading; the backend is slower "
+                "than the write stream. Retry later.", 1.0) from None
+        if not self.healthy:
+            self.stats.backpressure_rejections += 1
+            raise Backpressure(f"backend unavailable ({self.last_error}); retry later", 1.0)
+
+    def _open_segment(self) -> OpenSegment:
+        self._seq += 1
+        name = f"{self.node_id}/{self._epoch}-{self._seq:08d}"
+        info = self.table.add(name, SegmentState.OPEN)
+        upload = MultipartUpload(self.backend, segment_key(self.prefix, name), self.s.part_size,
+                                 self.retry, self._slots)
+        seg = OpenSegment(info, self.s.part_size, upload)
+        seg.uploader = asyncio.create_task(self._upload_loop(seg))
+        seg.uploader.add_done_callback(functools.partial(self._uploader_done, seg))
+        self._in_memory[info.seg_id] = seg
+        self._current = seg
+        return seg
+
+    async def _upload_loop(self, seg: OpenSegment) -> None:
+        await seg.upload.start()
+        while True:
+            part = await seg.queue.get()
+            if part is None:
+                break
+            await seg.upload.add_part(part)
+        await seg.upload.complete()
+
+    def _uploader_done(self, seg: OpenSegment, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        if not seg.sealing:  # fail fast: the writer stops taking writes into a doomed segment
+            self._mark_unhealthy(f"upload of {seg.info.name} failed: {exc}")
+            self._seal_soon(seg, "failed")
+
+    def _seal_soon(self, seg: OpenSegment, reason: str) -> None:
+        if seg.sealing:
+            return
+        seg.sealing = True
+        if seg.timer is not None:
+            seg.timer.cancel()
+        if self._current is seg:
+            self._current = None
+        task = asyncio.create_task(self._seal(seg, reason))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _seal(self, seg: OpenSegment, reason: str) -> None:
+        info = seg.info
+        info.state = SegmentState.SEALING
+        try:
+            manifest = layout.Manifest(info.name, time.time(), 0, seg.entries)
+            body = manifest.encode()
+            full = reason == "full"
+            offset = (self.s.segment_size - layout.TRAILER_SIZE - len(body)) if full else seg.size
+            manifest.segment_length = offset + len(body) + layout.TRAILER_SIZE
+            body = manifest.encode()  # same length, now with the segment length filled in
+            if offset > seg.size:
+                seg._write(bytes(offset - seg.size))
+            seg._write(body)
+            seg._write(layout.encode_trailer(offset, body))
+            if seg.cur:
+                last = bytes(seg.cur)
+                seg.parts.append(last)
+                seg.queue.put_nowait(last)
+                seg.cur = bytearray()
+            seg.queue.put_nowait(None)
+            assert seg.uploader is not None
+            await seg.uploader
+            await self.retry.run(lambda: self.backend.put_object(
+                sidecar_key(self.prefix, info.name), body))
+        except BaseException as exc:
+            await seg.upload.abort()
+            self._fail(seg, exc)
+            return
+        finally:
+            if seg.uploader is not None and not seg.uploader.done():
+                seg.uploader.cancel()
+        info.length = seg.size
+        info.sealed_at = info.last_access = time.time()
+        info.state = SegmentState.SEALED
+        self.stats.segments_sealed += 1
+        self.stats.backend_bytes_written += seg.size + len(body)
+        log.info("segment.sealed", segment=info.name, reason=reason, bytes=seg.size,
+                 blocks=len(seg.entries))
+        await self._release(seg)
+        seg.done.set_result(None)
+
+    def _fail(self, seg: OpenSegment, exc: BaseException) -> None:
+        info = seg.info
+        info.state = SegmentState.FAILED
+        self.stats.segments_failed += 1
+        self.stats.backend_errors += 1
+        self._mark_unhealthy(f"{type(exc).__name__}: {exc}")
+        log.error("segment.failed", segment=info.name, blocks=len(seg.entries), error=str(exc))
+        self.on_failed(info)
+        err = exc if isinstance(exc, BackendError) else BackendUnavailable(str(exc))
+        if not seg.done.done():
+            seg.done.set_exception(err)
+            seg.done.exception()  # retrieved: durable waiters, if any, still get it
+        self._in_memory.pop(info.seg_id, None)  # failed: no longer served, nor flushed
+        task = asyncio.create_task(self._release(seg))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _release(self, seg: OpenSegment) -> None:
+        self._in_memory.pop(seg.info.seg_id, None)
+        seg.parts.clear()
+        async with self._room:
+            self._room.notify_all()
+
+    # ---- health -------------------------------------------------------------------------
+    def _mark_unhealthy(self, reason: str) -> None:
+        self.last_error = reason
+        if self.healthy:
+            log.warning("backend.unhealthy", reason=reason)
+        self.healthy = False
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.create_task(self._probe_loop())
+
+    async def _probe_loop(self) -> None:
+        delay = 0.25
+        while not self.healthy:
+            await asyncio.sleep(delay)
+            with contextlib.suppress(BackendError):
+                await self.backend.check()
+                self.healthy = True
+                log.info("backend.recovered")
+                return
+            delay = min(2.0, delay * 2)

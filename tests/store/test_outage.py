@@ -1,0 +1,97 @@
+"""Backend outages against a real S3 server process that we stop, pause and start again."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from s3kv.errors import BackendError, Backpressure
+from s3kv.sizes import KiB
+from s3kv.store.store import BlockStore
+from tests.store.conftest import open_s3
+from tests.store.helpers import block, open_store
+from tests.support.s3server import MotoServer
+
+
+async def _put_until_backpressure(store: BlockStore, limit: float) -> float:
+    start = time.monotonic()
+    i = 0
+    while time.monotonic() - start < limit:
+        try:
+            await store.put("kvns", f"o{i}".encode(), block(i, 256 * KiB))
+        except Backpressure:
+            return time.monotonic() - start
+        i += 1
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no backpressure within {limit}s")
+
+
+async def _put_eventually(store: BlockStore, key: bytes, data: bytes, limit: float) -> None:
+    """What a client does with 503 SlowDown: retry until the store takes the write."""
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            await store.put("kvns", key, data, durable=True)
+            return
+        except (Backpressure, BackendError):
+            assert time.monotonic() < deadline, "store did not recover"
+            await asyncio.sleep(0.5)
+
+
+async def test_server_stopped_gives_backpressure_then_recovers(
+        private_s3_server: MotoServer) -> None:
+    server = private_s3_server
+    backend = await open_s3(server.endpoint, "outage", request_timeout=2.0)
+    store = await open_store(backend, seal_after=0.3, backend_timeout=2.0)
+    try:
+        await store.create_namespace("kvns")
+        await store.put("kvns", b"before", b"x" * 1000, durable=True)
+        server.stop()
+        elapsed = await _put_until_backpressure(store, limit=30)
+        assert elapsed < 30
+        deadline = time.monotonic() + 20
+        while store.writer.healthy:  # the failed uploads mark the backend down
+            assert time.monotonic() < deadline, "outage not detected"
+            await asyncio.sleep(0.1)
+        try:  # and from then on writes are refused at once, without queueing
+            t0 = time.monotonic()
+            await store.put("kvns", b"during", b"x")
+            raise AssertionError("a write was accepted while the backend is down")
+        except Backpressure:
+            assert time.monotonic() - t0 < 0.5
+        # reads still answer: a miss (backend down), never an exception
+        assert await store.get("kvns", b"before") is None
+        # memory stays bounded by the open-segment budget
+        assert store.writer.open_segments <= store.settings.max_open_segments
+        # the server comes back (empty, as moto does): recreate the bucket, writes resume
+        server.start()
+        await backend.ensure_bucket()
+        await _put_eventually(store, b"after", b"y" * 1000, limit=30)
+        assert store.writer.healthy
+        assert await store.get("kvns", b"after") == b"y" * 1000
+    finally:
+        await store.close()
+        await backend.close()
+
+
+async def test_hung_server_gives_backpressure(private_s3_server: MotoServer) -> None:
+    """SIGSTOP: connections are accepted but never answered (timeouts, not refusals)."""
+    server = private_s3_server
+    backend = await open_s3(server.endpoint, "hung", request_timeout=1.5)
+    store = await open_store(backend, seal_after=0.2, backend_timeout=1.5)
+    try:
+        await store.create_namespace("kvns")
+        server.pause()
+        elapsed = await _put_until_backpressure(store, limit=40)
+        assert elapsed < 40
+        server.resume()
+        deadline = time.monotonic() + 30
+        while not store.writer.healthy:
+            assert time.monotonic() < deadline, "store did not recover"
+            await asyncio.sleep(0.2)
+        await _put_eventually(store, b"again", b"z" * 100, limit=30)
+        assert await store.get("kvns", b"again") == b"z" * 100
+    finally:
+        server.resume()
+        await store.close()
+        await backend.close()

@@ -1,0 +1,244 @@
+"""The block store against the real S3 server (moto over HTTP) and the file backend."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from s3kv.backends.base import Backend
+from s3kv.errors import NamespaceNotFound, TooLarge
+from s3kv.sizes import KiB, MiB
+from s3kv.store import layout
+from s3kv.store.segments import name_from_key
+from tests.store.helpers import SEG, block, open_store
+
+
+@pytest.mark.parametrize("size", [1, 4095, 4096, 4097, 256 * KiB, 2 * MiB])
+async def test_round_trip_sizes(backend: Backend, size: int) -> None:
+    store = await open_store(backend)
+    try:
+        await store.create_namespace("kvns")
+        data = os.urandom(size)
+        await store.put("kvns", b"k", data)
+        assert await store.get("kvns", b"k") == data  # from the open segment
+        await store.flush()
+        assert store.writer.open_segments == 0
+        assert await store.get("kvns", b"k") == data  # from the backend
+        meta = store.head("kvns", b"k")
+        assert meta is not None and meta.size == size
+    finally:
+        await store.close()
+
+
+async def test_too_large_and_unknown_namespace(backend: Backend) -> None:
+    store = await open_store(backend)
+    try:
+        await store.create_namespace("kvns")
+        with pytest.raises(TooLarge):
+            await store.put("kvns", b"big", b"x" * (2 * MiB + 1))
+        with pytest.raises(NamespaceNotFound):
+            await store.put("nope", b"k", b"x")
+        assert store.head("kvns", b"big") is None
+    finally:
+        await store.close()
+
+
+async def _segments_on_backend(backend: Backend) -> dict[str, int]:
+    out = {}
+    for obj in await backend.list_objects("segments/"):
+        name = name_from_key(obj.key, "", "segments")
+        assert name is not None
+        out[name] = obj.size
+    return out
+
+
+async def test_segment_sizes_alignment_and_format(backend: Backend) -> None:
+    store = await open_store(backend, seal_after=30)
+    written: dict[bytes, bytes] = {}
+    try:
+        await store.create_namespace("kvns")
+        for i in range(60):  # ~ 60 * 700 KiB = 41 MiB: four full segments and a short one
+            key = f"chain-{i:04d}".encode()
+            written[key] = block(i, 700 * KiB + i)
+            await store.put("kvns", key, written[key])
+        await store.flush()
+    finally:
+        await store.close()
+    sizes = await _segments_on_backend(backend)
+    assert len(sizes) >= 5
+    ordered = sorted(sizes)
+    assert all(sizes[n] == SEG for n in ordered[:-1]), sizes
+    assert 0 < sizes[ordered[-1]] < SEG  # sealed early: simply shorter, no padding
+    seen: dict[bytes, bytes] = {}
+    for name in ordered:
+        key = f"segments/{name}.seg"
+        raw = await backend.get_object(key)
+        moff, mlen, _ = layout.decode_trailer(raw[-layout.TRAILER_SIZE:])
+        assert moff + mlen + layout.TRAILER_SIZE == len(raw)
+        manifest = layout.Manifest.decode(raw[moff:moff + mlen])
+        assert manifest.segment_length == len(raw)
+        assert await backend.get_object(f"manifests/{name}.mf") == raw[moff:moff + mlen]
+        for e in manifest.entries:
+            assert e.offset % 4096 == 0
+            body = raw[e.offset:e.offset + e.length]
+            assert layout.checksum(body) == e.crc
+            seen[e.key] = body
+    assert seen == written
+
+
+async def test_restart_recovery_with_and_without_sidecars(backend: Backend) -> None:
+    store = await open_store(backend)
+    written = {}
+    try:
+        await store.create_namespace("kvns")
+        for i in range(30):
+            key = f"k{i}".encode()
+            written[key] = block(i, 512 * KiB)
+            await store.put("kvns", key, written[key])
+        await store.put("kvns", b"k0", b"overwritten")  # last writer wins across restarts
+        written[b"k0"] = b"overwritten"
+        assert await store.delete("kvns", b"k1")
+        del written[b"k1"]
+        await store.flush()
+    finally:
+        await store.close()
+
+    async def check() -> None:
+        again = await open_store(backend)
+        try:
+            assert again.list_namespaces() == ["kvns"]
+            for key, data in written.items():
+                assert await again.get("kvns", key) == data, key
+            assert await again.get("kvns", b"k1") is None
+            assert len(again.index) == len(written)
+        finally:
+            await again.close()
+
+    await check()
+    sidecars = [o.key for o in await backend.list_objects("manifests/")]
+    assert sidecars
+    await backend.delete_objects(sidecars)
+    await check()  # footers are the source of truth
+
+
+async def test_checksum_corruption_is_a_miss(backend: Backend, tmp_path: object) -> None:
+    store = await open_store(backend)
+    try:
+        await store.create_namespace("kvns")
+        good = os.urandom(64 * KiB)
+        await store.put("kvns", b"a", good)
+        await store.put("kvns", b"b", os.urandom(64 * KiB))
+        await store.flush()
+        (name,) = (await _segments_on_backend(backend)).keys()
+        seg_key = f"segments/{name}.seg"
+        raw = bytearray(await backend.get_object(seg_key))
+        loc = store.index.get(store.ns_id("kvns"), b"b")
+        assert loc is not None
+        raw[loc.offset + 100] ^= 0xFF  # flip one byte inside block b, on the backend
+        await backend.put_object(seg_key, bytes(raw))
+        store.dram.invalidate(store.ns_id("kvns"), b"b")
+        assert await store.get("kvns", b"b") is None
+        assert store.stats.checksum_failures == 1
+        assert await store.get("kvns", b"a") == good
+    finally:
+        await store.close()
+
+
+async def test_prefix_chain_reads_are_coalesced(backend: Backend) -> None:
+    store = await open_store(backend, seal_after=30)
+    try:
+        await store.create_namespace("kvns")
+        chain = [f"h{i:03d}".encode() for i in range(64)]
+        blocks = [block(i, 64 * KiB) for i in range(64)]
+        for k, b in zip(chain, blocks, strict=True):
+            await store.put("kvns", k, b)
+        await store.flush()
+        before = store.stats.backend_reads
+        got = await store.get_many("kvns", chain)
+        assert got == blocks
+        assert store.stats.backend_reads - before == 1  # 4 MiB chain, one segment: one GET
+        leading, present = store.prefix_lookup("kvns", [*chain[:3], b"missing", chain[4]])
+        assert leading == 3 and present == [True, True, True, False, True]
+    finally:
+        await store.close()
+
+
+async def test_durable_put_is_on_backend_when_acknowledged(backend: Backend) -> None:
+    store = await open_store(backend, seal_after=0.3)
+    try:
+        await store.create_namespace("kvns")
+        await store.put("kvns", b"d", b"durable-bytes", durable=True)
+        assert len(await _segments_on_backend(backend)) == 1
+    finally:
+        await store.close()
+
+
+async def test_eviction_keeps_bucket_under_capacity(backend: Backend) -> None:
+    capacity = 3 * SEG
+    store = await open_store(backend, capacity=capacity, seal_after=30, compact_threshold=0)
+    keys = []
+    try:
+        await store.create_namespace("kvns")
+        for i in range(80):  # ~ 80 MiB: eight segments
+            key = f"e{i}".encode()
+            keys.append(key)
+            await store.put("kvns", key, block(i, MiB))
+            if i % 10 == 9:
+                await store.flush()
+                await store.evict_now()
+        await store.flush()
+        await store.evict_now()
+        on_backend = await _segments_on_backend(backend)
+        assert sum(on_backend.values()) <= capacity
+        assert store.stats.evictions >= 4
+        nid = store.ns_id("kvns")
+        for key in keys:  # no block stays indexed whose segment is gone
+            loc = store.index.get(nid, key)
+            if loc is not None:
+                info = store.segments.get(loc.segment)
+                assert info is not None and info.name in on_backend
+        assert await store.get("kvns", keys[-1]) is not None  # the newest survive
+        assert await store.get("kvns", keys[0]) is None  # the oldest went first
+    finally:
+        await store.close()
+
+
+async def test_compaction_keeps_hot_blocks(backend: Backend) -> None:
+    store = await open_store(backend, seal_after=30, compact_threshold=0.5,
+                             compact_mode="compact")
+    try:
+        await store.create_namespace("kvns")
+        for i in range(8):
+            await store.put("kvns", f"c{i}".encode(), block(i, 512 * KiB))
+        await store.flush()
+        hot = await store.get("kvns", b"c0")
+        for i in range(1, 7):  # delete most: live ratio 2/8
+            await store.delete("kvns", f"c{i}".encode())
+        accepted = store.stats.bytes_accepted
+        assert await store.evict_now() >= 1
+        assert store.stats.compactions == 1
+        assert await store.get("kvns", b"c0") == hot  # hot: rewritten
+        assert await store.get("kvns", b"c7") is None  # cold: dropped with the segment
+        assert store.stats.compaction_bytes == 512 * KiB
+        assert store.stats.bytes_accepted == accepted
+    finally:
+        await store.close()
+
+
+async def test_two_instances_share_a_bucket(backend: Backend) -> None:
+    a = await open_store(backend, node_id="node-a")
+    b = await open_store(backend, node_id="node-b")
+    try:
+        await a.create_namespace("kvns")
+        await a.put("kvns", b"from-a", b"A" * 5000)
+        await a.flush()
+        await b.recovery_sync()
+        assert await b.get("kvns", b"from-a") == b"A" * 5000
+        await b.put("kvns", b"from-b", b"B" * 7000)
+        await b.flush()
+        await a.recovery_sync()
+        assert await a.get("kvns", b"from-b") == b"B" * 7000
+    finally:
+        await asyncio.gather(a.close(), b.close())
