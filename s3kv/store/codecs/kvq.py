@@ -119,7 +119,7 @@ class KvqCodec:
         if not np.isfinite(energy).all() or (n and float(np.abs(x).max()) >= MAX_ABS):
             if not np.isfinite(x).all():
                 raise InvalidInput("kvq block holds NaN or infinite values")
-            raise InvalidInput(f"kvq block holds values beyond +-2**60; store it lossless")
+            raise InvalidInput("kvq block holds values beyond +-2**60; store it lossless")
         order = np.argsort(-energy, kind="stable")
         layout = min(self.layouts, key=lambda lay: expected_error(lay, energy[order]))
         permuted = len(layout) > 1
@@ -269,7 +269,7 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
         raise _corrupt(f"{len(payload) - pos} trailing payload bytes")
     words = km.from_f32(out, dtype)
     if perm is not None:
-        unperm = np.empty_like(words)
-        unperm[:, perm] = words
-        words = unperm
+        inverse = np.empty(d, dtype=np.intp)
+        inverse[perm] = np.arange(d)
+        words = np.take(words, inverse, axis=1, mode="clip")
     return words.astype("<u2", copy=False).tobytes()

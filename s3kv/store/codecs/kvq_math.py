@@ -105,7 +105,8 @@ def quantize(z: F32, inv: F32, n: int, bits: int) -> U8:
     q = np.multiply(z, (inv * np.float32(GRID))[:, None], dtype=np.float32)
     q += np.float32(offset)
     np.clip(q, 0.0, float(len(table) - 1), out=q)
-    return table[q.astype(np.intp)]
+    codes: U8 = np.take(table, q.astype(np.intp), mode="clip")
+    return codes
 
 
 # ---- bit packing: groups of 8 codes of b bits into b bytes, little-endian within the group --
@@ -122,12 +123,10 @@ def pack(codes: U8, bits: int) -> bytes:
         for k in range(1, per):
             out |= c2[:, k] << np.uint8(bits * k)
         return out.tobytes()
-    wide = np.uint32 if bits * 8 <= 32 else np.uint64
-    acc = c[:, 0].astype(wide)
+    acc = c[:, 0].astype(np.uint64)
     for k in range(1, 8):
-        acc |= c[:, k].astype(wide) << wide(bits * k)
-    width = 4 if wide is np.uint32 else 8
-    return acc.view(np.uint8).reshape(-1, width)[:, :bits].tobytes()
+        acc |= c[:, k].astype(np.uint64) << np.uint64(bits * k)
+    return acc.view(np.uint8).reshape(-1, 8)[:, :bits].tobytes()
 
 
 def unpack(data: U8, bits: int, count: int) -> U8:
@@ -142,50 +141,55 @@ def unpack(data: U8, bits: int, count: int) -> U8:
             np.bitwise_and(data >> np.uint8(bits * k), mask, out=out[:, k])
         return out.reshape(-1)[:count]
     groups = data.reshape(-1, bits)
-    width = 4 if bits * 8 <= 32 else 8
-    wide = np.uint32 if width == 4 else np.uint64
-    buf = np.zeros((groups.shape[0], width), dtype=np.uint8)
+    buf = np.zeros((groups.shape[0], 8), dtype=np.uint8)
     buf[:, :bits] = groups
-    acc = buf.view(wide).reshape(-1)
+    acc: npt.NDArray[np.uint64] = buf.view(np.uint64).reshape(-1)
     out = np.empty((groups.shape[0], 8), dtype=np.uint8)
-    m = wide((1 << bits) - 1)
+    m = np.uint64((1 << bits) - 1)
     for k in range(8):
-        out[:, k] = (acc >> wide(bits * k)) & m
+        out[:, k] = (acc >> np.uint64(bits * k)) & m
     return out.reshape(-1)[:count]
 
 
 def dequantize(data: U8, bits: int, rows: int, n: int, levels: F32) -> F32:
     """Packed codes straight to float levels (rows x n), through byte -> levels tables."""
-    if bits in (1, 2, 4):
+    if bits in (2, 4):
+        # one gather of 8- or 16-byte rows: the table viewed as uint64 / complex128
         table = _byte_table(levels.tobytes(), bits)
-        return table[data].reshape(rows, n)
+        wide = np.take(table, data, mode="clip")
+        return wide.view(np.float32).reshape(rows, n)
     if bits == 3:
         g = data.reshape(-1, 3).astype(np.uint16)
         idx = np.empty((g.shape[0], 2), dtype=np.uint16)
         idx[:, 0] = g[:, 0] | ((g[:, 1] & np.uint16(0xF)) << np.uint16(8))
         idx[:, 1] = (g[:, 1] >> np.uint16(4)) | (g[:, 2] << np.uint16(4))
-        return _tri_table(levels.tobytes())[idx].reshape(rows, n)
+        wide = np.take(_tri_table(levels.tobytes()), idx, mode="clip")
+        return wide.view(np.float32).reshape(rows, n)
     codes = unpack(data, bits, rows * n)
     vals: F32 = levels[codes].reshape(rows, n)
     return vals
 
 
 @lru_cache(maxsize=32)
-def _byte_table(levels_raw: bytes, bits: int) -> F32:
+def _byte_table(levels_raw: bytes, bits: int) -> npt.NDArray[np.generic]:
+    """byte -> its 8/bits levels, one row per byte, viewed as one wide scalar per row."""
     levels = np.frombuffer(levels_raw, dtype=np.float32)
     per = 8 // bits
     byte = np.arange(256, dtype=np.uint16)
     mask = (1 << bits) - 1
     cols = [levels[(byte >> (bits * k)) & mask] for k in range(per)]
-    return np.stack(cols, axis=1).astype(np.float32)
+    rows = np.ascontiguousarray(np.stack(cols, axis=1), dtype=np.float32)
+    return rows.view(np.uint64 if per == 2 else np.complex128).reshape(256)
 
 
 @lru_cache(maxsize=32)
-def _tri_table(levels_raw: bytes) -> F32:
+def _tri_table(levels_raw: bytes) -> npt.NDArray[np.complex128]:
+    """12 bits (four 3-bit codes) -> four levels, as one complex128 per row."""
     levels = np.frombuffer(levels_raw, dtype=np.float32)
     word = np.arange(4096, dtype=np.uint16)
     cols = [levels[(word >> (3 * k)) & 7] for k in range(4)]
-    return np.stack(cols, axis=1).astype(np.float32)
+    rows = np.ascontiguousarray(np.stack(cols, axis=1), dtype=np.float32)
+    return rows.view(np.complex128).reshape(4096)
 
 
 # ---- fp16 / bf16 <-> float32 --------------------------------------------------------------
@@ -198,7 +202,7 @@ def _f16_table() -> F32:
 def to_f32(raw: U16, dtype: str) -> F32:
     """16-bit words (fp16 or bf16 bit patterns) to float32."""
     if dtype == "float16":
-        out: F32 = np.take(_f16_table(), raw)
+        out: F32 = np.take(_f16_table(), raw, mode="clip")
         return out
     wide = raw.astype(np.uint32)
     wide <<= np.uint32(16)
