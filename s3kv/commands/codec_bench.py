@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ def register(subparsers: Any) -> None:
                         "kvq's dtype and head_dim come from the data)")
     p.add_argument("--dtype", choices=("float16", "bfloat16"), default="float16",
                    help="element type the blocks are stored in (default: float16)")
-    p.add_argument("--head-dim", type=int, default=128, metavar="N",
+    p.add_argument("--head-dim", type=int, default=None, metavar="N",
                    help="synthetic head dimension, and the vector length of .npy inputs "
                         "(default: 128 for synthetic, the last axis for .npy)")
     p.add_argument("--layers", type=int, default=4, metavar="N",
@@ -76,7 +75,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     for name in ("head_dim", "layers", "heads", "tokens", "block_vectors", "repeat"):
-        if getattr(args, name) <= 0:
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive")
     ref_path = args.reference if args.reference is not None else DEFAULT_REFERENCE
     if args.reference is not None and not ref_path.is_file():
@@ -85,11 +84,11 @@ def run(args: argparse.Namespace) -> int:
     sources: list[tuple[str, list[bench.F32]]] = []
     if not args.no_synthetic:
         sources.append(("synthetic", synthetic_blocks(args.seed, args.layers, args.heads,
-                                                      args.tokens, args.head_dim)))
+                                                      args.tokens, args.head_dim or 128)))
     for path in args.npy:
-        head_dim = args.head_dim if "--head-dim" in sys.argv else None
         try:
-            sources.append((path.stem[:12], bench.load_npy(path, head_dim, args.block_vectors)))
+            sources.append((path.stem[:12],
+                            bench.load_npy(path, args.head_dim, args.block_vectors)))
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot read {path}: {exc}") from None
     if not sources:
