@@ -88,6 +88,9 @@ class Settings:
                               "tier)", "size", metavar="SIZE")
     max_block_size: int = setting(64 * MiB, "largest block (object) accepted", "size",
                                   metavar="SIZE")
+    max_request_memory: int = setting(512 * MiB, "request bodies and staged multipart parts "
+                                      "held at once; past it writes get 503 SlowDown", "size",
+                                      metavar="SIZE")
     max_open_segments: int = setting(2, "segments held in memory at once (open + sealing); "
                                      "bounds write-path memory", "int", metavar="N")
     max_parts_in_flight: int = setting(4, "multipart part uploads in flight at once", "int",

@@ -140,7 +140,8 @@ class Recovery:
             try:
                 record = json.loads(await self.backend.get_object(obj.key))
                 self.store._register_namespace(str(record["name"]),
-                                               str(record.get("codec", "none")))
+                                               str(record.get("codec", "none")),
+                                               float(record.get("created_at", 0.0)))
             except (ValueError, KeyError, BackendError) as exc:
                 log.warning("namespace.unreadable", key=obj.key, error=str(exc))
 

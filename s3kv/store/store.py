@@ -81,6 +81,7 @@ class BlockStore:
         self.dram = DramCache(settings.dram_cache)
         self.namespaces: dict[str, int] = {}
         self.namespace_codecs: dict[str, str] = {}
+        self.namespace_created: dict[str, float] = {}
         self.writer = SegmentWriter(backend, prefix, settings, self.segments, self.stats,
                                     self._segment_failed)
         self.ready = False
@@ -136,21 +137,24 @@ class BlockStore:
             raise NamespaceNotFound(f"namespace {name!r} does not exist")
         return nid
 
-    def _register_namespace(self, name: str, codec: str = "none") -> int:
+    def _register_namespace(self, name: str, codec: str = "none",
+                            created_at: float = 0.0) -> int:
         if name not in self.namespaces:
-            self.namespaces[name] = len(self.namespaces) + 1
+            self.namespaces[name] = max(self.namespaces.values(), default=0) + 1
             self.namespace_codecs[name] = codec
+            self.namespace_created[name] = created_at
         return self.namespaces[name]
 
     async def create_namespace(self, name: str, codec: str = "none") -> None:
         validate_namespace(name)
         if name in self.namespaces:
             raise NamespaceExists(f"namespace {name!r} already exists")
-        record = json.dumps({"name": name, "codec": codec, "created_at": time.time()}).encode()
+        created = time.time()
+        record = json.dumps({"name": name, "codec": codec, "created_at": created}).encode()
         await self.writer.retry.run(lambda: self.backend.put_object(
             f"{self.prefix}namespaces/{name}.json", record))
         self.stats.backend_bytes_written += len(record)
-        self._register_namespace(name, codec)
+        self._register_namespace(name, codec, created)
 
     async def delete_namespace(self, name: str) -> None:
         nid = self.ns_id(name)
@@ -160,6 +164,7 @@ class BlockStore:
             [f"{self.prefix}namespaces/{name}.json"]))
         self.namespaces.pop(name)
         self.namespace_codecs.pop(name, None)
+        self.namespace_created.pop(name, None)
         self.dram.invalidate_namespace(nid)
 
     def list_namespaces(self) -> list[str]:
@@ -341,8 +346,8 @@ class BlockStore:
         return None if data is None else data[start:end]
 
     def list_blocks(self, namespace: str, prefix: bytes = b"", start_after: bytes = b"",
-             limit: int = 1000) -> list[BlockMeta]:
-        """Keys in lexicographic order after ``start_after``, at most ``limit``."""
+             limit: int | None = 1000) -> list[BlockMeta]:
+        """Keys in lexicographic order after ``start_after``, at most ``limit`` (None: all)."""
         nid = self.ns_id(namespace)
         items = [(k, loc) for k, loc in self.index.iter_namespace(nid, prefix) if k > start_after]
         items.sort(key=lambda kl: kl[0])

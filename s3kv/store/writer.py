@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import os
 import socket
@@ -244,7 +245,7 @@ class SegmentWriter:
         upload = MultipartUpload(self.backend, segment_key(self.prefix, name), self.s.part_size,
                                  self.retry, self._slots)
         seg = OpenSegment(info, self.s.part_size, upload)
-        seg.uploader = asyncio.create_task(self._upload_loop(seg))
+        seg.uploader = asyncio.create_task(self._upload_loop(seg), context=contextvars.Context())
         seg.uploader.add_done_callback(functools.partial(self._uploader_done, seg))
         self._in_memory[info.seg_id] = seg
         self._current = seg
@@ -275,7 +276,8 @@ class SegmentWriter:
             seg.timer.cancel()
         if self._current is seg:
             self._current = None
-        task = asyncio.create_task(self._seal(seg, reason))
+        # a fresh context: the seal is not part of the request that happened to trigger it
+        task = asyncio.create_task(self._seal(seg, reason), context=contextvars.Context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

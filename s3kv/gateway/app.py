@@ -1,0 +1,149 @@
+"""The aiohttp application: middlewares (request id, auth, errors, metrics) and routing.
+
+Errors are translated here, once: RequestError carries its S3 code; the store's S3KVError
+subclasses map through ``_STATUS``; anything else is a bug, logged and answered 500.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+import structlog
+from aiohttp import web
+
+from s3kv.config import Settings
+from s3kv.errors import (
+    BackendError,
+    Backpressure,
+    IntegrityError,
+    InvalidInput,
+    InvalidNamespace,
+    InvalidRange,
+    NamespaceExists,
+    NamespaceNotEmpty,
+    NamespaceNotFound,
+    NotFound,
+    RequestError,
+    S3KVError,
+    TooLarge,
+)
+from s3kv.gateway import native, ops, s3_buckets, s3_objects
+from s3kv.gateway.metrics import GatewayMetrics
+from s3kv.gateway.requests import parse_target
+from s3kv.gateway.s3xml import error_document
+from s3kv.gateway.sigv4 import SigV4Verifier
+from s3kv.gateway.state import STATE, GatewayState, MemoryBudget, state_of
+from s3kv.log import get_logger
+from s3kv.store.store import BlockStore
+
+log = get_logger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# store errors -> (HTTP status, S3 code); order matters: subclasses first
+_STATUS: list[tuple[type[S3KVError], int, str]] = [
+    (NamespaceNotFound, 404, "NoSuchBucket"),
+    (NotFound, 404, "NoSuchKey"),
+    (NamespaceExists, 409, "BucketAlreadyOwnedByYou"),
+    (NamespaceNotEmpty, 409, "BucketNotEmpty"),
+    (InvalidNamespace, 400, "InvalidBucketName"),
+    (TooLarge, 400, "EntityTooLarge"),
+    (InvalidRange, 416, "InvalidRange"),
+    (InvalidInput, 400, "InvalidArgument"),
+    (Backpressure, 503, "SlowDown"),
+    (BackendError, 503, "ServiceUnavailable"),
+    (IntegrityError, 503, "ServiceUnavailable"),
+]
+
+
+def to_request_error(exc: S3KVError) -> RequestError:
+    if isinstance(exc, RequestError):
+        return exc
+    for cls, status, code in _STATUS:
+        if isinstance(exc, cls):
+            headers = {}
+            if status == 503:
+                retry = exc.retry_after if isinstance(exc, Backpressure) else 1.0
+                headers["Retry-After"] = str(max(1, round(retry)))
+            return RequestError(code, str(exc), status, headers)
+    return RequestError("InternalError", str(exc), 500)
+
+
+def _error_response(request: web.Request, err: RequestError) -> web.Response:
+    rid = request.get("request_id", "")
+    headers = {"x-amz-request-id": rid, **err.headers}
+    if request.path.startswith("/v1/"):
+        return web.json_response({"error": err.code, "message": str(err), "request_id": rid},
+                                 status=err.status, headers=headers)
+    body = b"" if request.method == "HEAD" else error_document(err.code, str(err), request.path,
+                                                               rid)
+    return web.Response(status=err.status, body=body, headers=headers,
+                        content_type="application/xml")
+
+
+@web.middleware
+async def gateway_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    st = state_of(request)
+    rid = uuid.uuid4().hex[:16].upper()
+    request["request_id"] = rid
+    structlog.contextvars.bind_contextvars(request_id=rid)
+    started = time.perf_counter()
+    op = "unknown"
+    try:
+        op = request.get("op", "unknown")
+        resp = await handler(request)
+        op = request.get("op", op)
+        resp.headers.setdefault("x-amz-request-id", rid)
+    except RequestError as exc:
+        resp = _error_response(request, exc)
+    except S3KVError as exc:
+        resp = _error_response(request, to_request_error(exc))
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("http.unhandled", method=request.method, path=request.path)
+        resp = _error_response(request, RequestError(
+            "InternalError", "We encountered an internal error. Please try again.", 500))
+    finally:
+        structlog.contextvars.unbind_contextvars("request_id")
+    op = request.get("op", op)
+    elapsed = time.perf_counter() - started
+    st.metrics.observe(op, resp.status, elapsed)
+    log.debug("http.request", method=request.method, path=request.path, op=op,
+              status=resp.status, ms=round(elapsed * 1000, 2))
+    return resp
+
+
+async def s3_dispatch(request: web.Request) -> web.StreamResponse:
+    st = state_of(request)
+    target = parse_target(request, st.settings.domain)
+    request["auth"] = ops.authenticate(request, st, target.raw_path, target.raw_query)
+    if not target.bucket:
+        if request.method != "GET":
+            raise RequestError("MethodNotAllowed", "Only GET is allowed on the service.", 405)
+        request["op"] = "ListBuckets"
+        return await s3_buckets.list_buckets(request, st)
+    if not target.key:
+        return await s3_buckets.dispatch(request, st, target)
+    return await s3_objects.dispatch(request, st, target)
+
+
+def make_app(store: BlockStore, settings: Settings) -> web.Application:
+    creds = {settings.access_key: settings.secret_key} if settings.access_key else {}
+    verifier = SigV4Verifier(creds) if creds else None
+    state = GatewayState(
+        store=store, settings=settings, metrics=GatewayMetrics(store.summary),
+        verifier=verifier, budget=MemoryBudget(settings.max_request_memory),
+        tokens={f"{k}:{v}" for k, v in creds.items()},
+    )
+    app = web.Application(middlewares=[gateway_middleware],
+                          client_max_size=settings.max_block_size + 1024 * 1024)
+    app[STATE] = state
+    app.router.add_get("/healthz", ops.healthz)
+    app.router.add_get("/readyz", ops.readyz)
+    app.router.add_get("/metrics", ops.metrics)
+    native.add_routes(app)
+    app.router.add_route("*", "/{tail:.*}", s3_dispatch)
+    return app

@@ -1,0 +1,152 @@
+"""The native API under /v1: what S3 lacks, for inference connectors.
+
+- ``POST /v1/{ns}/lookup``     JSON {"keys": [...]} -> {"prefix": n, "present": [bool, ...]}
+- ``POST /v1/{ns}/batch-get``  JSON {"keys": [...]} -> framed blocks (below)
+- ``POST /v1/{ns}/batch-put``  framed blocks -> {"stored": n}  (``x-s3kv-durability: sealed``)
+- ``POST /v1/flush``           seal open segments now -> {"sealed": true}
+- ``GET  /v1/stats``           store counters -> JSON
+
+Framing (both directions), ``application/x-s3kv-frames``: a 4-byte little-endian length N,
+N bytes of JSON ``{"blocks": [{"key": k, "length": n} | {"key": k, "missing": true}, ...]}``,
+then the blocks' bytes back to back in that order (missing ones take no bytes).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+from aiohttp import web
+
+from s3kv.errors import RequestError
+from s3kv.gateway import ops
+from s3kv.gateway.bodies import read_body, read_small
+from s3kv.gateway.requests import validate_key
+from s3kv.gateway.state import GatewayState, state_of
+
+FRAMES = "application/x-s3kv-frames"
+MAX_BATCH_KEYS = 4096
+_LEN = struct.Struct("<I")
+
+
+def encode_frames(items: list[tuple[str, bytes | None]]) -> list[bytes]:
+    """Header and bodies of a framed message, as separate buffers (no big concatenation)."""
+    index = [{"key": k, "length": len(d)} if d is not None else {"key": k, "missing": True}
+             for k, d in items]
+    head = json.dumps({"blocks": index}).encode()
+    return [_LEN.pack(len(head)) + head, *[d for _, d in items if d is not None]]
+
+
+def decode_frames(body: memoryview) -> list[tuple[str, memoryview]]:
+    """Parse a framed batch-put body; raises RequestError on any inconsistency."""
+    try:
+        (n,) = _LEN.unpack_from(body, 0)
+        index = json.loads(bytes(body[4:4 + n]))
+        blocks = index["blocks"]
+        pos = 4 + n
+        out: list[tuple[str, memoryview]] = []
+        for b in blocks:
+            key, length = str(b["key"]), int(b["length"])
+            if length < 0 or pos + length > len(body):
+                raise ValueError("block lengths exceed the body")
+            out.append((key, body[pos:pos + length]))
+            pos += length
+    except (struct.error, ValueError, KeyError, TypeError) as exc:
+        raise RequestError("MalformedFrames", f"invalid batch framing: {exc}") from None
+    if pos != len(body):
+        raise RequestError("MalformedFrames", "trailing bytes after the last block")
+    return out
+
+
+def _keys(doc: Any) -> list[str]:
+    keys = doc.get("keys") if isinstance(doc, dict) else None
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise RequestError("InvalidArgument", 'expected JSON {"keys": ["...", ...]}')
+    if len(keys) > MAX_BATCH_KEYS:
+        raise RequestError("InvalidArgument", f"at most {MAX_BATCH_KEYS} keys per request")
+    return keys
+
+
+async def _json(request: web.Request, st: GatewayState) -> Any:
+    try:
+        return json.loads(await read_small(request, st))
+    except (ValueError, UnicodeDecodeError):
+        raise RequestError("InvalidArgument", "the body is not valid JSON") from None
+
+
+def _auth(request: web.Request) -> GatewayState:
+    st = state_of(request)
+    raw_path, _, raw_query = request.raw_path.partition("?")
+    request["auth"] = ops.authenticate(request, st, raw_path, raw_query)
+    return st
+
+
+async def lookup(request: web.Request) -> web.StreamResponse:
+    request["op"] = "NativeLookup"
+    st = _auth(request)
+    ns = request.match_info["ns"]
+    keys = [validate_key(k) for k in _keys(await _json(request, st))]
+    leading, present = st.store.prefix_lookup(ns, keys)
+    return web.json_response({"prefix": leading, "present": present})
+
+
+async def batch_get(request: web.Request) -> web.StreamResponse:
+    request["op"] = "NativeBatchGet"
+    st = _auth(request)
+    ns = request.match_info["ns"]
+    names = _keys(await _json(request, st))
+    blocks = await st.store.get_many(ns, [validate_key(k) for k in names])
+    parts = encode_frames(list(zip(names, blocks, strict=True)))
+    total = sum(len(p) for p in parts)
+    st.metrics.bytes_out.inc(total)
+    resp = web.StreamResponse(headers={"Content-Type": FRAMES})
+    resp.content_length = total
+    await resp.prepare(request)
+    for part in parts:
+        for i in range(0, len(part), 4 * 1024 * 1024):
+            await resp.write(memoryview(part)[i:i + 4 * 1024 * 1024])
+    await resp.write_eof()
+    return resp
+
+
+async def batch_put(request: web.Request) -> web.StreamResponse:
+    request["op"] = "NativeBatchPut"
+    st = _auth(request)
+    ns = request.match_info["ns"]
+    st.store.ns_id(ns)
+    durable = request.headers.get("x-s3kv-durability", "").lower() == "sealed"
+    limit = min(st.settings.max_request_memory // 2, 64 * st.settings.max_block_size)
+    body = await read_body(request, st, limit)
+    try:
+        items = [(validate_key(k), d) for k, d in decode_frames(body.data)]
+        for _, d in items:
+            if len(d) > st.settings.max_block_size:
+                raise RequestError("EntityTooLarge", "a block exceeds the max block size")
+        metas = [await st.store.put(ns, k, d) for k, d in items]
+    finally:
+        st.budget.release(body.reserved)
+    if durable:
+        await st.store.flush()
+    return web.json_response({"stored": len(metas)})
+
+
+async def flush(request: web.Request) -> web.StreamResponse:
+    request["op"] = "NativeFlush"
+    st = _auth(request)
+    await st.store.flush()
+    return web.json_response({"sealed": True})
+
+
+async def stats(request: web.Request) -> web.StreamResponse:
+    request["op"] = "NativeStats"
+    st = _auth(request)
+    return web.json_response(st.store.summary())
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/flush", flush)
+    app.router.add_get("/v1/stats", stats)
+    app.router.add_post("/v1/{ns}/lookup", lookup)
+    app.router.add_post("/v1/{ns}/batch-get", batch_get)
+    app.router.add_post("/v1/{ns}/batch-put", batch_put)

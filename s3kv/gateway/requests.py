@@ -1,0 +1,95 @@
+"""Reading S3 requests: bucket and key (path-style or virtual-hosted), key rules, ranges."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, unquote
+
+from aiohttp import web
+
+from s3kv.errors import RequestError
+
+MAX_KEY_BYTES = 1024
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+@dataclass(frozen=True)
+class Target:
+    bucket: str  # "" for the service (ListBuckets)
+    key: str  # "" for bucket operations
+    query: dict[str, str]
+    raw_path: str  # as sent, without the query (what SigV4 signed)
+    raw_query: str
+
+
+def parse_target(request: web.Request, domain: str) -> Target:
+    raw_path, _, raw_query = request.raw_path.partition("?")
+    path = unquote(raw_path)
+    query = dict(parse_qsl(raw_query, keep_blank_values=True))
+    host = (request.host or "").split(":")[0].lower()
+    if domain and host.endswith("." + domain.lower()):
+        bucket = host[: -len(domain) - 1]
+        key = path[1:]
+    else:
+        bucket, _, key = path[1:].partition("/")
+    return Target(bucket, key, query, raw_path, raw_query)
+
+
+def validate_key(key: str) -> bytes:
+    """S3 object key -> store key bytes. Rejects what cannot be a safe, unambiguous key."""
+    raw = key.encode("utf-8", errors="surrogatepass")
+    if not raw or len(raw) > MAX_KEY_BYTES:
+        raise RequestError("KeyTooLongError" if raw else "InvalidArgument",
+                           f"Object keys must be 1 to {MAX_KEY_BYTES} bytes of UTF-8.")
+    if _CONTROL.search(key):
+        raise RequestError("InvalidArgument", "Object keys must not contain control characters.")
+    if any(part in (".", "..") for part in key.split("/")):
+        raise RequestError("InvalidArgument",
+                           "Object keys must not contain '.' or '..' path segments.")
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RequestError("InvalidArgument", "Object keys must be valid UTF-8.") from None
+    return raw
+
+
+def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """``Range: bytes=a-b`` -> (start, end exclusive); None for no range (whole object)."""
+    if header is None:
+        return None
+    m = _RANGE.match(header.strip())
+    if not m or (not m.group(1) and not m.group(2)):
+        raise RequestError("InvalidArgument", f"Invalid Range header {header!r}: use "
+                           "bytes=START-END, bytes=START- or bytes=-SUFFIX (one range).")
+    first, last = m.group(1), m.group(2)
+    if not first:  # suffix
+        n = int(last)
+        if n == 0:
+            raise _unsatisfiable(size)
+        return max(0, size - n), size
+    start = int(first)
+    end = size - 1 if not last else min(int(last), size - 1)
+    if last and int(last) < start:
+        raise RequestError("InvalidArgument", f"Invalid Range header {header!r}: the last "
+                           "byte comes before the first.")
+    if start >= size:
+        raise _unsatisfiable(size)
+    return start, end + 1
+
+
+def _unsatisfiable(size: int) -> RequestError:
+    return RequestError("InvalidRange", "The requested range is not satisfiable", 416,
+                        {"Content-Range": f"bytes */{size}"})
+
+
+def max_keys(query: dict[str, str]) -> int:
+    raw = query.get("max-keys", "1000")
+    try:
+        value = int(raw)
+    except ValueError:
+        raise RequestError("InvalidArgument", "max-keys must be an integer") from None
+    if value < 0:
+        raise RequestError("InvalidArgument", "max-keys must not be negative")
+    return min(value, 1000)

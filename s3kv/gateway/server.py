@@ -1,0 +1,87 @@
+"""Running the gateway: open the store, serve HTTP, shut down gracefully on SIGTERM/SIGINT.
+
+Shutdown: stop accepting, let requests in flight finish, seal open segments and complete their
+uploads, then exit 0. Nothing acknowledged is lost by a SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import signal
+import sys
+
+from aiohttp import web
+
+from s3kv.config import Settings
+from s3kv.errors import ConfigError
+from s3kv.gateway.app import make_app
+from s3kv.gateway.multipart import UPLOADS, Uploads
+from s3kv.gateway.state import STATE
+from s3kv.log import get_logger
+from s3kv.store.store import BlockStore
+
+log = get_logger(__name__)
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"invalid --listen {listen!r}: use HOST:PORT, e.g. 127.0.0.1:9470")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(settings: Settings, host: str) -> None:
+    if settings.access_key and not settings.secret_key:
+        raise ConfigError("S3KV_ACCESS_KEY is set but S3KV_SECRET_KEY is not: set both")
+    if not settings.access_key and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to listen on {host} without authentication: set S3KV_ACCESS_KEY and "
+            "S3KV_SECRET_KEY (clients sign with them), or listen on 127.0.0.1")
+
+
+async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
+    host, port = parse_listen(settings.listen)
+    check_exposure(settings, host)
+    if not settings.access_key:
+        log.warning("gateway.unauthenticated", detail="no S3KV_ACCESS_KEY/S3KV_SECRET_KEY: "
+                    "serving without authentication on loopback only")
+    store = await BlockStore.open(settings)
+    app = make_app(store, settings)
+    app[UPLOADS] = Uploads()
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=30.0)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        await store.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("gateway.listening", url=f"http://{host}:{port}", store=store.backend.description,
+             blocks=len(store.index))
+    print(f"s3kv gateway listening on http://{host}:{port} "
+          f"(store: {store.backend.description})", file=sys.stdout, flush=True)
+    if ready is not None:
+        ready.set()
+    try:
+        await stop.wait()
+    finally:
+        log.info("gateway.stopping")
+        app[STATE].shutting_down = True
+        await runner.cleanup()
+        await store.close()
+        log.info("gateway.stopped", sealed=store.stats.segments_sealed)

@@ -1,0 +1,54 @@
+"""What every handler needs, kept in the aiohttp app: the store, settings, auth and budgets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from s3kv.config import Settings
+from s3kv.errors import RequestError
+from s3kv.gateway.metrics import GatewayMetrics
+from s3kv.gateway.sigv4 import SigV4Verifier
+from s3kv.store.store import BlockStore
+
+
+class MemoryBudget:
+    """Bytes of request bodies and staged parts held at once; over it, 503 SlowDown at once.
+
+    Reservations are taken before a body is read (its declared size, or the largest allowed
+    when undeclared) and released when the request ends, so memory stays bounded under any load.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def reserve(self, n: int) -> int:
+        if self.used + n > self.limit:
+            raise RequestError("SlowDown", "The gateway is holding as many request bodies as "
+                               "its memory budget allows; reduce your request rate.", 503,
+                               {"Retry-After": "1"})
+        self.used += n
+        return n
+
+    def release(self, n: int) -> None:
+        self.used = max(0, self.used - n)
+
+
+@dataclass
+class GatewayState:
+    store: BlockStore
+    settings: Settings
+    metrics: GatewayMetrics
+    verifier: SigV4Verifier | None  # None: no credentials, anonymous on loopback
+    budget: MemoryBudget
+    tokens: set[str] = field(default_factory=set)  # accepted bearer tokens (ACCESS:SECRET)
+    shutting_down: bool = False
+
+
+STATE: web.AppKey[GatewayState] = web.AppKey("s3kv_state", GatewayState)
+
+
+def state_of(request: web.Request) -> GatewayState:
+    return request.app[STATE]
