@@ -54,7 +54,8 @@ def parse_size(text: str | int) -> int:
     number, unit = m.groups()
     factor = _UNITS.get(unit.lower())
     if factor is None:
-        raise ConfigError(f"invalid size unit {unit!r} in {text!r}: use KiB, MiB, GiB, TiB or KB, MB, GB, TB")
+        raise ConfigError(f"invalid size unit {unit!r} in {text!r}: use KiB, MiB, GiB, TiB "
+                          "or KB, MB, GB, TB")
     value = float(number) * factor
     if value != int(value):
         raise ConfigError(f"size {text!r} is not a whole number of bytes")

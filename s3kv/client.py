@@ -1,0 +1,141 @@
+"""Async client for the gateway's native API: the piece an inference connector embeds.
+
+    async with S3KVClient("http://127.0.0.1:9470", token="ACCESS:SECRET") as kv:
+        await kv.put_many("llama", {"h1": b"...", "h2": b"..."})
+        n = await kv.lookup_prefix("llama", ["h1", "h2", "h3"])   # -> 2
+        blocks = await kv.get_many("llama", ["h1", "h2"])          # -> [bytes | None, ...]
+
+Errors from the gateway become s3kv.errors: Backpressure (503 SlowDown, with retry_after),
+NamespaceNotFound, TooLarge, InvalidInput, or RequestError for the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+
+from s3kv.errors import (
+    Backpressure,
+    BackendUnavailable,
+    InvalidInput,
+    NamespaceNotFound,
+    RequestError,
+    TooLarge,
+)
+
+FRAMES = "application/x-s3kv-frames"
+_LEN = struct.Struct("<I")
+
+
+def _frames(items: Sequence[tuple[str, bytes]]) -> bytes:
+    head = json.dumps({"blocks": [{"key": k, "length": len(d)} for k, d in items]}).encode()
+    return b"".join([_LEN.pack(len(head)), head, *[d for _, d in items]])
+
+
+def _unframe(body: bytes) -> list[tuple[str, bytes | None]]:
+    (n,) = _LEN.unpack_from(body, 0)
+    index = json.loads(body[4:4 + n])["blocks"]
+    pos = 4 + n
+    out: list[tuple[str, bytes | None]] = []
+    for b in index:
+        if b.get("missing"):
+            out.append((b["key"], None))
+            continue
+        length = int(b["length"])
+        out.append((b["key"], body[pos:pos + length]))
+        pos += length
+    return out
+
+
+class S3KVClient:
+    def __init__(self, endpoint: str, *, token: str | None = None, timeout: float = 60.0,
+                 connections: int = 16) -> None:
+        self.endpoint = endpoint.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._connections = connections
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> S3KVClient:
+        self._session = aiohttp.ClientSession(
+            timeout=self._timeout, headers=self._headers,
+            connector=aiohttp.TCPConnector(limit=self._connections))
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _request(self, method: str, path: str, *, data: bytes | None = None,
+                       json_body: Any = None, headers: Mapping[str, str] | None = None) -> bytes:
+        if self._session is None:
+            raise RuntimeError("use `async with S3KVClient(...)`")
+        try:
+            async with self._session.request(method, self.endpoint + path, data=data,
+                                             json=json_body, headers=headers) as resp:
+                body = await resp.read()
+                if resp.status >= 400:
+                    raise _error(resp.status, body, resp.headers.get("Retry-After"))
+                return body
+        except aiohttp.ClientError as exc:
+            raise BackendUnavailable(f"gateway {self.endpoint} unreachable: {exc}") from exc
+
+    async def lookup(self, namespace: str, keys: Sequence[str]) -> tuple[int, list[bool]]:
+        """(number of leading keys present, presence of each key)."""
+        body = await self._request("POST", f"/v1/{namespace}/lookup",
+                                   json_body={"keys": list(keys)})
+        doc = json.loads(body)
+        return int(doc["prefix"]), [bool(p) for p in doc["present"]]
+
+    async def lookup_prefix(self, namespace: str, keys: Sequence[str]) -> int:
+        return (await self.lookup(namespace, keys))[0]
+
+    async def get_many(self, namespace: str, keys: Sequence[str]) -> list[bytes | None]:
+        body = await self._request("POST", f"/v1/{namespace}/batch-get",
+                                   json_body={"keys": list(keys)})
+        got = dict(_unframe(body))
+        return [got.get(k) for k in keys]
+
+    async def put_many(self, namespace: str, blocks: Mapping[str, bytes] | Sequence[
+            tuple[str, bytes]], *, durable: bool = False) -> int:
+        items = list(blocks.items()) if isinstance(blocks, Mapping) else list(blocks)
+        headers = {"Content-Type": FRAMES}
+        if durable:
+            headers["x-s3kv-durability"] = "sealed"
+        body = await self._request("POST", f"/v1/{namespace}/batch-put", data=_frames(items),
+                                   headers=headers)
+        return int(json.loads(body)["stored"])
+
+    async def flush(self) -> None:
+        await self._request("POST", "/v1/flush")
+
+    async def stats(self) -> dict[str, float]:
+        doc: dict[str, float] = json.loads(await self._request("GET", "/v1/stats"))
+        return doc
+
+
+def _error(status: int, body: bytes, retry_after: str | None) -> Exception:
+    try:
+        doc = json.loads(body)
+        code, message = str(doc.get("error", "")), str(doc.get("message", ""))
+    except ValueError:
+        code, message = "", body[:200].decode(errors="replace")
+    if code == "SlowDown" or status == 503:
+        return Backpressure(message or "gateway busy", float(retry_after or 1))
+    if code == "NoSuchBucket":
+        return NamespaceNotFound(message)
+    if code == "EntityTooLarge":
+        return TooLarge(message)
+    if status == 400 and code == "InvalidArgument":
+        return InvalidInput(message)
+    return RequestError(code or "HTTPError", message, status)
