@@ -20,8 +20,8 @@ from typing import Any
 import aiohttp
 
 from s3kv.errors import (
-    Backpressure,
     BackendUnavailable,
+    Backpressure,
     InvalidInput,
     NamespaceNotFound,
     RequestError,
