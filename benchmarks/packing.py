@@ -1,0 +1,625 @@
+"""Block store packing benchmark: the store against one object per block, in one run.
+
+Measured side by side against the same S3 server (s3rver by default; ``--server moto``, or
+``--endpoint URL`` for a running one), with the same client library and settings on both sides
+(aiobotocore, the botocore ``Config`` of s3kv's S3Backend):
+
+- PUT and GET throughput of 256 KiB and 2 MiB blocks through ``BlockStore`` (S3Backend,
+  write-back PUTs; the timed PUT phase ends with ``store.flush()``, so every byte is on the
+  server) against one PUT/GET per block straight to S3. Both sides run at concurrency 1 and 8
+  and the better of the two counts (issue 2: "the better of concurrency 1 and 8");
+- prefix-chain reads: chains of 64 blocks of 256 KiB, one ``store.get_many`` per chain against
+  64 per-object GETs per chain (concurrency 1 and 8 within a chain, the better counts);
+- index bytes per entry: RSS growth of a fresh subprocess holding a ``BlockIndex`` of 1 million
+  entries with 64-byte keys (keys included);
+- write amplification: ``store.stats.write_amplification`` of the 256 KiB store after its
+  final flush (a steady write-only load: segment parts + footers + sidecars + the namespace
+  record, over block bytes accepted).
+
+Ratios are what to compare (between versions of our code); absolute MiB/s on a local s3rver
+or moto predict nothing about MinIO (DESIGN.md, "Testing").
+
+    python benchmarks/packing.py                 # s3rver, text report, progress on stderr
+    python benchmarks/packing.py --json          # one JSON object on stdout
+    python benchmarks/packing.py --server moto --quick --json     # tiny profile (CI smoke)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` and `s3kv` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from aiobotocore.session import get_session
+
+from benchmarks.servers import (
+    BenchServer,
+    ServerError,
+    add_server_arguments,
+    server_from_args,
+)
+from s3kv.backends import S3Backend, S3Location
+from s3kv.config import Settings
+from s3kv.errors import Backpressure, S3KVError
+from s3kv.log import configure_logging
+from s3kv.sizes import KiB, MiB, format_size, parse_size
+from s3kv.store.store import BlockStore
+
+NAMESPACE = "bench"
+KEY_BYTES = 64
+TARGETS = {  # issue 2; reported, never asserted
+    "put_ratio_256KiB": (">=", 2.0),
+    "put_ratio_2MiB": (">=", 1.0),
+    "chain_read_ratio": (">=", 2.0),
+    "index_bytes_per_entry": ("<=", 160.0),
+    "write_amplification": ("<=", 1.02),
+}
+
+
+@dataclass(frozen=True)
+class Profile:
+    volume: int  # block bytes per timed PUT run (per block size and concurrency)
+    segment_size: int
+    part_size: int
+    chains: int
+    chain_length: int
+    index_entries: int
+    concurrency: tuple[int, ...] = (1, 8)
+    block_sizes: tuple[int, ...] = (256 * KiB, 2 * MiB)
+    chain_block: int = 256 * KiB
+
+
+FULL = Profile(volume=256 * MiB, segment_size=64 * MiB, part_size=16 * MiB, chains=8,
+               chain_length=64, index_entries=1_000_000)
+# Small enough for moto in CI (< 40 s): moto wants parts >= 5 MiB and reads a whole object
+# per ranged GET, so segments stay small.
+QUICK = Profile(volume=4 * MiB, segment_size=10 * MiB, part_size=5 * MiB, chains=2,
+                chain_length=16, index_entries=20_000)
+
+
+@dataclass
+class Run:
+    """One timed run: bytes moved in seconds at a concurrency."""
+
+    what: str
+    concurrency: int
+    nbytes: int
+    seconds: float
+
+    @property
+    def mib_s(self) -> float:
+        return self.nbytes / MiB / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class Comparison:
+    name: str
+    store: list[Run] = field(default_factory=list)
+    direct: list[Run] = field(default_factory=list)
+
+    @staticmethod
+    def _best(runs: list[Run]) -> Run:
+        return max(runs, key=lambda r: r.mib_s)
+
+    @property
+    def ratio(self) -> float:
+        d = self._best(self.direct).mib_s
+        return self._best(self.store).mib_s / d if d else math.inf
+
+    def as_dict(self) -> dict[str, Any]:
+        bs, bd = self._best(self.store), self._best(self.direct)
+        return {
+            "store_mib_s": round(bs.mib_s, 2), "store_best_concurrency": bs.concurrency,
+            "direct_mib_s": round(bd.mib_s, 2), "direct_best_concurrency": bd.concurrency,
+            "ratio": round(self.ratio, 3),
+            "runs": {f"{r.what}_c{r.concurrency}": round(r.mib_s, 2)
+                     for r in self.store + self.direct},
+        }
+
+
+class Progress:
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.started = time.monotonic()
+
+    def __call__(self, msg: str) -> None:
+        if self.enabled:
+            print(f"[{time.monotonic() - self.started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def size_label(n: int) -> str:
+    return format_size(n).replace(" ", "")
+
+
+def payloads(n: int, size: int, seed: int) -> list[bytes]:
+    rng = np.random.default_rng(seed)
+    return [rng.bytes(size) for _ in range(n)]
+
+
+def block_key(tag: str, i: int) -> bytes:
+    """64-byte keys, like the prefix-chain hashes clients use (hex of a 256-bit digest)."""
+    return uuid.uuid5(uuid.NAMESPACE_OID, f"{tag}/{i}").hex.encode() * 2
+
+
+async def run_concurrently(n: int, concurrency: int,
+                           op: Callable[[int], Awaitable[None]]) -> None:
+    """op(0..n-1), ``concurrency`` at a time, each worker taking the next index."""
+    it = iter(range(n))
+
+    async def worker() -> None:
+        for i in it:
+            await op(i)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+# ---- the direct baseline: one object per block, aiobotocore, the store's own Config ------------
+class Direct:
+    def __init__(self, server: BenchServer, bucket: str) -> None:
+        self.server = server
+        self.bucket = bucket
+        # identical botocore settings (pool, timeouts, no payload signing/checksums, path style)
+        self.config = S3Backend(S3Location(bucket, "", (server.url,)))._config
+        self._cm: Any = None
+        self.client: Any = None
+
+    async def __aenter__(self) -> Direct:
+        self._cm = get_session().create_client(
+            "s3", endpoint_url=self.server.url, region_name=self.server.region,
+            config=self.config)
+        self.client = await self._cm.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._cm.__aexit__(None, None, None)
+
+    async def put(self, key: str, data: bytes) -> None:
+        await self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
+
+    async def get(self, key: str) -> int:
+        resp = await self.client.get_object(Bucket=self.bucket, Key=key)
+        async with resp["Body"] as body:
+            data: bytes = await body.read()
+        return len(data)
+
+    async def warm(self, concurrency: int) -> None:
+        """Open the pool's connections before anything is timed."""
+        await asyncio.gather(*(self.put(f"warm/{i}", b"x") for i in range(concurrency)))
+        await asyncio.gather(*(self.get(f"warm/{i}") for i in range(concurrency)))
+
+    async def put_all(self, prefix: str, blocks: Sequence[bytes], concurrency: int) -> float:
+        async def op(i: int) -> None:
+            await self.put(f"{prefix}/{i}", blocks[i])
+
+        t0 = time.perf_counter()
+        await run_concurrently(len(blocks), concurrency, op)
+        return time.perf_counter() - t0
+
+    async def get_all(self, keys: Sequence[str], size: int, concurrency: int) -> float:
+        async def op(i: int) -> None:
+            n = await self.get(keys[i])
+            if n != size:
+                raise RuntimeError(f"direct GET {keys[i]}: {n} bytes, expected {size}")
+
+        t0 = time.perf_counter()
+        await run_concurrently(len(keys), concurrency, op)
+        return time.perf_counter() - t0
+
+    async def delete_prefix(self, prefix: str) -> None:
+        paginator = self.client.get_paginator("list_objects_v2")
+        keys: list[str] = []
+        async for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+            keys.extend(item["Key"] for item in page.get("Contents", []))
+        for i in range(0, len(keys), 1000):
+            await self.client.delete_objects(Bucket=self.bucket, Delete={
+                "Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
+
+
+# ---- the store side -------------------------------------------------------------------------
+def store_settings(profile: Profile) -> Settings:
+    return Settings.load({
+        "segment_size": profile.segment_size, "part_size": profile.part_size,
+        "max_block_size": min(64 * MiB, profile.segment_size // 2),
+        "sync_interval": 0, "node_id": "bench", "log_level": "warning",
+    }, env={})
+
+
+async def open_store(server: BenchServer, bucket: str, prefix: str,
+                     settings: Settings) -> BlockStore:
+    backend = await S3Backend(S3Location(bucket, prefix, (server.url,)),
+                              timeout=settings.backend_timeout).open()
+    store = await BlockStore.open(settings, backend=backend, prefix=prefix)
+    await store.create_namespace(NAMESPACE)
+    # open the backend's connections before anything is timed, as for the direct client
+    await asyncio.gather(*(backend.check() for _ in range(8)))
+    return store
+
+
+async def close_store(store: BlockStore) -> None:
+    await store.close()
+    await store.backend.close()  # type: ignore[attr-defined]
+
+
+@dataclass
+class StoreCounters:
+    backpressure_retries: int = 0
+
+
+async def store_put_all(store: BlockStore, keys: Sequence[bytes], blocks: Sequence[bytes],
+                        concurrency: int, counters: StoreCounters) -> float:
+    async def op(i: int) -> None:
+        while True:
+            try:
+                await store.put(NAMESPACE, keys[i], blocks[i])
+                return
+            except Backpressure:  # what a gateway client sees as 503 SlowDown: retry soon
+                counters.backpressure_retries += 1
+                await asyncio.sleep(0.02)
+
+    t0 = time.perf_counter()
+    await run_concurrently(len(keys), concurrency, op)
+    await store.flush()  # honest: every byte on the server before the clock stops
+    return time.perf_counter() - t0
+
+
+async def store_get_all(store: BlockStore, keys: Sequence[bytes], size: int,
+                        concurrency: int) -> float:
+    async def op(i: int) -> None:
+        data = await store.get(NAMESPACE, keys[i])
+        if data is None or len(data) != size:
+            raise RuntimeError(f"store GET {keys[i]!r}: miss or wrong size")
+
+    t0 = time.perf_counter()
+    await run_concurrently(len(keys), concurrency, op)
+    return time.perf_counter() - t0
+
+
+# ---- phases ---------------------------------------------------------------------------------
+async def block_phase(size: int, profile: Profile, server: BenchServer, bucket: str,
+                      direct: Direct, progress: Progress, seed: int
+                      ) -> tuple[Comparison, Comparison, dict[str, Any]]:
+    label = size_label(size)
+    n = max(1, profile.volume // size)
+    blocks = payloads(n, size, seed)
+    rng = np.random.default_rng(seed + 1)
+    put = Comparison(f"PUT {label}")
+    get = Comparison(f"GET {label}")
+    settings = store_settings(profile)
+    store = await open_store(server, bucket, f"store-{label}/", settings)
+    counters = StoreCounters()
+    try:
+        direct_keys: dict[int, list[str]] = {}
+        store_keys: dict[int, list[bytes]] = {}
+        for c in profile.concurrency:  # interleaved, so drift on the server hits both sides
+            prefix = f"direct-{label}/c{c}"
+            secs = await direct.put_all(prefix, blocks, c)
+            put.direct.append(Run("direct", c, n * size, secs))
+            progress(f"PUT {label} direct c={c}: {put.direct[-1].mib_s:8.1f} MiB/s "
+                     f"({n} objects)")
+            direct_keys[c] = [f"{prefix}/{i}" for i in range(n)]
+            keys = [block_key(f"{label}/c{c}", i) for i in range(n)]
+            secs = await store_put_all(store, keys, blocks, c, counters)
+            put.store.append(Run("store", c, n * size, secs))
+            progress(f"PUT {label} store  c={c}: {put.store[-1].mib_s:8.1f} MiB/s "
+                     f"(incl. flush; {store.stats.segments_sealed} segments sealed so far)")
+            store_keys[c] = keys
+        wa = store.stats.write_amplification
+        stats = store.stats.as_dict()
+        for c in profile.concurrency:
+            order = rng.permutation(n)
+            dkeys = [direct_keys[profile.concurrency[-1]][i] for i in order]
+            secs = await direct.get_all(dkeys, size, c)
+            get.direct.append(Run("direct", c, n * size, secs))
+            progress(f"GET {label} direct c={c}: {get.direct[-1].mib_s:8.1f} MiB/s")
+            skeys = [store_keys[profile.concurrency[-1]][i] for i in order]
+            secs = await store_get_all(store, skeys, size, c)
+            get.store.append(Run("store", c, n * size, secs))
+            progress(f"GET {label} store  c={c}: {get.store[-1].mib_s:8.1f} MiB/s")
+    finally:
+        await close_store(store)
+    extra = {"write_amplification": wa, "blocks_per_run": n,
+             "backpressure_retries": counters.backpressure_retries,
+             "segments_sealed": int(stats["segments_sealed"]),
+             "backend_bytes_written": int(stats["backend_bytes_written"]),
+             "bytes_accepted": int(stats["bytes_accepted"])}
+    return put, get, extra
+
+
+async def chain_phase(profile: Profile, server: BenchServer, bucket: str, direct: Direct,
+                      progress: Progress, seed: int) -> tuple[Comparison, dict[str, Any]]:
+    size, length, chains = profile.chain_block, profile.chain_length, profile.chains
+    label = size_label(size)
+    comp = Comparison(f"chain read {length}x{label}")
+    blocks = payloads(chains * length, size, seed)
+    settings = store_settings(profile)
+    store = await open_store(server, bucket, "store-chains/", settings)
+    try:
+        # chains written one after another, each block in sequence: contiguous in a segment
+        keys = [[block_key(f"chain{c}", i) for i in range(length)] for c in range(chains)]
+        flat = [k for chain in keys for k in chain]
+        await store_put_all(store, flat, blocks, 1, StoreCounters())
+        await direct.put_all("chains", blocks, 8)
+        dkeys = [[f"chains/{c * length + i}" for i in range(length)] for c in range(chains)]
+        progress(f"chains written: {chains} chains of {length} x {label} on each side")
+        total = chains * length * size
+        reads_before = store.stats.backend_reads
+        for c in profile.concurrency:
+            t0 = time.perf_counter()
+            for chain in dkeys:
+                await direct.get_all(chain, size, c)
+            comp.direct.append(Run("direct", c, total, time.perf_counter() - t0))
+            progress(f"chain read direct c={c}: {comp.direct[-1].mib_s:8.1f} MiB/s "
+                     f"({length} GETs per chain)")
+        t0 = time.perf_counter()
+        for chain in keys:
+            got = await store.get_many(NAMESPACE, chain)
+            if any(b is None or len(b) != size for b in got):
+                raise RuntimeError("store chain read: a miss")
+        comp.store.append(Run("store", 1, total, time.perf_counter() - t0))
+        gets = (store.stats.backend_reads - reads_before) / chains
+        progress(f"chain read store  get_many: {comp.store[-1].mib_s:8.1f} MiB/s "
+                 f"({gets:.1f} ranged GETs per chain)")
+    finally:
+        await close_store(store)
+    return comp, {"chain_backend_gets_per_chain": gets}
+
+
+_INDEX_CHILD = r"""
+import gc, hashlib, json, sys
+from s3kv.store.index import BlockIndex, Location
+
+def rss():
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+n, klen = int(sys.argv[1]), int(sys.argv[2])
+def key(i):
+    return hashlib.blake2b(i.to_bytes(8, "little"), digest_size=klen // 2).hexdigest().encode()
+gc.collect()
+idx = BlockIndex()
+before = rss()
+for i in range(n):
+    idx.put(1, key(i), Location(1 + i // 1000, (i % 1000) * 262144, 262144, 262144,
+                                i & 0xFFFFFFFF, 0, 1.7e9 + i))
+gc.collect()
+after = rss()
+assert len(idx) == n and idx.get(1, key(n // 2)).crc == (n // 2) & 0xFFFFFFFF
+print(json.dumps({"rss_delta": after - before, "entries": n, "key_bytes": len(key(0)),
+                  "array_bytes": idx.memory_bytes()}))
+"""
+
+
+def index_phase(entries: int, progress: Progress) -> dict[str, Any]:
+    progress(f"index: {entries:,} entries with {KEY_BYTES}-byte keys in a fresh subprocess")
+    out = subprocess.run([sys.executable, "-c", _INDEX_CHILD, str(entries), str(KEY_BYTES)],
+                         capture_output=True, text=True, check=False, timeout=900,
+                         cwd=str(Path(__file__).resolve().parent.parent))
+    if out.returncode != 0:
+        raise RuntimeError(f"index subprocess failed:\n{out.stderr[-2000:]}")
+    res: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    res["bytes_per_entry"] = res["rss_delta"] / entries
+    res["array_bytes_per_entry"] = res["array_bytes"] / entries
+    progress(f"index: {res['bytes_per_entry']:.1f} B/entry RSS delta "
+             f"({res['array_bytes_per_entry']:.1f} B/entry in its arrays)")
+    return res
+
+
+# ---- the run --------------------------------------------------------------------------------
+async def measure(server: BenchServer, profile: Profile, bucket: str, progress: Progress,
+                  seed: int) -> dict[str, Any]:
+    progress(f"server {server.name} at {server.url}; bucket {bucket}")
+    loc = S3Location(bucket, "", (server.url,))
+    admin = await S3Backend(loc).open()
+    try:
+        await admin.ensure_bucket()
+    finally:
+        await admin.close()
+    results: dict[str, Any] = {}
+    comps: dict[str, Comparison] = {}
+    async with Direct(server, bucket) as direct:
+        await direct.warm(max(profile.concurrency))
+        for i, size in enumerate(profile.block_sizes):
+            put, get, extra = await block_phase(size, profile, server, bucket, direct,
+                                                progress, seed + 10 * i)
+            label = size_label(size)
+            comps[f"put_{label}"], comps[f"get_{label}"] = put, get
+            results[f"store_{label}"] = extra
+        chain, chain_extra = await chain_phase(profile, server, bucket, direct, progress,
+                                               seed + 100)
+        comps["chain_read"] = chain
+        results["chain"] = chain_extra
+        if server.kind == "external":  # a server we started is removed with its data dir
+            progress("removing the benchmark's objects")
+            for prefix in ("direct-", "store-", "chains/", "warm/"):
+                await direct.delete_prefix(prefix)
+    results["comparisons"] = {k: v.as_dict() for k, v in comps.items()}
+    return {"comps": comps, **results}
+
+
+def build_report(server: BenchServer, profile: Profile, measured: dict[str, Any],
+                 index: dict[str, Any], elapsed: float) -> dict[str, Any]:
+    comps: dict[str, Comparison] = measured["comps"]
+    small = size_label(profile.block_sizes[0])
+    large = size_label(profile.block_sizes[-1])
+    out: dict[str, Any] = {
+        "put_ratio_256KiB": comps[f"put_{small}"].ratio,
+        "put_ratio_2MiB": comps[f"put_{large}"].ratio,
+        "chain_read_ratio": comps["chain_read"].ratio,
+        "index_bytes_per_entry": index["bytes_per_entry"],
+        "write_amplification": measured[f"store_{small}"]["write_amplification"],
+        "get_ratio_256KiB": comps[f"get_{small}"].ratio,
+        "get_ratio_2MiB": comps[f"get_{large}"].ratio,
+        "server": server.name,
+        "endpoint": server.url,
+        "profile": {**{k: v for k, v in asdict(profile).items()},
+                    "segment_size_h": size_label(profile.segment_size),
+                    "part_size_h": size_label(profile.part_size),
+                    "volume_h": size_label(profile.volume)},
+        "comparisons": measured["comparisons"],
+        "store": {k: v for k, v in measured.items() if k.startswith("store_")},
+        "chain": measured["chain"],
+        "index": index,
+        "targets": {k: f"{op} {v}" for k, (op, v) in TARGETS.items()},
+        "elapsed_s": round(elapsed, 1),
+    }
+    for key in TARGETS:
+        out[key] = round(float(out[key]), 4)
+    out["get_ratio_256KiB"] = round(out["get_ratio_256KiB"], 4)
+    out["get_ratio_2MiB"] = round(out["get_ratio_2MiB"], 4)
+    return out
+
+
+def meets(key: str, value: float) -> str:
+    op, target = TARGETS[key]
+    ok = value >= target if op == ">=" else value <= target
+    return f"{op} {target:g}  {'ok' if ok else 'MISSED'}"
+
+
+def render_text(report: dict[str, Any]) -> str:
+    p = report["profile"]
+    lines = [
+        f"s3kv block store packing benchmark - server {report['server']} at "
+        f"{report['endpoint']}",
+        f"segments {p['segment_size_h']}, parts {p['part_size_h']}, {p['volume_h']} of blocks "
+        f"per timed PUT run, concurrency {'/'.join(map(str, p['concurrency']))} (best counts), "
+        f"chains {p['chains']} x {p['chain_length']} blocks",
+        "",
+        f"{'':26}{'store MiB/s':>13}{'direct MiB/s':>14}{'ratio':>8}  target",
+    ]
+    rows = [("put_256KiB", "PUT 256 KiB (incl. flush)", "put_ratio_256KiB"),
+            ("get_256KiB", "GET 256 KiB", None),
+            ("put_2MiB", "PUT 2 MiB (incl. flush)", "put_ratio_2MiB"),
+            ("get_2MiB", "GET 2 MiB", None),
+            ("chain_read", f"chain read {p['chain_length']} x 256 KiB", "chain_read_ratio")]
+    for comp_key, title, target_key in rows:
+        c = report["comparisons"].get(comp_key)
+        if c is None:
+            continue
+        target = meets(target_key, report[target_key]) if target_key else ""
+        lines.append(f"{title:26}{c['store_mib_s']:>9.1f} c{c['store_best_concurrency']:<2}"
+                     f"{c['direct_mib_s']:>10.1f} c{c['direct_best_concurrency']:<2}"
+                     f"{c['ratio']:>8.2f}  {target}")
+    idx = report["index"]
+    lines += [
+        "",
+        f"index bytes per entry      {report['index_bytes_per_entry']:8.1f}   "
+        f"({idx['entries']:,} entries, {idx['key_bytes']}-byte keys, RSS delta; "
+        f"{idx['array_bytes_per_entry']:.1f} in arrays)   "
+        f"{meets('index_bytes_per_entry', report['index_bytes_per_entry'])}",
+        f"write amplification        {report['write_amplification']:8.4f}   "
+        f"(256 KiB blocks, after flush)   "
+        f"{meets('write_amplification', report['write_amplification'])}",
+        f"elapsed {report['elapsed_s']} s",
+    ]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Block store vs one object per block, side by side against one S3 server: "
+        "PUT/GET throughput ratios (256 KiB and 2 MiB blocks), prefix-chain read ratio, index "
+        "bytes per entry and write amplification. Targets (issue 2, not asserted): PUT 256 KiB "
+        ">= 2x, PUT 2 MiB >= 1x, chain read >= 2x, index <= 160 B/entry, WA <= 1.02.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_server_arguments(parser)
+    parser.add_argument("--bucket", default=None,
+                        help="bucket to use (created if missing) [default: a fresh "
+                        "s3kv-packing-<random> bucket]")
+    parser.add_argument("--json", action="store_true",
+                        help="print exactly one JSON object on stdout instead of the text report")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"tiny profile for smoke tests (moto-friendly): {QUICK.volume // MiB}"
+                        f" MiB per run, {QUICK.segment_size // MiB} MiB segments, "
+                        f"{QUICK.chains} chains of {QUICK.chain_length}, "
+                        f"{QUICK.index_entries:,} index entries")
+    parser.add_argument("--volume", metavar="SIZE", default=None,
+                        help=f"block bytes per timed PUT run [default: {size_label(FULL.volume)}"
+                        f"; --quick {size_label(QUICK.volume)}]")
+    parser.add_argument("--segment-size", metavar="SIZE", default=None,
+                        help=f"store segment size [default: {size_label(FULL.segment_size)}]")
+    parser.add_argument("--part-size", metavar="SIZE", default=None,
+                        help=f"store multipart part size [default: {size_label(FULL.part_size)}]")
+    parser.add_argument("--chains", type=int, metavar="N", default=None,
+                        help=f"prefix chains read per side [default: {FULL.chains}]")
+    parser.add_argument("--chain-length", type=int, metavar="N", default=None,
+                        help=f"blocks per prefix chain [default: {FULL.chain_length}]")
+    parser.add_argument("--index-entries", type=int, metavar="N", default=None,
+                        help=f"entries in the index memory measurement "
+                        f"[default: {FULL.index_entries:,}]")
+    parser.add_argument("--concurrency", metavar="LIST", default=None,
+                        help="comma-separated concurrencies; the best counts on each side "
+                        "[default: 1,8]")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the random block payloads")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress lines on stderr")
+    args = parser.parse_args(argv)
+    if args.endpoint and args.server != "s3rver":
+        parser.error("--endpoint and --server are alternatives")
+    return args
+
+
+def profile_from_args(args: argparse.Namespace) -> Profile:
+    p = QUICK if args.quick else FULL
+    over: dict[str, Any] = {}
+    for name in ("volume", "segment_size", "part_size"):
+        if getattr(args, name) is not None:
+            over[name] = parse_size(getattr(args, name))
+    for name in ("chains", "chain_length", "index_entries"):
+        if getattr(args, name) is not None:
+            over[name] = getattr(args, name)
+    if args.concurrency:
+        over["concurrency"] = tuple(int(x) for x in args.concurrency.split(",") if x.strip())
+    p = replace(p, **over)
+    if min(p.chains, p.chain_length, p.index_entries, *p.concurrency) < 1:
+        raise ValueError("--chains, --chain-length, --index-entries and --concurrency must "
+                         "be >= 1")
+    store_settings(p)  # validates segment/part sizes
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    configure_logging("console", "warning")
+    try:
+        profile = profile_from_args(args)
+    except (ValueError, S3KVError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    progress = Progress(not args.no_progress)
+    bucket = args.bucket or f"s3kv-packing-{os.urandom(4).hex()}"
+    started = time.monotonic()
+    try:
+        index = index_phase(profile.index_entries, progress)
+        with server_from_args(args) as server:
+            measured = asyncio.run(measure(server, profile, bucket, progress, args.seed))
+    except (ServerError, S3KVError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    report = build_report(server, profile, measured, index, time.monotonic() - started)
+    if args.json:
+        print(json.dumps(report, sort_keys=False))
+    else:
+        print(render_text(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,312 @@
+"""S3 servers for benchmarks: s3rver (npm), moto, or an endpoint that is already running.
+
+    from benchmarks.servers import bench_server
+
+    with bench_server("s3rver") as server:      # or "moto", or endpoint="http://host:9000"
+        client = session.create_client("s3", **server.client_kwargs())
+        ...
+
+``bench_server`` starts the server on a free loopback port, waits until it answers HTTP, yields a
+:class:`BenchServer` (URL, credentials, server name) and always stops the process and removes its
+data directory, also on errors and Ctrl-C. While the block is active the standard AWS variables
+(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``) are set to the
+server's credentials, so code that uses the default credential chain (``S3Backend``, boto3)
+signs for it; they are restored on exit. For an existing ``endpoint`` the credentials come from
+the environment as for any S3 tool, and the environment is left alone.
+
+Why s3rver by default (DESIGN.md, "Testing"): it is disk-backed, stays around 100-130 MiB of
+memory and serves ranged GETs without reading the whole object, where moto keeps bodies in
+memory and reads a whole object per range. moto is the faithful one (real error codes and
+part-size rules) and is here for small runs and CI.
+
+s3rver is installed on demand with ``npm install --prefix benchmarks/.node s3rver@3.7.1`` (the
+directory is gitignored) and run with ``node``. It accepts AWS Signature V4 without verifying
+it (its V4 verification is unimplemented) but looks the access key up in its account registry,
+so clients must sign with its built-in key pair ``S3RVER``/``S3RVER``; we also pass
+``--allow-mismatched-signatures`` and ``--no-vhost-buckets`` so path-style requests from botocore
+are never mistaken for virtual-host ones.
+
+Command line (for a manual session; Ctrl-C stops it)::
+
+    python benchmarks/servers.py --server s3rver
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+HOST = "127.0.0.1"
+REGION = "us-east-1"
+KINDS = ("s3rver", "moto")
+S3RVER_VERSION = "3.7.1"
+S3RVER_ACCESS_KEY = "S3RVER"
+S3RVER_SECRET_KEY = "S3RVER"
+MOTO_ACCESS_KEY = "testing"
+MOTO_SECRET_KEY = "testing"
+#: where s3rver is installed (``npm install --prefix``); gitignored
+DEFAULT_NODE_DIR = Path(__file__).resolve().parent / ".node"
+
+# moto keeps request bodies alive until a full GC; collect every 2 s (DESIGN.md, "Testing").
+_MOTO_BOOT = """
+import gc, sys, threading, time
+def _collect():
+    while True:
+        time.sleep(2.0)
+        gc.collect()
+threading.Thread(target=_collect, daemon=True).start()
+from moto.server import main
+main(["-H", sys.argv[1], "-p", sys.argv[2]])
+"""
+
+
+class ServerError(RuntimeError):
+    """A benchmark server could not be installed or started."""
+
+
+@dataclass(frozen=True)
+class BenchServer:
+    """A running S3 endpoint and how to sign for it."""
+
+    url: str
+    kind: str  # "s3rver", "moto" or "external"
+    access_key: str | None = None  # None: the default credential chain (external endpoints)
+    secret_key: str | None = None
+    region: str = REGION
+    pid: int | None = None  # of the server process we started
+    data_dir: str | None = None  # s3rver's on-disk store
+    log_path: str | None = None
+
+    @property
+    def name(self) -> str:
+        """How figures name the server: ``s3rver 3.7.1``, ``moto 5.x`` or the URL."""
+        if self.kind == "s3rver":
+            return f"s3rver {S3RVER_VERSION}"
+        if self.kind == "moto":
+            try:
+                import moto
+
+                return f"moto {moto.__version__}"
+            except ImportError:  # pragma: no cover - moto is a test dependency
+                return "moto"
+        return self.url
+
+    def env(self) -> dict[str, str]:
+        """The AWS variables a client process needs to sign for this server."""
+        out = {"AWS_DEFAULT_REGION": self.region}
+        if self.access_key is not None and self.secret_key is not None:
+            out["AWS_ACCESS_KEY_ID"] = self.access_key
+            out["AWS_SECRET_ACCESS_KEY"] = self.secret_key
+        return out
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``session.create_client("s3", **kwargs)`` (boto3/aiobotocore)."""
+        kwargs: dict[str, Any] = {"endpoint_url": self.url, "region_name": self.region}
+        if self.access_key is not None and self.secret_key is not None:
+            kwargs["aws_access_key_id"] = self.access_key
+            kwargs["aws_secret_access_key"] = self.secret_key
+        return kwargs
+
+
+def free_port(host: str = HOST) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def ensure_s3rver(node_dir: Path = DEFAULT_NODE_DIR, *, quiet: bool = True) -> Path:
+    """The path of s3rver's ``bin/s3rver.js``, installing it with npm first if needed."""
+    script = node_dir / "node_modules" / "s3rver" / "bin" / "s3rver.js"
+    if script.is_file():
+        return script
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        raise ServerError("s3rver needs Node.js and npm on PATH (or use --server moto, or "
+                          "--endpoint URL for a running S3 server)")
+    node_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [npm, "install", "--prefix", str(node_dir), "--no-audit", "--no-fund",
+           "--no-save", "--loglevel=error", f"s3rver@{S3RVER_VERSION}"]
+    if not quiet:
+        print(f"installing s3rver {S3RVER_VERSION} into {node_dir} ...", file=sys.stderr)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    if proc.returncode != 0 or not script.is_file():
+        raise ServerError(f"npm install of s3rver failed (exit {proc.returncode}):\n"
+                          f"{proc.stderr.strip()[-2000:]}")
+    return script
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float, log_path: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ServerError(f"server exited at start (code {proc.returncode}); see {log_path}:"
+                              f"\n{_tail(log_path)}")
+        try:
+            with urllib.request.urlopen(url + "/", timeout=1):
+                return
+        except urllib.error.HTTPError:
+            return  # it answers HTTP (an S3 error document is an answer)
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.1)
+    raise ServerError(f"server did not answer on {url} within {timeout:.0f} s; see {log_path}")
+
+
+def _tail(path: str, n: int = 2000) -> str:
+    try:
+        return Path(path).read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the server's process group, SIGKILL after 10 s; always reaps it."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@contextlib.contextmanager
+def _patched_env(values: Mapping[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def bench_server(kind: str = "s3rver", *, endpoint: str | None = None, set_env: bool = True,
+                 node_dir: Path = DEFAULT_NODE_DIR, data_dir: str | None = None,
+                 startup_timeout: float = 60.0) -> Iterator[BenchServer]:
+    """Start (or, with ``endpoint``, just name) an S3 server for the duration of the block.
+
+    ``kind`` is ``s3rver`` or ``moto``; ignored when ``endpoint`` is given. ``data_dir`` is the
+    parent directory for s3rver's store (default: the system temp dir, which must be on disk,
+    not tmpfs, for runs of a few GiB). ``set_env`` puts the server's credentials in the AWS
+    variables while the block runs.
+    """
+    if endpoint:
+        yield BenchServer(endpoint.rstrip("/"), "external",
+                          region=os.environ.get("AWS_DEFAULT_REGION", REGION))
+        return
+    if kind not in KINDS:
+        raise ServerError(f"unknown server kind {kind!r}: use one of {', '.join(KINDS)}")
+    port = free_port()
+    url = f"http://{HOST}:{port}"
+    store_dir: str | None = None
+    log = tempfile.NamedTemporaryFile(prefix=f"bench-{kind}-", suffix=".log",  # noqa: SIM115
+                                      delete=False)
+    if kind == "s3rver":
+        script = ensure_s3rver(node_dir, quiet=False)
+        store_dir = tempfile.mkdtemp(prefix="s3rver-", dir=data_dir)
+        argv = ["node", str(script), "--directory", store_dir, "--address", HOST,
+                "--port", str(port), "--silent", "--no-vhost-buckets",
+                "--allow-mismatched-signatures"]
+        server = BenchServer(url, kind, S3RVER_ACCESS_KEY, S3RVER_SECRET_KEY,
+                             data_dir=store_dir, log_path=log.name)
+    else:
+        argv = [sys.executable, "-c", _MOTO_BOOT, HOST, str(port)]
+        server = BenchServer(url, kind, MOTO_ACCESS_KEY, MOTO_SECRET_KEY, log_path=log.name)
+    env = dict(os.environ)
+    env.setdefault("TMPDIR", tempfile.gettempdir())
+    proc: subprocess.Popen[bytes] | None = None
+    failed = True
+    try:
+        # own session: a Ctrl-C in the terminal reaches us, and we stop the server in order
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        server = BenchServer(server.url, server.kind, server.access_key, server.secret_key,
+                             server.region, proc.pid, server.data_dir, server.log_path)
+        _wait_ready(url, proc, startup_timeout, log.name)
+        with _patched_env(server.env()) if set_env else contextlib.nullcontext():
+            yield server
+        failed = False
+    finally:
+        if proc is not None:
+            _stop(proc)
+        log.close()
+        if not failed:  # kept after a failure: error messages point at it
+            with contextlib.suppress(OSError):
+                os.unlink(log.name)
+        if store_dir is not None:
+            shutil.rmtree(store_dir, ignore_errors=True)
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--server``, ``--endpoint``, ``--node-dir`` and ``--data-dir``, as every benchmark has."""
+    parser.add_argument("--server", choices=KINDS, default="s3rver",
+                        help="S3 server to start on a free loopback port: s3rver (npm, "
+                        "installed on demand; disk-backed, cheap ranged GETs) or moto (PyPI; "
+                        "faithful errors, in-memory) [default: s3rver]")
+    parser.add_argument("--endpoint", metavar="URL", default=None,
+                        help="use this running S3 endpoint instead of starting a server "
+                        "(credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)")
+    parser.add_argument("--node-dir", metavar="DIR", type=Path, default=DEFAULT_NODE_DIR,
+                        help=f"npm prefix where s3rver is installed [default: {DEFAULT_NODE_DIR}]")
+    parser.add_argument("--data-dir", metavar="DIR", default=None,
+                        help="parent directory of s3rver's on-disk store, which is removed "
+                        "afterwards (must be on disk) [default: the system temp dir]")
+
+
+def server_from_args(args: argparse.Namespace) -> contextlib.AbstractContextManager[BenchServer]:
+    """``bench_server`` for the flags added by :func:`add_server_arguments`."""
+    return bench_server(args.server, endpoint=args.endpoint, node_dir=args.node_dir,
+                        data_dir=args.data_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Run a benchmark S3 server on a free loopback port until Ctrl-C; prints "
+        "its endpoint and the AWS variables to sign with.")
+    add_server_arguments(parser)
+    args = parser.parse_args(argv)
+    stop: list[int] = []
+
+    def _on_signal(signum: int, _frame: object) -> None:
+        stop.append(signum)
+
+    try:
+        with server_from_args(args) as server:
+            out: IO[str] = sys.stdout
+            print(f"{server.name} at {server.url} (pid {server.pid})", file=out)
+            for k, v in server.env().items():
+                print(f"export {k}={v}", file=out)
+            out.flush()
+            signal.signal(signal.SIGTERM, _on_signal)
+            signal.signal(signal.SIGINT, _on_signal)
+            while not stop:
+                time.sleep(0.2)
+    except ServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
