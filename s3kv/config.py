@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from s3kv.errors import ConfigError
+from s3kv.errors import ConfigError, S3KVError
 from s3kv.sizes import GiB, KiB, MiB, parse_size
 
 ENV_PREFIX = "S3KV_"
@@ -91,6 +91,10 @@ class Settings:
     max_request_memory: int = setting(512 * MiB, "request bodies and staged multipart parts "
                                       "held at once; past it writes get 503 SlowDown", "size",
                                       metavar="SIZE")
+    default_codec: str = setting("none", "codec of namespaces created without an x-s3kv-codec "
+                                 "header: none, zstd[:level=N,shuffle=0|1] or "
+                                 "kvq:bits=B,dtype=float16|bfloat16,head_dim=D (lossy)",
+                                 metavar="SPEC")
     max_open_segments: int = setting(2, "segments held in memory at once (open + sealing); "
                                      "bounds write-path memory", "int", metavar="N")
     max_parts_in_flight: int = setting(4, "multipart part uploads in flight at once", "int",
@@ -176,6 +180,12 @@ class Settings:
         return settings
 
     def validate(self) -> None:
+        from s3kv.store.codecs import parse_codec_spec
+
+        try:
+            parse_codec_spec(self.default_codec)
+        except S3KVError as exc:
+            raise ConfigError(f"default_codec: {exc}") from None
         if self.part_size < 1 or self.segment_size % self.part_size:
             raise ConfigError(
                 f"segment_size ({self.segment_size}) must be a multiple of part_size "

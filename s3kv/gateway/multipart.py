@@ -20,6 +20,7 @@ from s3kv.gateway.s3xml import (
     parse_complete_multipart_upload,
 )
 from s3kv.gateway.state import GatewayState
+from s3kv.store.codecs import CodecSpec, codec_from_headers
 
 XML = "application/xml"
 MIN_PART = 5 * 1024 * 1024
@@ -30,6 +31,7 @@ UPLOAD_TTL = 3600.0
 class Upload:
     bucket: str
     key: bytes
+    codec: CodecSpec | None = None  # declared at CreateMultipartUpload
     created: float = field(default_factory=time.monotonic)
     parts: dict[int, tuple[bytes, str, int]] = field(default_factory=dict)  # data, etag, budget
 
@@ -76,7 +78,8 @@ async def create(request: web.Request, st: GatewayState, t: Target) -> web.Strea
     ups = uploads_of(request)
     ups.expire(st)
     upload_id = uuid.uuid4().hex
-    ups.active[upload_id] = Upload(t.bucket, key)
+    codec = codec_from_headers(request.headers, st.store.namespace_codecs[t.bucket])
+    ups.active[upload_id] = Upload(t.bucket, key, codec)
     return web.Response(body=initiate_multipart_upload(t.bucket, t.key, upload_id),
                         content_type=XML)
 
@@ -143,7 +146,7 @@ async def complete(request: web.Request, st: GatewayState, t: Target, upload_id:
     if len(data) > st.settings.max_block_size:
         raise RequestError("EntityTooLarge", "The upload exceeds the gateway's max block size.")
     durable = request.headers.get("x-s3kv-durability", "").lower() == "sealed"
-    await st.store.put(t.bucket, up.key, data, durable=durable)
+    await st.store.put(t.bucket, up.key, data, durable=durable, codec=up.codec)
     ups.drop(upload_id, st)
     etag = f'"{md5s.hexdigest()}-{len(listed)}"'
     return web.Response(body=complete_multipart_upload(f"/{t.bucket}/{t.key}", t.bucket, t.key,

@@ -24,6 +24,7 @@ from s3kv.gateway import ops
 from s3kv.gateway.bodies import read_body, read_small
 from s3kv.gateway.requests import validate_key
 from s3kv.gateway.state import GatewayState, state_of
+from s3kv.store.codecs import codec_from_headers
 
 FRAMES = "application/x-s3kv-frames"
 MAX_BATCH_KEYS = 4096
@@ -116,6 +117,7 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
     ns = request.match_info["ns"]
     st.store.ns_id(ns)
     durable = request.headers.get("x-s3kv-durability", "").lower() == "sealed"
+    codec = codec_from_headers(request.headers, st.store.namespace_codecs[ns])
     limit = min(st.settings.max_request_memory // 2, 64 * st.settings.max_block_size)
     body = await read_body(request, st, limit)
     try:
@@ -123,7 +125,7 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
         for _, d in items:
             if len(d) > st.settings.max_block_size:
                 raise RequestError("EntityTooLarge", "a block exceeds the max block size")
-        metas = [await st.store.put(ns, k, d) for k, d in items]
+        metas = [await st.store.put(ns, k, d, codec=codec) for k, d in items]
     finally:
         st.budget.release(body.reserved)
     if durable:

@@ -25,6 +25,7 @@ from s3kv.gateway.s3xml import (
     list_buckets as render_buckets,
 )
 from s3kv.gateway.state import GatewayState
+from s3kv.store.codecs import HEADER_CODEC
 
 XML = "application/xml"
 RESERVED = {"healthz", "readyz", "metrics"}
@@ -83,8 +84,7 @@ async def create_bucket(request: web.Request, st: GatewayState, t: Target) -> we
     if t.bucket in RESERVED:
         raise RequestError("InvalidBucketName", f"{t.bucket!r} is reserved by the gateway's "
                            "operations endpoints.")
-    codec = request.headers.get("x-s3kv-codec", "none")
-    await st.store.create_namespace(t.bucket, codec)
+    await st.store.create_namespace(t.bucket, request.headers.get(HEADER_CODEC))
     return web.Response(headers={"Location": f"/{t.bucket}"})
 
 

@@ -13,6 +13,7 @@ from s3kv.gateway.bodies import read_body
 from s3kv.gateway.requests import Target, parse_range, validate_key
 from s3kv.gateway.s3_buckets import etag_of
 from s3kv.gateway.state import GatewayState
+from s3kv.store.codecs import codec_from_headers
 from s3kv.store.store import BlockMeta
 
 #: bodies larger than this are written in slices of this size (aiohttp is far faster so)
@@ -57,9 +58,10 @@ async def put_object(request: web.Request, st: GatewayState, t: Target) -> web.S
     key = validate_key(t.key)
     st.store.ns_id(t.bucket)  # NoSuchBucket before reading a byte
     durable = _durable(request)
+    codec = codec_from_headers(request.headers, st.store.namespace_codecs[t.bucket])
     body = await read_body(request, st, st.settings.max_block_size)
     try:
-        meta = await st.store.put(t.bucket, key, body.data, durable=durable)
+        meta = await st.store.put(t.bucket, key, body.data, durable=durable, codec=codec)
     finally:
         st.budget.release(body.reserved)
     headers = {"ETag": etag_of(meta.crc, meta.size)}

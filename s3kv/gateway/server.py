@@ -12,6 +12,7 @@ import signal
 import sys
 
 from aiohttp import web
+from threadpoolctl import threadpool_limits
 
 from s3kv.config import Settings
 from s3kv.errors import ConfigError
@@ -55,6 +56,9 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     if not settings.access_key:
         log.warning("gateway.unauthenticated", detail="no S3KV_ACCESS_KEY/S3KV_SECRET_KEY: "
                     "serving without authentication on loopback only")
+    # kvq's matmuls are small: BLAS threads cost more than they give, and codec work already
+    # runs in worker threads beside the event loop
+    threadpool_limits(1)
     store = await BlockStore.open(settings)
     app = make_app(store, settings)
     app[UPLOADS] = Uploads()

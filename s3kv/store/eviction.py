@@ -81,8 +81,8 @@ class Evictor:
             name = next((n for n, i in store.namespaces.items() if i == nid), None)
             if name is None:
                 continue
-            data = await store.get(name, key)
-            if data is None or store.index.get(nid, key) is None:
+            data = (await store.get_many(name, [key], decode=False))[0]
+            if data is None:
                 continue
             if store.index.get(nid, key) != loc:
                 continue  # overwritten meanwhile

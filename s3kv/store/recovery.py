@@ -18,9 +18,10 @@ import time
 from typing import TYPE_CHECKING
 
 from s3kv.backends.base import ObjectInfo
-from s3kv.errors import BackendError, IntegrityError
+from s3kv.errors import BackendError, IntegrityError, InvalidInput
 from s3kv.log import get_logger
 from s3kv.store import layout
+from s3kv.store.codecs import parse_codec_spec
 from s3kv.store.index import Location
 from s3kv.store.segments import (
     SegmentState,
@@ -140,9 +141,9 @@ class Recovery:
             try:
                 record = json.loads(await self.backend.get_object(obj.key))
                 self.store._register_namespace(str(record["name"]),
-                                               str(record.get("codec", "none")),
+                                               parse_codec_spec(str(record.get("codec", "none"))),
                                                float(record.get("created_at", 0.0)))
-            except (ValueError, KeyError, BackendError) as exc:
+            except (ValueError, KeyError, BackendError, InvalidInput) as exc:
                 log.warning("namespace.unreadable", key=obj.key, error=str(exc))
 
     async def _abort_orphans(self) -> None:

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 class StoreStats:
     blocks_put: int = 0
     bytes_accepted: int = 0  # block bytes clients wrote (before codecs)
+    bytes_stored: int = 0  # the same blocks after codecs
     backend_bytes_written: int = 0  # segment parts + sidecars + namespace records
     compaction_bytes: int = 0  # block bytes rewritten by compaction (included above)
     gets: int = 0

@@ -18,6 +18,7 @@ from s3kv.backends.base import Backend
 from s3kv.config import Settings
 from s3kv.errors import (
     BackendError,
+    IntegrityError,
     InvalidInput,
     InvalidNamespace,
     NamespaceExists,
@@ -28,6 +29,7 @@ from s3kv.errors import (
 )
 from s3kv.log import get_logger
 from s3kv.store import layout
+from s3kv.store.codecs import NONE_ID, CodecSpec, codec_for, decode_any, parse_codec_spec
 from s3kv.store.dram import DramCache
 from s3kv.store.index import BlockIndex, Location
 from s3kv.store.reader import plan_reads
@@ -80,7 +82,7 @@ class BlockStore:
         self.segments = SegmentTable()
         self.dram = DramCache(settings.dram_cache)
         self.namespaces: dict[str, int] = {}
-        self.namespace_codecs: dict[str, str] = {}
+        self.namespace_codecs: dict[str, CodecSpec] = {}
         self.namespace_created: dict[str, float] = {}
         self.writer = SegmentWriter(backend, prefix, settings, self.segments, self.stats,
                                     self._segment_failed)
@@ -137,24 +139,30 @@ class BlockStore:
             raise NamespaceNotFound(f"namespace {name!r} does not exist")
         return nid
 
-    def _register_namespace(self, name: str, codec: str = "none",
+    def _register_namespace(self, name: str, codec: CodecSpec | None = None,
                             created_at: float = 0.0) -> int:
         if name not in self.namespaces:
             self.namespaces[name] = max(self.namespaces.values(), default=0) + 1
-            self.namespace_codecs[name] = codec
+            self.namespace_codecs[name] = codec or CodecSpec()
             self.namespace_created[name] = created_at
         return self.namespaces[name]
 
-    async def create_namespace(self, name: str, codec: str = "none") -> None:
+    async def create_namespace(self, name: str, codec: str | CodecSpec | None = None) -> None:
+        """Create a namespace with its default codec (``none``, ``zstd:level=3``, ``kvq:...``:
+        a lossy codec only ever applies to a namespace created with it)."""
         validate_namespace(name)
         if name in self.namespaces:
             raise NamespaceExists(f"namespace {name!r} already exists")
+        if codec is None:
+            codec = self.settings.default_codec
+        spec = parse_codec_spec(codec) if isinstance(codec, str) else codec
         created = time.time()
-        record = json.dumps({"name": name, "codec": codec, "created_at": created}).encode()
+        record = json.dumps({"name": name, "codec": spec.render(),
+                             "created_at": created}).encode()
         await self.writer.retry.run(lambda: self.backend.put_object(
             f"{self.prefix}namespaces/{name}.json", record))
         self.stats.backend_bytes_written += len(record)
-        self._register_namespace(name, codec, created)
+        self._register_namespace(name, spec, created)
 
     async def delete_namespace(self, name: str) -> None:
         nid = self.ns_id(name)
@@ -172,28 +180,39 @@ class BlockStore:
 
     # ---- writes -------------------------------------------------------------------------
     async def put(self, namespace: str, key: bytes, data: bytes | memoryview, *,
-                  durable: bool = False, crc: int | None = None) -> BlockMeta:
+                  durable: bool = False, codec: CodecSpec | None = None) -> BlockMeta:
         """Store a block. Write-back by default; ``durable`` waits until its segment is sealed.
 
-        Raises TooLarge, NamespaceNotFound, InvalidInput, or Backpressure (retry later).
+        ``codec``: this block's codec (the gateway derives it from the namespace's and the
+        request's declarations); None: the namespace's. Encoding runs off the event loop.
+        Raises TooLarge, NamespaceNotFound, InvalidInput (a block that does not fit the
+        declared shape), or Backpressure (retry later).
         """
         nid = self.ns_id(namespace)
         self._check_key(key)
-        if len(data) > self.settings.max_block_size:
-            raise TooLarge(f"block of {len(data)} bytes is over max_block_size "
+        raw_len = len(data)
+        if raw_len > self.settings.max_block_size:
+            raise TooLarge(f"block of {raw_len} bytes is over max_block_size "
                            f"({self.settings.max_block_size})")
-        if crc is None:
-            crc = await checksum_async(data)
-        entry = layout.Entry(namespace, key, 0, len(data), len(data), crc, 0, 0.0)
-        seg, placed = await self.writer.append(entry, data)
-        self._index_put(nid, key, Location(seg.info.seg_id, placed.offset, len(data), len(data),
-                                           crc, 0, placed.written_at))
+        spec = codec or self.namespace_codecs[namespace]
+        codec_id = NONE_ID
+        stored: bytes | memoryview = data
+        if spec.name != "none":
+            impl = codec_for(spec)
+            stored = await asyncio.to_thread(impl.encode, data)
+            codec_id = impl.codec_id
+        crc = await checksum_async(stored)
+        entry = layout.Entry(namespace, key, 0, len(stored), raw_len, crc, codec_id, 0.0)
+        seg, placed = await self.writer.append(entry, stored)
+        self._index_put(nid, key, Location(seg.info.seg_id, placed.offset, len(stored), raw_len,
+                                           crc, codec_id, placed.written_at))
         self.dram.invalidate(nid, key)
         self.stats.blocks_put += 1
-        self.stats.bytes_accepted += len(data)
+        self.stats.bytes_accepted += raw_len
+        self.stats.bytes_stored += len(stored)
         if durable:
             await seg.done
-        return BlockMeta(key, len(data), crc, placed.written_at, 0)
+        return BlockMeta(key, raw_len, crc, placed.written_at, codec_id)
 
     def _index_put(self, nid: int, key: bytes, loc: Location) -> None:
         old = self.index.put(nid, key, loc)
@@ -261,8 +280,11 @@ class BlockStore:
         """The block's bytes, or None on a miss (absent, evicted, corrupt, backend down)."""
         return (await self.get_many(namespace, [key]))[0]
 
-    async def get_many(self, namespace: str, keys: Sequence[bytes]) -> list[bytes | None]:
-        """Several blocks; adjacent blocks of one segment come from one ranged GET."""
+    async def get_many(self, namespace: str, keys: Sequence[bytes], *,
+                       decode: bool = True) -> list[bytes | None]:
+        """Several blocks; adjacent blocks of one segment come from one ranged GET.
+
+        ``decode=False`` returns the stored (encoded) bytes, verified (for compaction)."""
         nid = self.ns_id(namespace)
         out: list[bytes | None] = [None] * len(keys)
         wanted: list[tuple[int, Location]] = []
@@ -271,7 +293,7 @@ class BlockStore:
             loc = self.index.get(nid, key)
             if loc is None:
                 continue
-            cached = self.dram.get(nid, key) if self.dram.enabled else None
+            cached = self.dram.get(nid, key) if self.dram.enabled and decode else None
             if cached is not None:
                 self.stats.dram_hits += 1
                 out[pos] = cached
@@ -280,7 +302,7 @@ class BlockStore:
                 self.stats.dram_misses += 1
             mem = self.writer.read(loc.segment, loc.offset, loc.length)
             if mem is not None:
-                out[pos] = await self._verified(nid, key, loc, mem)
+                out[pos] = await self._verified(nid, key, loc, mem, decode)
             else:
                 wanted.append((pos, loc))
         if wanted:
@@ -293,7 +315,7 @@ class BlockStore:
                 for pos, loc in run.members:
                     start = loc.offset - run.start
                     block = chunk[start:start + loc.length]
-                    out[pos] = await self._verified(nid, keys[pos], loc, block)
+                    out[pos] = await self._verified(nid, keys[pos], loc, block, decode)
         for pos, key in enumerate(keys):
             if out[pos] is not None:
                 self.stats.hits += 1
@@ -324,18 +346,29 @@ class BlockStore:
         info.last_access = time.time()
         return data
 
-    async def _verified(self, nid: int, key: bytes, loc: Location,
-                        data: bytes) -> bytes | None:
+    async def _verified(self, nid: int, key: bytes, loc: Location, data: bytes,
+                        decode: bool = True) -> bytes | None:
+        """Checksum, then decode: any mismatch is a miss (logged, counted), never data."""
+        problem = ""
         if len(data) != loc.length or await checksum_async(data) != loc.crc:
+            problem = "checksum mismatch"
+        elif decode and loc.codec != NONE_ID:
+            try:
+                data = await asyncio.to_thread(decode_any, loc.codec, data)
+            except IntegrityError as exc:
+                problem = f"undecodable: {exc}"
+            else:
+                if len(data) != loc.raw_length:
+                    problem = "decoded length mismatch"
+        if problem:
             self.stats.checksum_failures += 1
-            log.error("block.checksum_mismatch", key=key[:80], segment=loc.segment,
-                      offset=loc.offset)
-            current = self.index.get(nid, key)
-            if current == loc:
+            log.error("block.corrupt", key=key[:80], segment=loc.segment, offset=loc.offset,
+                      problem=problem)
+            if self.index.get(nid, key) == loc:
                 self.index.remove(nid, key)
                 self._dead(loc)
             return None
-        if self.dram.enabled:
+        if self.dram.enabled and decode:
             self.dram.put(nid, key, data)
         return data
 
