@@ -1,10 +1,14 @@
-"""``python -m warp.client JOB.json``: one benchmark client process of a sweep.
+"""``python -m warp.client``: one benchmark client process of a sweep, serving jobs on stdin.
 
-The job file holds ``{"config": BenchConfig, "records": PATH, "start_at": WALL_S,
-"comment": TEXT}``. The process prepares, waits for ``start_at`` (so all clients of a phase,
-local or remote, start together), runs, and prints one JSON line of running totals every
-half second on stdout, then a last line with ``"done": true``. Exit status: 0, 1 when
-operations failed, 130 when interrupted (records are kept in every case).
+A sweep keeps one such process per client slot for all its phases (process start-up is paid
+once, not per phase). Protocol, one JSON object per line:
+
+- stdin ``{"job": {"config": BenchConfig, "records": PATH, "comment": TEXT}}``: set up (bucket),
+  then stdout ``{"ready": true}``;
+- stdin ``{"start_at": WALL_S}``: start then (every client of a phase gets the same time);
+  stdout a line of running totals every half second, then ``{"done": true, "exit": N}``
+  (0, 1 when operations failed, 130 when interrupted: the records are kept in every case);
+- end of stdin: exit.
 """
 
 from __future__ import annotations
@@ -25,46 +29,61 @@ from warp.runner import LiveStats, run_client
 class Job:
     config: BenchConfig
     records: str
-    start_at: float = 0.0
     comment: str = ""
 
-    def to_json(self) -> str:
-        return json.dumps({"config": self.config.to_dict(), "records": self.records,
-                           "start_at": self.start_at, "comment": self.comment})
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": self.config.to_dict(), "records": self.records,
+                "comment": self.comment}
 
     @classmethod
-    def from_json(cls, text: str) -> Job:
-        data: dict[str, Any] = json.loads(text)
+    def from_dict(cls, data: dict[str, Any]) -> Job:
         return cls(BenchConfig.from_dict(data["config"]), str(data["records"]),
-                   float(data.get("start_at", 0.0)), str(data.get("comment", "")))
+                   str(data.get("comment", "")))
 
 
-def _emit(stats: LiveStats, elapsed: float, **extra: Any) -> None:
-    line = {"ops": stats.ops, "bytes": stats.bytes, "errors": stats.errors,
-            "verify_failures": stats.verify_failures, "elapsed": round(elapsed, 3)} | extra
+def _emit(line: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(line) + "\n")
     sys.stdout.flush()
 
 
+def _progress(stats: LiveStats, elapsed: float) -> None:
+    _emit({"ops": stats.ops, "bytes": stats.bytes, "errors": stats.errors,
+           "verify_failures": stats.verify_failures, "elapsed": round(elapsed, 3)})
+
+
+async def _readline() -> dict[str, Any] | None:
+    line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    if not line:
+        return None
+    data: dict[str, Any] = json.loads(line)
+    return data
+
+
 async def run_job(job: Job) -> int:
+    async def gate() -> float:
+        _emit({"ready": True})
+        msg = await _readline()
+        return float(msg.get("start_at", 0.0)) if msg else 0.0
+
     result = await run_client(job.config, load(job.config.op), Path(job.records),
-                              start_at=job.start_at, progress=_emit, comment=job.comment)
-    _emit(result.stats, (result.ended_ns - result.started_ns) / 1e9, done=True,
-          interrupted=result.interrupted)
-    if result.interrupted:
-        return 130
-    return 1 if result.stats.errors else 0
+                              start_gate=gate, progress=_progress, comment=job.comment)
+    code = 130 if result.interrupted else (1 if result.stats.errors else 0)
+    _emit({"ops": result.stats.ops, "bytes": result.stats.bytes, "errors": result.stats.errors,
+           "verify_failures": result.stats.verify_failures, "done": True, "exit": code})
+    return code
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m warp.client JOB.json", file=sys.stderr)
-        return 2
-    job = Job.from_json(Path(args[0]).read_text())
+async def serve() -> int:
+    while (msg := await _readline()) is not None:
+        if "job" in msg and await run_job(Job.from_dict(msg["job"])) == 130:
+            return 130
+    return 0
+
+
+def main() -> int:
     try:
-        return asyncio.run(run_job(job))
-    except KeyboardInterrupt:  # before the run's own handler was installed
+        return asyncio.run(serve())
+    except KeyboardInterrupt:  # Ctrl-C while idle between jobs
         return 130
 
 

@@ -33,7 +33,7 @@ class Profile:
 
 WARP_PROFILE = Profile(WARP_OBJ_SIZE, WARP_CONCURRENT, WARP_DURATION_S, 2500, 2.0)
 #: on the local server (moto, ~100 MiB/s PUT here): small objects, a few seconds per phase
-LOCAL_PROFILE = Profile(512 * KiB, 4, 5.0, 64, 1.0)
+LOCAL_PROFILE = Profile(512 * KiB, 4, 4.0, 64, 0.5)
 
 
 def _size(text: str) -> int:

@@ -10,11 +10,11 @@ remote, can verify any object it did not write itself.
 
 from __future__ import annotations
 
+import random
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import numpy as np
 import xxhash
 
 from s3kv.sizes import MiB
@@ -62,7 +62,7 @@ class PayloadSource:
     def __init__(self, seed: int, base_size: int = BASE_SIZE, slice_size: int = SLICE) -> None:
         # Random (incompressible) and a pure function of the seed: every client process of a
         # run, local or remote, holds the same buffer and so can verify any object of the run.
-        self._base = memoryview(np.random.default_rng(seed).bytes(base_size))
+        self._base = memoryview(random.Random(seed).randbytes(base_size))
         self._slice = slice_size
         self._cache: dict[tuple[int, int, int], int] = {}
 

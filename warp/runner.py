@@ -14,7 +14,7 @@ import random
 import signal
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,13 +90,20 @@ class RunResult:
 
 
 Progress = Callable[[LiveStats, float], None]
+#: called once the client is ready (set up); returns the wall-clock time to start at
+StartGate = Callable[[], Awaitable[float]]
 
 
 async def run_client(config: BenchConfig, bench: Benchmark, records: Path | None, *,
-                     start_at: float = 0.0, progress: Progress | None = None,
+                     start_at: float = 0.0, start_gate: StartGate | None = None,
+                     progress: Progress | None = None,
                      comment: str = "", handle_sigint: bool = True,
                      creds: Credentials | None = None) -> RunResult:
-    """Prepare, wait for ``start_at`` (wall clock, for synchronized clients), run, clean up."""
+    """Prepare, wait for ``start_at`` (wall clock, for synchronized clients), run, clean up.
+
+    With ``start_gate``, the start time is asked for once the client is set up (a sweep's
+    coordinator starts every client of a phase at once when all are ready).
+    """
     creds = creds or Credentials.from_environment(config.region)
     payload = PayloadSource(config.seed)
     in_flight = config.parts_in_flight if config.multipart(config.obj_size) else 1
@@ -116,6 +123,8 @@ async def run_client(config: BenchConfig, bench: Benchmark, records: Path | None
     cleaned = 0
     try:
         await bench.setup(ctx)
+        if start_gate is not None and not stop.is_set():
+            start_at = await start_gate()
         delay = start_at - now_s()
         if delay > 0 and not stop.is_set():
             await _wait(stop, delay)
@@ -176,3 +185,24 @@ async def _run_workers(ctx: Context, bench: Benchmark, stop: asyncio.Event,
         await asyncio.gather(*tasks, stopper, return_exceptions=True)
     if progress is not None:
         progress(ctx.recorder.stats, now_s() - t0)
+
+
+async def prepare_object_set(config: BenchConfig, bench: Benchmark,
+                             creds: Credentials | None = None) -> None:
+    """Upload the object set of ``config`` once (a sweep shares it between GET phases)."""
+    creds = creds or Credentials.from_environment(config.region)
+    payload = PayloadSource(config.seed)
+    in_flight = config.parts_in_flight if config.multipart(config.obj_size) else 1
+    async with S3Client(config.endpoints, creds, payload,
+                        connections=config.concurrent * in_flight + 4) as client:
+        ctx = Context(config=config, client=client, payload=payload,
+                      recorder=Recorder(config, None), rng=random.Random())
+        await bench.setup(ctx)
+
+
+async def delete_prefix(config: BenchConfig, prefix: str,
+                        creds: Credentials | None = None) -> int:
+    creds = creds or Credentials.from_environment(config.region)
+    async with S3Client(config.endpoints, creds, PayloadSource(config.seed, base_size=4096),
+                        connections=16) as client:
+        return await client.delete_prefix(config.bucket, prefix)
