@@ -50,11 +50,26 @@ def iso8601(ts: float | datetime) -> str:
 
 # -- responses -------------------------------------------------------------------------------------
 
+#: characters XML 1.0 cannot carry at all, not even as character references
+_XML10_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _printable(text: str) -> str:
+    """Characters XML 1.0 cannot carry written as ``\\xNN``.
+
+    Listings keep S3's ``&#xN;`` references (clients that need exact keys ask for
+    ``EncodingType=url``), but an error document must parse in every client: botocore's expat
+    refuses ``&#x1;``, and a key with a control character would turn a clear 400 into an
+    unparseable one.
+    """
+    return _XML10_ILLEGAL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def error_document(code: str, message: str, resource: str = "", request_id: str = "",
                    **extra: str) -> bytes:
-    body = _el("Code", code) + _el("Message", message)
-    body += "".join(_el(k, v) for k, v in extra.items())
-    body += _el("Resource", resource) + _el("RequestId", request_id)
+    body = _el("Code", code) + _el("Message", _printable(message))
+    body += "".join(_el(k, _printable(v)) for k, v in extra.items())
+    body += _el("Resource", _printable(resource)) + _el("RequestId", request_id)
     return f"{HEADER}<Error>{body}</Error>".encode()
 
 
