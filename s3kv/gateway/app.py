@@ -101,18 +101,21 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
     except S3KVError as exc:
         resp = _error_response(request, to_request_error(exc))
     except web.HTTPException:
+        structlog.contextvars.unbind_contextvars("request_id")
         raise
     except Exception:
         log.exception("http.unhandled", method=request.method, path=request.path)
         resp = _error_response(request, RequestError(
             "InternalError", "We encountered an internal error. Please try again.", 500))
+    try:
+        op = request.get("op", op)
+        elapsed = time.perf_counter() - started
+        st.metrics.observe(op, resp.status, elapsed)
+        # logged while request_id is still bound: every line of a request carries it
+        log.debug("http.request", method=request.method, path=request.path, op=op,
+                  status=resp.status, ms=round(elapsed * 1000, 2))
     finally:
         structlog.contextvars.unbind_contextvars("request_id")
-    op = request.get("op", op)
-    elapsed = time.perf_counter() - started
-    st.metrics.observe(op, resp.status, elapsed)
-    log.debug("http.request", method=request.method, path=request.path, op=op,
-              status=resp.status, ms=round(elapsed * 1000, 2))
     return resp
 
 
@@ -145,5 +148,7 @@ def make_app(store: BlockStore, settings: Settings) -> web.Application:
     app.router.add_get("/readyz", ops.readyz)
     app.router.add_get("/metrics", ops.metrics)
     native.add_routes(app)
-    app.router.add_route("*", "/{tail:.*}", s3_dispatch)
+    # every other path is S3; [\s\S] and not ".": a key with a newline (%0A) must reach the S3
+    # handlers (and get their 400 InvalidArgument), not aiohttp's plain-text 404
+    app.router.add_route("*", r"/{tail:[\s\S]*}", s3_dispatch)
     return app
