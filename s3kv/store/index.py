@@ -48,6 +48,7 @@ class BlockIndex:
         self._codec = array("B")
         self._flags = array("B")
         self._wat = array("d")
+        self._hash = array("I")  # 32-bit hash of (ns, key): probe filter and rehash source
         self._free: list[int] = []
         self._count = 0
         size = 16
@@ -65,10 +66,14 @@ class BlockIndex:
         o = self._key_off[e]
         return bytes(self._arena[o:o + self._key_len[e]])
 
-    def _find(self, ns: int, key: bytes) -> tuple[int, int]:
+    @staticmethod
+    def _hash_of(ns: int, key: bytes) -> int:
+        return hash((ns, key)) & 0xFFFFFFFF
+
+    def _find(self, ns: int, key: bytes, h: int) -> tuple[int, int]:
         """Returns (slot, entry) for a present key, or (insert slot, -1)."""
-        table, mask = self._table, self._mask
-        i = hash((ns, key)) & mask
+        table, mask, hashes = self._table, self._mask, self._hash
+        i = h & mask
         first_free = -1
         while True:
             e = table[i]
@@ -77,7 +82,7 @@ class BlockIndex:
             if e == DELETED:
                 if first_free < 0:
                     first_free = i
-            elif self._ns[e] == ns and self._key_len[e] == len(key) and self._key(e) == key:
+            elif hashes[e] == h and self._ns[e] == ns and self._key(e) == key:
                 return i, e
             i = (i + 1) & mask
 
@@ -87,10 +92,11 @@ class BlockIndex:
             size *= 2
         table = array("i", [EMPTY]) * size
         mask = size - 1
-        for e in range(len(self._seg)):
-            if self._key_len[e] == 0 and self._seg[e] == 0xFFFFFFFF:
+        hashes, seg = self._hash, self._seg
+        for e in range(len(seg)):
+            if seg[e] == 0xFFFFFFFF:
                 continue  # a free entry
-            i = hash((self._ns[e], self._key(e))) & mask
+            i = hashes[e] & mask
             while table[i] != EMPTY:
                 i = (i + 1) & mask
             table[i] = e
@@ -98,7 +104,7 @@ class BlockIndex:
 
     # ---- public API ---------------------------------------------------------------------
     def get(self, ns: int, key: bytes) -> Location | None:
-        _, e = self._find(ns, key)
+        _, e = self._find(ns, key, self._hash_of(ns, key))
         return None if e < 0 else self._location(e)
 
     def _location(self, e: int) -> Location:
@@ -107,7 +113,8 @@ class BlockIndex:
 
     def put(self, ns: int, key: bytes, loc: Location) -> Location | None:
         """Insert or replace; returns the location it replaced."""
-        slot, e = self._find(ns, key)
+        h = self._hash_of(ns, key)
+        slot, e = self._find(ns, key, h)
         if e >= 0:
             old = self._location(e)
             self._set(e, loc)
@@ -115,8 +122,8 @@ class BlockIndex:
             return old
         if (self._used + 1) > len(self._table) * 0.6:
             self._grow_table()
-            slot, _ = self._find(ns, key)
-        e = self._new_entry(ns, key)
+            slot, _ = self._find(ns, key, h)
+        e = self._new_entry(ns, key, h)
         self._set(e, loc)
         if self._table[slot] == EMPTY:
             self._used += 1
@@ -124,14 +131,16 @@ class BlockIndex:
         self._count += 1
         return None
 
-    def _new_entry(self, ns: int, key: bytes) -> int:
+    def _new_entry(self, ns: int, key: bytes, h: int) -> int:
         off = len(self._arena)
         self._arena += key
         if self._free:
             e = self._free.pop()
             self._key_off[e], self._key_len[e], self._ns[e] = off, len(key), ns
             self._flags[e] = 0
+            self._hash[e] = h
             return e
+        self._hash.append(h)
         self._key_off.append(off)
         self._key_len.append(len(key))
         self._ns.append(ns)
@@ -152,7 +161,7 @@ class BlockIndex:
         self._wat[e] = loc.written_at
 
     def remove(self, ns: int, key: bytes) -> Location | None:
-        slot, e = self._find(ns, key)
+        slot, e = self._find(ns, key, self._hash_of(ns, key))
         if e < 0:
             return None
         old = self._location(e)
@@ -183,7 +192,7 @@ class BlockIndex:
 
     def touch(self, ns: int, key: bytes) -> None:
         """Mark a block as read since it was written (hot), for compaction."""
-        _, e = self._find(ns, key)
+        _, e = self._find(ns, key, self._hash_of(ns, key))
         if e >= 0:
             self._flags[e] |= FLAG_HOT
 
@@ -226,5 +235,6 @@ class BlockIndex:
     def memory_bytes(self) -> int:
         """Bytes held by the index's arrays (not counting Python object headers)."""
         arrays = (self._key_off, self._key_len, self._ns, self._seg, self._off, self._len,
-                  self._raw, self._crc, self._codec, self._flags, self._wat, self._table)
+                  self._raw, self._crc, self._codec, self._flags, self._wat, self._hash,
+                  self._table)
         return len(self._arena) + sum(a.itemsize * len(a) for a in arrays)
