@@ -31,6 +31,7 @@ import asyncio
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -92,44 +93,90 @@ QUICK = Profile(volume=4 * MiB, segment_size=10 * MiB, part_size=5 * MiB, chains
                 chain_length=16, index_entries=20_000)
 
 
+def _proc_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) of a process, from /proc; None where unavailable."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields_ = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields_[11]) + int(fields_[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 @dataclass
 class Run:
-    """One timed run: bytes moved in seconds at a concurrency."""
+    """One timed run: bytes moved in seconds at a concurrency, and the CPU it cost."""
 
     what: str
     concurrency: int
     nbytes: int
     seconds: float
+    client_cpu: float = 0.0  # this process, all threads
+    server_cpu: float | None = None  # the S3 server process (None: external endpoint)
 
     @property
     def mib_s(self) -> float:
         return self.nbytes / MiB / self.seconds if self.seconds > 0 else 0.0
 
+    def as_dict(self) -> dict[str, Any]:
+        gib = self.nbytes / (1024 * MiB)
+        return {"mib_s": round(self.mib_s, 2), "seconds": round(self.seconds, 3),
+                "client_cpu_s_per_gib": round(self.client_cpu / gib, 2) if gib else None,
+                "server_cpu_s_per_gib": (round(self.server_cpu / gib, 2)
+                                         if gib and self.server_cpu is not None else None)}
+
+
+async def timed(what: str, concurrency: int, nbytes: int, server_pid: int | None,
+                fn: Callable[[], Awaitable[object]]) -> Run:
+    s0 = _proc_cpu(server_pid) if server_pid else None
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    await fn()
+    secs = time.perf_counter() - t0
+    c1 = time.process_time()
+    s1 = _proc_cpu(server_pid) if server_pid else None
+    scpu = s1 - s0 if s0 is not None and s1 is not None else None
+    return Run(what, concurrency, nbytes, secs, c1 - c0, scpu)
+
 
 @dataclass
 class Comparison:
+    """Store against direct in one repeat: the better concurrency counts on each side."""
+
     name: str
     store: list[Run] = field(default_factory=list)
     direct: list[Run] = field(default_factory=list)
 
     @staticmethod
-    def _best(runs: list[Run]) -> Run:
+    def best(runs: list[Run]) -> Run:
         return max(runs, key=lambda r: r.mib_s)
 
     @property
     def ratio(self) -> float:
-        d = self._best(self.direct).mib_s
-        return self._best(self.store).mib_s / d if d else math.inf
+        d = self.best(self.direct).mib_s
+        return self.best(self.store).mib_s / d if d else math.inf
 
     def as_dict(self) -> dict[str, Any]:
-        bs, bd = self._best(self.store), self._best(self.direct)
+        bs, bd = self.best(self.store), self.best(self.direct)
         return {
             "store_mib_s": round(bs.mib_s, 2), "store_best_concurrency": bs.concurrency,
             "direct_mib_s": round(bd.mib_s, 2), "direct_best_concurrency": bd.concurrency,
             "ratio": round(self.ratio, 3),
-            "runs": {f"{r.what}_c{r.concurrency}": round(r.mib_s, 2)
-                     for r in self.store + self.direct},
+            "runs": {f"{r.what}_c{r.concurrency}": r.as_dict() for r in self.store + self.direct},
         }
+
+
+def summarize(series: list[Comparison]) -> dict[str, Any]:
+    """Median over repeats (the ratio of each repeat, then the median of those)."""
+    return {
+        "ratio": statistics.median(c.ratio for c in series),
+        "store_mib_s": round(statistics.median(c.best(c.store).mib_s for c in series), 2),
+        "direct_mib_s": round(statistics.median(c.best(c.direct).mib_s for c in series), 2),
+        "store_best_concurrency": [c.best(c.store).concurrency for c in series],
+        "direct_best_concurrency": [c.best(c.direct).concurrency for c in series],
+        "ratios": [round(c.ratio, 3) for c in series],
+        "repeats": [c.as_dict() for c in series],
+    }
 
 
 class Progress:
@@ -291,48 +338,49 @@ async def store_get_all(store: BlockStore, keys: Sequence[bytes], size: int,
 
 # ---- phases ---------------------------------------------------------------------------------
 async def block_phase(size: int, profile: Profile, server: BenchServer, bucket: str,
-                      direct: Direct, progress: Progress, seed: int
+                      direct: Direct, progress: Progress, seed: int, tag: str
                       ) -> tuple[Comparison, Comparison, dict[str, Any]]:
+    """PUT then GET ``profile.volume`` of ``size`` blocks, store and direct, per concurrency."""
     label = size_label(size)
     n = max(1, profile.volume // size)
+    nbytes = n * size
     blocks = payloads(n, size, seed)
     rng = np.random.default_rng(seed + 1)
-    put = Comparison(f"PUT {label}")
-    get = Comparison(f"GET {label}")
-    settings = store_settings(profile)
-    store = await open_store(server, bucket, f"store-{label}/", settings)
+    put, get = Comparison(f"PUT {label}"), Comparison(f"GET {label}")
+    pid = server.pid
+    store = await open_store(server, bucket, f"store-{label}-{tag}/", store_settings(profile))
     counters = StoreCounters()
     try:
-        direct_keys: dict[int, list[str]] = {}
-        store_keys: dict[int, list[bytes]] = {}
+        direct_keys: list[str] = []
+        store_keys: list[bytes] = []
         for c in profile.concurrency:  # interleaved, so drift on the server hits both sides
-            prefix = f"direct-{label}/c{c}"
-            secs = await direct.put_all(prefix, blocks, c)
-            put.direct.append(Run("direct", c, n * size, secs))
+            prefix = f"direct-{label}-{tag}/c{c}"
+            put.direct.append(await timed("direct", c, nbytes, pid,
+                                          lambda p=prefix, c=c: direct.put_all(p, blocks, c)))
             progress(f"PUT {label} direct c={c}: {put.direct[-1].mib_s:8.1f} MiB/s "
                      f"({n} objects)")
-            direct_keys[c] = [f"{prefix}/{i}" for i in range(n)]
-            keys = [block_key(f"{label}/c{c}", i) for i in range(n)]
-            secs = await store_put_all(store, keys, blocks, c, counters)
-            put.store.append(Run("store", c, n * size, secs))
+            direct_keys = [f"{prefix}/{i}" for i in range(n)]
+            keys = [block_key(f"{label}/{tag}/c{c}", i) for i in range(n)]
+            put.store.append(await timed(
+                "store", c, nbytes, pid,
+                lambda k=keys, c=c: store_put_all(store, k, blocks, c, counters)))
             progress(f"PUT {label} store  c={c}: {put.store[-1].mib_s:8.1f} MiB/s "
                      f"(incl. flush; {store.stats.segments_sealed} segments sealed so far)")
-            store_keys[c] = keys
-        wa = store.stats.write_amplification
+            store_keys = keys
         stats = store.stats.as_dict()
         for c in profile.concurrency:
             order = rng.permutation(n)
-            dkeys = [direct_keys[profile.concurrency[-1]][i] for i in order]
-            secs = await direct.get_all(dkeys, size, c)
-            get.direct.append(Run("direct", c, n * size, secs))
+            dkeys = [direct_keys[i] for i in order]
+            get.direct.append(await timed("direct", c, nbytes, pid,
+                                          lambda k=dkeys, c=c: direct.get_all(k, size, c)))
             progress(f"GET {label} direct c={c}: {get.direct[-1].mib_s:8.1f} MiB/s")
-            skeys = [store_keys[profile.concurrency[-1]][i] for i in order]
-            secs = await store_get_all(store, skeys, size, c)
-            get.store.append(Run("store", c, n * size, secs))
+            skeys = [store_keys[i] for i in order]
+            get.store.append(await timed("store", c, nbytes, pid,
+                                         lambda k=skeys, c=c: store_get_all(store, k, size, c)))
             progress(f"GET {label} store  c={c}: {get.store[-1].mib_s:8.1f} MiB/s")
     finally:
         await close_store(store)
-    extra = {"write_amplification": wa, "blocks_per_run": n,
+    extra = {"write_amplification": stats["write_amplification"], "blocks_per_run": n,
              "backpressure_retries": counters.backpressure_retries,
              "segments_sealed": int(stats["segments_sealed"]),
              "backend_bytes_written": int(stats["backend_bytes_written"]),
@@ -341,42 +389,49 @@ async def block_phase(size: int, profile: Profile, server: BenchServer, bucket: 
 
 
 async def chain_phase(profile: Profile, server: BenchServer, bucket: str, direct: Direct,
-                      progress: Progress, seed: int) -> tuple[Comparison, dict[str, Any]]:
+                      progress: Progress, seed: int, tag: str
+                      ) -> tuple[Comparison, dict[str, Any]]:
+    """Chains written in sequence on both sides (untimed), then read chain after chain."""
     size, length, chains = profile.chain_block, profile.chain_length, profile.chains
     label = size_label(size)
     comp = Comparison(f"chain read {length}x{label}")
     blocks = payloads(chains * length, size, seed)
-    settings = store_settings(profile)
-    store = await open_store(server, bucket, "store-chains/", settings)
+    pid = server.pid
+    total = chains * length * size
+    store = await open_store(server, bucket, f"store-chains-{tag}/", store_settings(profile))
     try:
-        # chains written one after another, each block in sequence: contiguous in a segment
-        keys = [[block_key(f"chain{c}", i) for i in range(length)] for c in range(chains)]
+        # each chain's blocks put one after another: contiguous in a segment, as a client does
+        keys = [[block_key(f"chain{tag}/{c}", i) for i in range(length)] for c in range(chains)]
         flat = [k for chain in keys for k in chain]
         await store_put_all(store, flat, blocks, 1, StoreCounters())
-        await direct.put_all("chains", blocks, 8)
-        dkeys = [[f"chains/{c * length + i}" for i in range(length)] for c in range(chains)]
+        prefix = f"chains-{tag}"
+        await direct.put_all(prefix, blocks, 8)
+        dkeys = [[f"{prefix}/{c * length + i}" for i in range(length)] for c in range(chains)]
         progress(f"chains written: {chains} chains of {length} x {label} on each side")
-        total = chains * length * size
         reads_before = store.stats.backend_reads
-        for c in profile.concurrency:
-            t0 = time.perf_counter()
+
+        async def read_direct(c: int) -> None:
             for chain in dkeys:
                 await direct.get_all(chain, size, c)
-            comp.direct.append(Run("direct", c, total, time.perf_counter() - t0))
+
+        async def read_store() -> None:
+            for chain in keys:
+                got = await store.get_many(NAMESPACE, chain)
+                if any(b is None or len(b) != size for b in got):
+                    raise RuntimeError("store chain read: a miss")
+
+        for c in profile.concurrency:
+            comp.direct.append(await timed("direct", c, total, pid,
+                                           lambda c=c: read_direct(c)))
             progress(f"chain read direct c={c}: {comp.direct[-1].mib_s:8.1f} MiB/s "
                      f"({length} GETs per chain)")
-        t0 = time.perf_counter()
-        for chain in keys:
-            got = await store.get_many(NAMESPACE, chain)
-            if any(b is None or len(b) != size for b in got):
-                raise RuntimeError("store chain read: a miss")
-        comp.store.append(Run("store", 1, total, time.perf_counter() - t0))
+        comp.store.append(await timed("store", 1, total, pid, read_store))
         gets = (store.stats.backend_reads - reads_before) / chains
         progress(f"chain read store  get_many: {comp.store[-1].mib_s:8.1f} MiB/s "
-                 f"({gets:.1f} ranged GETs per chain)")
+                 f"({gets:.2f} ranged GETs per chain)")
     finally:
         await close_store(store)
-    return comp, {"chain_backend_gets_per_chain": gets}
+    return comp, {"backend_gets_per_chain": gets}
 
 
 _INDEX_CHILD = r"""
@@ -423,67 +478,76 @@ def index_phase(entries: int, progress: Progress) -> dict[str, Any]:
 
 
 # ---- the run --------------------------------------------------------------------------------
-async def measure(server: BenchServer, profile: Profile, bucket: str, progress: Progress,
-                  seed: int) -> dict[str, Any]:
+COMPARISONS = ("put_256KiB", "get_256KiB", "put_2MiB", "get_2MiB", "chain_read")
+
+
+async def measure(server: BenchServer, profile: Profile, bucket: str, repeats: int,
+                  progress: Progress, seed: int) -> dict[str, Any]:
     progress(f"server {server.name} at {server.url}; bucket {bucket}")
-    loc = S3Location(bucket, "", (server.url,))
-    admin = await S3Backend(loc).open()
+    admin = await S3Backend(S3Location(bucket, "", (server.url,))).open()
     try:
         await admin.ensure_bucket()
     finally:
         await admin.close()
-    results: dict[str, Any] = {}
-    comps: dict[str, Comparison] = {}
+    series: dict[str, list[Comparison]] = {}
+    stores: dict[str, list[dict[str, Any]]] = {}
+    chain_extra: list[dict[str, Any]] = []
     async with Direct(server, bucket) as direct:
         await direct.warm(max(profile.concurrency))
-        for i, size in enumerate(profile.block_sizes):
-            put, get, extra = await block_phase(size, profile, server, bucket, direct,
-                                                progress, seed + 10 * i)
-            label = size_label(size)
-            comps[f"put_{label}"], comps[f"get_{label}"] = put, get
-            results[f"store_{label}"] = extra
-        chain, chain_extra = await chain_phase(profile, server, bucket, direct, progress,
-                                               seed + 100)
-        comps["chain_read"] = chain
-        results["chain"] = chain_extra
-        if server.kind == "external":  # a server we started is removed with its data dir
+        for r in range(repeats):
+            tag = f"r{r}"
+            if repeats > 1:
+                progress(f"repeat {r + 1} of {repeats}")
+            for i, size in enumerate(profile.block_sizes):
+                put, get, extra = await block_phase(size, profile, server, bucket, direct,
+                                                    progress, seed + 1000 * r + 10 * i, tag)
+                label = size_label(size)
+                series.setdefault(f"put_{label}", []).append(put)
+                series.setdefault(f"get_{label}", []).append(get)
+                stores.setdefault(label, []).append(extra)
+            chain, extra = await chain_phase(profile, server, bucket, direct, progress,
+                                             seed + 1000 * r + 100, tag)
+            series.setdefault("chain_read", []).append(chain)
+            chain_extra.append(extra)
+        if server.kind == "external":  # a server we started goes away with its data dir
             progress("removing the benchmark's objects")
-            for prefix in ("direct-", "store-", "chains/", "warm/"):
+            for prefix in ("direct-", "store-", "chains-", "warm/"):
                 await direct.delete_prefix(prefix)
-    results["comparisons"] = {k: v.as_dict() for k, v in comps.items()}
-    return {"comps": comps, **results}
+    return {"comparisons": {k: summarize(v) for k, v in series.items()},
+            "store": stores, "chain": chain_extra}
 
 
-def build_report(server: BenchServer, profile: Profile, measured: dict[str, Any],
-                 index: dict[str, Any], elapsed: float) -> dict[str, Any]:
-    comps: dict[str, Comparison] = measured["comps"]
+def build_report(server: BenchServer, profile: Profile, repeats: int,
+                 measured: dict[str, Any], index: dict[str, Any],
+                 elapsed: float) -> dict[str, Any]:
+    comps: dict[str, Any] = measured["comparisons"]
     small = size_label(profile.block_sizes[0])
     large = size_label(profile.block_sizes[-1])
+    was = [s["write_amplification"] for s in measured["store"][small]]
     out: dict[str, Any] = {
-        "put_ratio_256KiB": comps[f"put_{small}"].ratio,
-        "put_ratio_2MiB": comps[f"put_{large}"].ratio,
-        "chain_read_ratio": comps["chain_read"].ratio,
+        "put_ratio_256KiB": comps[f"put_{small}"]["ratio"],
+        "put_ratio_2MiB": comps[f"put_{large}"]["ratio"],
+        "chain_read_ratio": comps["chain_read"]["ratio"],
         "index_bytes_per_entry": index["bytes_per_entry"],
-        "write_amplification": measured[f"store_{small}"]["write_amplification"],
-        "get_ratio_256KiB": comps[f"get_{small}"].ratio,
-        "get_ratio_2MiB": comps[f"get_{large}"].ratio,
+        "write_amplification": statistics.median(was),
+        "get_ratio_256KiB": comps[f"get_{small}"]["ratio"],
+        "get_ratio_2MiB": comps[f"get_{large}"]["ratio"],
         "server": server.name,
         "endpoint": server.url,
-        "profile": {**{k: v for k, v in asdict(profile).items()},
+        "repeats": repeats,
+        "profile": {**asdict(profile),
                     "segment_size_h": size_label(profile.segment_size),
                     "part_size_h": size_label(profile.part_size),
                     "volume_h": size_label(profile.volume)},
-        "comparisons": measured["comparisons"],
-        "store": {k: v for k, v in measured.items() if k.startswith("store_")},
+        "comparisons": comps,
+        "store": measured["store"],
         "chain": measured["chain"],
         "index": index,
-        "targets": {k: f"{op} {v}" for k, (op, v) in TARGETS.items()},
+        "targets": {k: f"{op} {v:g}" for k, (op, v) in TARGETS.items()},
         "elapsed_s": round(elapsed, 1),
     }
-    for key in TARGETS:
+    for key in (*TARGETS, "get_ratio_256KiB", "get_ratio_2MiB"):
         out[key] = round(float(out[key]), 4)
-    out["get_ratio_256KiB"] = round(out["get_ratio_256KiB"], 4)
-    out["get_ratio_2MiB"] = round(out["get_ratio_2MiB"], 4)
     return out
 
 
@@ -493,16 +557,29 @@ def meets(key: str, value: float) -> str:
     return f"{op} {target:g}  {'ok' if ok else 'MISSED'}"
 
 
+def _cpu_note(comp: dict[str, Any]) -> str:
+    """Server CPU s/GiB of the best store and direct runs of the median repeat."""
+    reps = comp["repeats"]
+    rep = sorted(reps, key=lambda c: c["ratio"])[len(reps) // 2]
+    s = rep["runs"][f"store_c{rep['store_best_concurrency']}"]["server_cpu_s_per_gib"]
+    d = rep["runs"][f"direct_c{rep['direct_best_concurrency']}"]["server_cpu_s_per_gib"]
+    return "" if s is None or d is None else f"{s:>7.1f} /{d:>5.1f}"
+
+
 def render_text(report: dict[str, Any]) -> str:
     p = report["profile"]
+    reps = report["repeats"]
     lines = [
         f"s3kv block store packing benchmark - server {report['server']} at "
         f"{report['endpoint']}",
         f"segments {p['segment_size_h']}, parts {p['part_size_h']}, {p['volume_h']} of blocks "
-        f"per timed PUT run, concurrency {'/'.join(map(str, p['concurrency']))} (best counts), "
-        f"chains {p['chains']} x {p['chain_length']} blocks",
+        f"per timed PUT run, concurrency {'/'.join(map(str, p['concurrency']))} (the better "
+        f"counts on each side), chains {p['chains']} x {p['chain_length']} blocks"
+        + (f"; median of {reps} repeats" if reps > 1 else ""),
         "",
-        f"{'':26}{'store MiB/s':>13}{'direct MiB/s':>14}{'ratio':>8}  target",
+        f"{'':27}{'store MiB/s':>12}{'direct MiB/s':>13}{'ratio':>8}  {'server CPU s/GiB':>16}"
+        f"  target",
+        f"{'':27}{'':>12}{'':>13}{'':>8}  {'store / direct':>16}",
     ]
     rows = [("put_256KiB", "PUT 256 KiB (incl. flush)", "put_ratio_256KiB"),
             ("get_256KiB", "GET 256 KiB", None),
@@ -514,18 +591,19 @@ def render_text(report: dict[str, Any]) -> str:
         if c is None:
             continue
         target = meets(target_key, report[target_key]) if target_key else ""
-        lines.append(f"{title:26}{c['store_mib_s']:>9.1f} c{c['store_best_concurrency']:<2}"
-                     f"{c['direct_mib_s']:>10.1f} c{c['direct_best_concurrency']:<2}"
-                     f"{c['ratio']:>8.2f}  {target}")
+        lines.append(f"{title:27}{c['store_mib_s']:>12.1f}{c['direct_mib_s']:>13.1f}"
+                     f"{c['ratio']:>8.2f}  {_cpu_note(c):>16}  {target}")
+        if reps > 1:
+            lines.append(f"{'':27}ratios per repeat: {', '.join(map(str, c['ratios']))}")
     idx = report["index"]
     lines += [
         "",
         f"index bytes per entry      {report['index_bytes_per_entry']:8.1f}   "
         f"({idx['entries']:,} entries, {idx['key_bytes']}-byte keys, RSS delta; "
-        f"{idx['array_bytes_per_entry']:.1f} in arrays)   "
+        f"{idx['array_bytes_per_entry']:.1f} in its arrays)   "
         f"{meets('index_bytes_per_entry', report['index_bytes_per_entry'])}",
         f"write amplification        {report['write_amplification']:8.4f}   "
-        f"(256 KiB blocks, after flush)   "
+        f"(256 KiB blocks, backend bytes / block bytes after flush)   "
         f"{meets('write_amplification', report['write_amplification'])}",
         f"elapsed {report['elapsed_s']} s",
     ]
@@ -567,6 +645,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", metavar="LIST", default=None,
                         help="comma-separated concurrencies; the best counts on each side "
                         "[default: 1,8]")
+    parser.add_argument("--repeats", type=int, metavar="N", default=1,
+                        help="repeat the store/direct comparisons N times and report the "
+                        "median ratio (the index is measured once)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the random block payloads")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress lines on stderr")
@@ -588,16 +669,16 @@ def profile_from_args(args: argparse.Namespace) -> Profile:
     if args.concurrency:
         over["concurrency"] = tuple(int(x) for x in args.concurrency.split(",") if x.strip())
     p = replace(p, **over)
-    if min(p.chains, p.chain_length, p.index_entries, *p.concurrency) < 1:
-        raise ValueError("--chains, --chain-length, --index-entries and --concurrency must "
-                         "be >= 1")
+    if min(p.chains, p.chain_length, p.index_entries, args.repeats, *p.concurrency) < 1:
+        raise ValueError("--chains, --chain-length, --index-entries, --repeats and "
+                         "--concurrency must be >= 1")
     store_settings(p)  # validates segment/part sizes
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    configure_logging("console", "warning")
+    configure_logging("console", "error")
     try:
         profile = profile_from_args(args)
     except (ValueError, S3KVError) as exc:
@@ -609,11 +690,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         index = index_phase(profile.index_entries, progress)
         with server_from_args(args) as server:
-            measured = asyncio.run(measure(server, profile, bucket, progress, args.seed))
+            measured = asyncio.run(measure(server, profile, bucket, args.repeats, progress,
+                                           args.seed))
     except (ServerError, S3KVError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    report = build_report(server, profile, measured, index, time.monotonic() - started)
+    report = build_report(server, profile, args.repeats, measured, index,
+                          time.monotonic() - started)
     if args.json:
         print(json.dumps(report, sort_keys=False))
     else:
