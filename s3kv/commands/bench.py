@@ -18,6 +18,7 @@ BENCH_TYPES: tuple[str, ...] = (
     "warp.benchmarks.stat",
     "warp.benchmarks.delete",
     "warp.benchmarks.list",
+    "s3kv.kvbench.command",
 )
 
 
