@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 import random
 import signal
@@ -141,7 +142,7 @@ async def run_client(config: BenchConfig, bench: Benchmark, records: Path | None
             loop.remove_signal_handler(signal.SIGINT)
             loop.remove_signal_handler(signal.SIGTERM)
         if writer is not None:
-            writer.close(comment)
+            writer.close(comment or "s3kv warp client " + json.dumps(config.to_dict()))
         await client.close()
     return RunResult(records, recorder.stats, stop.is_set(), started, ended, cleaned)
 

@@ -1,0 +1,60 @@
+"""The commands end to end: `s3kv bench` output, and Ctrl-C during a sweep keeps the records."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from s3kv.cli import main
+from warp.records import read_records
+
+
+def test_bench_put_json(s3_server: Any, bucket: str, tmp_path: Path,
+                        capsys: pytest.CaptureFixture[str]) -> None:
+    records = tmp_path / "put.csv.zst"
+    code = main(["bench", "put", "--endpoint", s3_server.endpoint, "--bucket", bucket,
+                 "--obj-size", "16KiB", "--concurrent", "2", "--duration", "1s", "--trim", "0",
+                 "--benchdata", str(records), "--json"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    [put] = doc["operations"]
+    assert put["op"] == "PUT" and put["errors"] == 0
+    assert put["ops"] == len(read_records(records)) > 0
+    assert put["run_bytes"] == 16 * 1024 * put["ops"]
+
+
+def test_bench_help_lists_every_type(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    text = capsys.readouterr().out
+    for name in ("put", "get", "mixed", "stat", "delete", "list"):
+        assert name in text
+
+
+def test_ctrl_c_stops_a_sweep_cleanly(s3_server: Any, bucket: str, tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "s3kv.cli", "sweep", "--clients", "2", "--ops", "put",
+         "--endpoint", s3_server.endpoint, "--bucket", bucket, "--obj-size", "16KiB",
+         "--concurrent", "2", "--duration", "60", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not list((out / "clients").glob("*.csv.zst")):
+        time.sleep(0.2)
+    time.sleep(2.0)  # the phase is running
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    records = read_records(out / "put-02c.csv.zst")
+    assert records and {r.client_id for r in records} == {"c1", "c2"}
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["interrupted"] is True
+    assert doc["phases"][0]["ops"] == len(records)
+    assert (out / "sweep.png").exists()
