@@ -291,7 +291,7 @@ async def open_store(server: BenchServer, bucket: str, prefix: str,
     backend = await S3Backend(S3Location(bucket, prefix, (server.url,)),
                               timeout=settings.backend_timeout).open()
     store = await BlockStore.open(settings, backend=backend, prefix=prefix)
-    await store.create_namespace(NAMESPACE)
+    await store.create_namespace(NAMESPACE, "none")  # measure packing, not a codec
     # open the backend's connections before anything is timed, as for the direct client
     await asyncio.gather(*(backend.check() for _ in range(8)))
     return store
@@ -386,6 +386,48 @@ async def block_phase(size: int, profile: Profile, server: BenchServer, bucket: 
              "backend_bytes_written": int(stats["backend_bytes_written"]),
              "bytes_accepted": int(stats["bytes_accepted"])}
     return put, get, extra
+
+
+async def ceiling_phase(profile: Profile, server: BenchServer, bucket: str,
+                        progress: Progress, tag: str) -> Run:
+    """The server's multipart ceiling: segment-sized objects written as the store writes them.
+
+    ``profile.volume`` bytes as objects of ``segment_size`` in parts of ``part_size``, straight
+    through S3Backend (no store): the same parts in flight (``max_parts_in_flight``) and
+    segments in flight (``max_open_segments``) as the store's defaults. The store's PUT
+    throughput cannot exceed this on the same server; the ratio says how close it gets.
+    """
+    settings = store_settings(profile)
+    backend = await S3Backend(S3Location(bucket, "", (server.url,))).open()
+    part = np.random.default_rng(7).bytes(profile.part_size)
+    parts_per_seg = profile.segment_size // profile.part_size
+    nseg = max(1, profile.volume // profile.segment_size)
+    part_slots = asyncio.Semaphore(settings.max_parts_in_flight)
+    seg_slots = asyncio.Semaphore(settings.max_open_segments)
+
+    async def one_segment(i: int) -> None:
+        key = f"ceiling-{tag}/{i}"
+        async with seg_slots:
+            upload_id = await backend.create_multipart(key, profile.part_size)
+
+            async def one_part(n: int) -> tuple[int, str]:
+                async with part_slots:
+                    return n, await backend.upload_part(key, upload_id, n, part)
+
+            etags = await asyncio.gather(*(one_part(n + 1) for n in range(parts_per_seg)))
+            await backend.complete_multipart(key, upload_id, sorted(etags))
+
+    async def all_segments() -> None:
+        await asyncio.gather(*(one_segment(i) for i in range(nseg)))
+
+    try:
+        run = await timed("multipart", settings.max_open_segments,
+                          nseg * profile.segment_size, server.pid, all_segments)
+    finally:
+        await backend.close()
+    progress(f"multipart ceiling ({nseg} x {size_label(profile.segment_size)} objects in "
+             f"{size_label(profile.part_size)} parts, no store): {run.mib_s:8.1f} MiB/s")
+    return run
 
 
 async def chain_phase(profile: Profile, server: BenchServer, bucket: str, direct: Direct,
@@ -492,6 +534,7 @@ async def measure(server: BenchServer, profile: Profile, bucket: str, repeats: i
     series: dict[str, list[Comparison]] = {}
     stores: dict[str, list[dict[str, Any]]] = {}
     chain_extra: list[dict[str, Any]] = []
+    ceilings: list[Run] = []
     async with Direct(server, bucket) as direct:
         await direct.warm(max(profile.concurrency))
         for r in range(repeats):
@@ -505,16 +548,20 @@ async def measure(server: BenchServer, profile: Profile, bucket: str, repeats: i
                 series.setdefault(f"put_{label}", []).append(put)
                 series.setdefault(f"get_{label}", []).append(get)
                 stores.setdefault(label, []).append(extra)
+            ceilings.append(await ceiling_phase(profile, server, bucket, progress, tag))
             chain, extra = await chain_phase(profile, server, bucket, direct, progress,
                                              seed + 1000 * r + 100, tag)
             series.setdefault("chain_read", []).append(chain)
             chain_extra.append(extra)
         if server.kind == "external":  # a server we started goes away with its data dir
             progress("removing the benchmark's objects")
-            for prefix in ("direct-", "store-", "chains-", "warm/"):
+            for prefix in ("direct-", "store-", "chains-", "ceiling-", "warm/"):
                 await direct.delete_prefix(prefix)
+    ceiling = statistics.median(r.mib_s for r in ceilings)
     return {"comparisons": {k: summarize(v) for k, v in series.items()},
-            "store": stores, "chain": chain_extra}
+            "store": stores, "chain": chain_extra,
+            "multipart_ceiling": {"mib_s": round(ceiling, 2),
+                                  "repeats": [r.as_dict() for r in ceilings]}}
 
 
 def build_report(server: BenchServer, profile: Profile, repeats: int,
@@ -532,6 +579,11 @@ def build_report(server: BenchServer, profile: Profile, repeats: int,
         "write_amplification": statistics.median(was),
         "get_ratio_256KiB": comps[f"get_{small}"]["ratio"],
         "get_ratio_2MiB": comps[f"get_{large}"]["ratio"],
+        "multipart_ceiling_mib_s": measured["multipart_ceiling"]["mib_s"],
+        "store_put_256KiB_vs_ceiling": (comps[f"put_{small}"]["store_mib_s"]
+                                        / measured["multipart_ceiling"]["mib_s"]),
+        "store_put_2MiB_vs_ceiling": (comps[f"put_{large}"]["store_mib_s"]
+                                      / measured["multipart_ceiling"]["mib_s"]),
         "server": server.name,
         "endpoint": server.url,
         "repeats": repeats,
@@ -542,11 +594,13 @@ def build_report(server: BenchServer, profile: Profile, repeats: int,
         "comparisons": comps,
         "store": measured["store"],
         "chain": measured["chain"],
+        "multipart_ceiling": measured["multipart_ceiling"],
         "index": index,
         "targets": {k: f"{op} {v:g}" for k, (op, v) in TARGETS.items()},
         "elapsed_s": round(elapsed, 1),
     }
-    for key in (*TARGETS, "get_ratio_256KiB", "get_ratio_2MiB"):
+    for key in (*TARGETS, "get_ratio_256KiB", "get_ratio_2MiB", "store_put_256KiB_vs_ceiling",
+                "store_put_2MiB_vs_ceiling"):
         out[key] = round(float(out[key]), 4)
     return out
 
@@ -596,8 +650,15 @@ def render_text(report: dict[str, Any]) -> str:
         if reps > 1:
             lines.append(f"{'':27}ratios per repeat: {', '.join(map(str, c['ratios']))}")
     idx = report["index"]
+    ceiling = report["multipart_ceiling"]
+    cpu = ceiling["repeats"][0]["server_cpu_s_per_gib"]
     lines += [
         "",
+        f"server multipart ceiling   {ceiling['mib_s']:8.1f} MiB/s   ({p['segment_size_h']} objects"
+        f" in {p['part_size_h']} parts, no store"
+        + (f"; server CPU {cpu} s/GiB" if cpu is not None else "") + "); store PUT reaches "
+        f"{report['store_put_256KiB_vs_ceiling']:.2f} (256 KiB) and "
+        f"{report['store_put_2MiB_vs_ceiling']:.2f} (2 MiB) of it",
         f"index bytes per entry      {report['index_bytes_per_entry']:8.1f}   "
         f"({idx['entries']:,} entries, {idx['key_bytes']}-byte keys, RSS delta; "
         f"{idx['array_bytes_per_entry']:.1f} in its arrays)   "
