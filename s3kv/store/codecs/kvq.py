@@ -24,7 +24,9 @@ from s3kv.store.codecs.spec import CodecSpec
 
 CODEC_ID = 2
 MAGIC = b"S3KQ"
-VERSION = 1
+#: 2: channel order as uint8 when head_dim <= 256, codebooks as float16 (1 had uint16 and
+#: float32; no version-1 data was ever deployed, so only version 2 decodes)
+VERSION = 2
 HEADER = struct.Struct("<4sBBHBBBBIQQQII")  # 48 bytes; the last field is the header crc32
 DTYPES = {"float16": 1, "bfloat16": 2}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
@@ -34,6 +36,13 @@ MAX_ROTATION = 64
 GAIN_RANGE = 12.0
 #: largest |value| kvq accepts: squares of 128+ such values still fit float32
 MAX_ABS = 2.0**60
+#: bf16 bit pattern of 2**60: magnitudes from here up are rejected
+BF16_MAX_ABS_BITS = 0x5D80
+
+
+def _perm_dtype(d: int) -> str:
+    """The channel order is stored in one byte per channel when head_dim allows."""
+    return "u1" if d <= 256 else "<u2"
 
 #: candidate layouts per effective bit width: (quarters of head_dim, bits) per segment, the
 #: first segment holding the highest-energy channels. All candidates spend exactly the same
@@ -114,46 +123,76 @@ class KvqCodec:
             raise InvalidInput(f"kvq block of {len(mv)} bytes is not a whole number of "
                                f"{self.dtype} vectors of head_dim {d} ({2 * d} bytes each)")
         n = len(mv) // (2 * d)
-        x = km.to_f32(np.frombuffer(mv, dtype="<u2"), self.dtype).reshape(n, d)
-        energy = np.einsum("ij,ij->j", x, x, dtype=np.float64) if n else np.zeros(d)
-        if not np.isfinite(energy).all() or (n and float(np.abs(x).max()) >= MAX_ABS):
-            if not np.isfinite(x).all():
+        words = np.frombuffer(mv, dtype="<u2").reshape(n, d)
+        rows = km.chunk_rows(d)
+        # pass 1: range checks on the bit patterns, channel energies
+        energy = np.zeros(d, dtype=np.float64)
+        limit = 0x7C00 if self.dtype == "float16" else 0x7F80
+        for r0 in range(0, n, rows):
+            w = words[r0:r0 + rows]
+            mag = km.scratch("mag", w.shape, np.uint16)
+            np.bitwise_and(w, np.uint16(0x7FFF), out=mag)
+            top = int(mag.max())
+            if top >= limit:
                 raise InvalidInput("kvq block holds NaN or infinite values")
-            raise InvalidInput("kvq block holds values beyond +-2**60; store it lossless")
+            if top >= BF16_MAX_ABS_BITS and self.dtype == "bfloat16":
+                raise InvalidInput("kvq block holds values beyond +-2**60; store it lossless")
+            x = km.to_f32(w, self.dtype, out=km.scratch("x", w.shape, np.float32))
+            part = np.einsum("ij,ij->j", x, x)
+            if not np.isfinite(part).all():  # bf16 near 2**60 overflows float32 sums
+                part = np.einsum("ij,ij->j", x, x, dtype=np.float64)
+            energy += part
         order = np.argsort(-energy, kind="stable")
         layout = min(self.layouts, key=lambda lay: expected_error(lay, energy[order]))
         permuted = len(layout) > 1
         if permuted:
             perm = np.concatenate([np.sort(order[s:s + g.channels]) for s, g in
                                    zip(np.cumsum([0] + [g.channels for g in layout]), layout,
-                                       strict=False)]).astype(np.uint16)
-            xp = np.take(x, perm.astype(np.intp), axis=1)
+                                       strict=False)])
         else:
-            perm = np.arange(d, dtype=np.uint16)
-            xp = x
-        n_blocks = sum(g.blocks for g in layout)
-        gains = np.zeros((n, n_blocks), dtype=np.float32)
-        parts: list[bytes] = []
-        col = j = 0
+            perm = np.arange(d)
+        # rotation blocks: (first channel, size, bits, rotation, codebook scale, code offset)
+        plan = []
+        col = j = off = 0
         for seg in layout:
             size = seg.block_size
             for _ in range(seg.blocks):
-                z = xp[:, col:col + size] @ km.rotation(self.seed, size, j)
-                norm = np.sqrt(np.einsum("ij,ij->i", z, z))
-                scale = np.float32(math.sqrt(size))
-                with np.errstate(divide="ignore"):
-                    inv = np.where(norm > 0, scale / norm, 0).astype(np.float32)
-                parts.append(km.pack(km.quantize(z, inv, size, seg.bits).reshape(-1), seg.bits))
-                gains[:, j] = norm / scale
+                plan.append((col, size, seg.bits, km.rotation(self.seed, size, j), off))
+                off += n * size * seg.bits // 8
                 col += size
                 j += 1
+        n_blocks = j
+        codes_out = km.scratch("codes-out", (off,), np.uint8)
+        gains = np.empty((n, n_blocks), dtype=np.float32)
+        # pass 2: per chunk of vectors, rotate, normalise, quantize and pack every block
+        for r0 in range(0, n, rows):
+            w = words[r0:r0 + rows]
+            m = w.shape[0]
+            x = km.to_f32(w, self.dtype, out=km.scratch("x", w.shape, np.float32))
+            if permuted:
+                x = np.take(x, perm, axis=1, mode="clip",
+                            out=km.scratch("xp", w.shape, np.float32))
+            norm = km.scratch("norm", (m,), np.float32)
+            inv = km.scratch("inv", (m,), np.float32)
+            for j, (col, size, bits, rot, off) in enumerate(plan):
+                z = np.matmul(x[:, col:col + size], rot,
+                              out=km.scratch("z", (m, size), np.float32))
+                np.einsum("ij,ij->i", z, z, out=norm)
+                np.sqrt(norm, out=norm)
+                scale = math.sqrt(size)
+                np.divide(norm, np.float32(scale), out=gains[r0:r0 + m, j])
+                inv.fill(0)
+                np.divide(np.float32(scale * km.GRID), norm, out=inv, where=norm > 0)
+                codes = km.quantize(z, inv, size, bits, km.scratch("codes", (m, size), np.uint8))
+                start = off + r0 * size * bits // 8
+                km.pack_into(codes, bits, codes_out[start:start + m * size * bits // 8])
         gain_codes, lo, step = _code_gains(gains)
-        head = [perm.astype("<u2").tobytes()] if permuted else []
+        head = [perm.astype(_perm_dtype(d)).tobytes()] if permuted else []
         head.append(b"".join(struct.pack("<HBB", g.channels, g.bits, g.blocks) for g in layout))
-        head.extend(km.codebook(g.block_size, g.bits)[0].astype("<f4").tobytes() for g in layout)
+        head.extend(km.codebook(g.block_size, g.bits)[0].astype("<f2").tobytes() for g in layout)
         head.append(struct.pack("<dd", lo, step))
         head.append(gain_codes.tobytes())
-        payload = b"".join(head + parts)
+        payload = b"".join([*head, memoryview(codes_out)])
         bits2 = int(self.bits * 2)
         fields = (MAGIC, VERSION, DTYPES[self.dtype], d, bits2, len(layout),
                   FLAG_PERMUTED if permuted else 0, 0, 0, self.seed, len(mv), len(payload),
@@ -229,7 +268,8 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
 
     perm = None
     if permuted:
-        perm = np.frombuffer(take(2 * d), dtype="<u2").astype(np.intp)
+        width = np.dtype(_perm_dtype(d)).itemsize
+        perm = np.frombuffer(take(width * d), dtype=_perm_dtype(d)).astype(np.intp)
         if not np.array_equal(np.sort(perm), np.arange(d)):
             raise _corrupt("channel order is not a permutation")
     layout = []
@@ -241,7 +281,7 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
         layout.append(seg)
     if sum(g.channels for g in layout) != d:
         raise _corrupt("segments do not cover head_dim")
-    books = [np.frombuffer(take(4 << g.bits), dtype="<f4").astype(np.float32) for g in layout]
+    books = [np.frombuffer(take(2 << g.bits), dtype="<f2").astype(np.float32) for g in layout]
     if not all(np.isfinite(b).all() for b in books):
         raise _corrupt("codebook is not finite")
     lo, step = struct.unpack("<dd", take(16))
@@ -253,23 +293,38 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
     table[1:] = np.exp(lo + step * np.arange(255))
     if not np.isfinite(table).all() or table.max() > 2.0**70:
         raise _corrupt("gains out of range")
+    if dtype == "float16":
+        table *= km.F16_SCALE  # from_f32(prescaled=True): one multiply pass fewer
     gains = table.astype(np.float32)[gcodes]
-    out = np.empty((n, d), dtype=np.float32)
+    plan = []
     col = j = 0
     for seg, book in zip(layout, books, strict=True):
         size = seg.block_size
         for _ in range(seg.blocks):
             packed = np.frombuffer(take(n * size * seg.bits // 8), dtype=np.uint8)
-            vals = km.dequantize(packed, seg.bits, n, size, book)
-            vals *= gains[:, j:j + 1]
-            out[:, col:col + size] = vals @ km.rotation(seed, size, j).T
+            plan.append((col, size, seg.bits, km.rotation(seed, size, j).T, book, packed))
             col += size
             j += 1
     if pos != len(payload):
         raise _corrupt(f"{len(payload) - pos} trailing payload bytes")
-    words = km.from_f32(out, dtype)
+    inverse = None
     if perm is not None:
         inverse = np.empty(d, dtype=np.intp)
         inverse[perm] = np.arange(d)
-        words = np.take(words, inverse, axis=1, mode="clip")
-    return words.astype("<u2", copy=False).tobytes()
+    rows = km.chunk_rows(d)
+    parts: list[bytes] = []
+    for r0 in range(0, n, rows):
+        m = min(rows, n - r0)
+        words = km.scratch("words", (m, d), np.uint16)  # channels in stored (permuted) order
+        for j, (col, size, bits, rot_t, book, packed) in enumerate(plan):
+            per_row = size * bits // 8
+            vals = km.dequantize(packed[r0 * per_row:(r0 + m) * per_row], bits, m, size, book,
+                                 out=km.scratch("vals", (m, size), np.float32))
+            vals *= gains[r0:r0 + m, j:j + 1]
+            y = np.matmul(vals, rot_t, out=km.scratch("y", (m, size), np.float32))
+            km.from_f32(y, dtype, prescaled=True, out=words[:, col:col + size])
+        if inverse is not None:
+            words = np.take(words, inverse, axis=1, mode="clip",
+                            out=km.scratch("unperm", (m, d), np.uint16))
+        parts.append(words.tobytes())
+    return b"".join(parts)

@@ -7,7 +7,9 @@ width), so an encoded block needs to carry only those parameters, never the matr
 from __future__ import annotations
 
 import hashlib
+import threading
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -99,140 +101,241 @@ def code_table(n: int, bits: int) -> tuple[U8, float]:
     return table, float(half)
 
 
-def quantize(z: F32, inv: F32, n: int, bits: int) -> U8:
-    """Codes of the rows of ``z`` scaled by ``inv`` (per row) to unit variance per coordinate."""
+# ---- scratch buffers -----------------------------------------------------------------------
+#
+# kvq works through a block in chunks of rows (CHUNK_ELEMS elements each, so a chunk's float32
+# working set stays in L2) and writes every intermediate into per-thread buffers that live
+# across calls: fresh multi-megabyte temporaries cost more in page faults (glibc returns them
+# to the kernel on free) than the arithmetic on them.
+
+#: elements per chunk: 128 Ki float32 = 512 KiB (1024 vectors at head_dim 128)
+CHUNK_ELEMS = 1 << 17
+
+_local = threading.local()
+
+
+def chunk_rows(d: int) -> int:
+    return max(8, CHUNK_ELEMS // d)
+
+
+def scratch(name: str, shape: tuple[int, ...], dtype: Any) -> npt.NDArray[Any]:
+    """This thread's buffer ``name`` viewed as ``shape`` (contents undefined)."""
+    bufs: dict[str, npt.NDArray[np.uint8]] | None = getattr(_local, "bufs", None)
+    if bufs is None:
+        bufs = _local.bufs = {}
+    dt = np.dtype(dtype)
+    size = dt.itemsize
+    for dim in shape:
+        size *= dim
+    buf = bufs.get(name)
+    if buf is None or buf.size < size:
+        buf = bufs[name] = np.empty(max(size, 64), dtype=np.uint8)
+    out: npt.NDArray[Any] = buf[:size].view(dt).reshape(shape)
+    return out
+
+
+def quantize(z: F32, inv: F32, n: int, bits: int, out: U8) -> U8:
+    """Codes of the rows of ``z`` scaled by ``inv`` (per row, to unit variance per coordinate,
+    times GRID) into ``out``. ``z`` is clobbered.
+
+    ``u * GRID + offset`` stays inside the table for every finite row (|u| <= sqrt(n) up to
+    rounding, the table has 2 cells of margin) and ``take(mode="clip")`` guards the rest.
+    """
     table, offset = code_table(n, bits)
-    q = np.multiply(z, (inv * np.float32(GRID))[:, None], dtype=np.float32)
-    q += np.float32(offset)
-    np.clip(q, 0.0, float(len(table) - 1), out=q)
-    codes: U8 = np.take(table, q.astype(np.intp), mode="clip")
-    return codes
+    np.multiply(z, inv[:, None], out=z)
+    z += np.float32(offset)
+    idx = scratch("q-idx", z.shape, np.intp)
+    np.copyto(idx, z, casting="unsafe")  # truncation = floor: every value is positive
+    np.take(table, idx, out=out, mode="clip")
+    return out
 
 
 # ---- bit packing: groups of 8 codes of b bits into b bytes, little-endian within the group --
+#
+# A group of 8 one-byte codes is one little-endian uint64 (code k in byte k). Packing folds
+# neighbours together three times (bytes -> 16-bit lanes -> 32-bit lanes -> the word), each a
+# mask, a shift and an or over the whole array; unpacking runs the same steps backwards.
+
+_M8 = np.uint64(0x00FF00FF00FF00FF)
+_M16 = np.uint64(0x0000FFFF0000FFFF)
+_M32 = np.uint64(0x00000000FFFFFFFF)
+
+
+def pack_into(codes: U8, bits: int, out: U8) -> None:
+    """Pack uint8 codes (< 2**bits, length a multiple of 8) into ``out`` (len*bits/8 bytes).
+    ``codes`` is clobbered."""
+    if bits == 8:
+        out[...] = codes.reshape(out.shape)
+        return
+    w = codes.reshape(-1).view(np.uint64)
+    hi = scratch("pack-hi", w.shape, np.uint64)
+    for mask, shift in ((_M8, 8 - bits), (_M16, 16 - 2 * bits), (_M32, 32 - 4 * bits)):
+        np.bitwise_and(w, ~mask, out=hi)
+        hi >>= np.uint64(shift)
+        w &= mask
+        w |= hi
+    out.reshape(-1, bits)[...] = w.view(np.uint8).reshape(-1, 8)[:, :bits]
+
 
 def pack(codes: U8, bits: int) -> bytes:
     """Pack uint8 codes (< 2**bits), length a multiple of 8, into len*bits/8 bytes."""
-    c = codes.reshape(-1, 8)
-    if bits == 8:
-        return c.tobytes()
-    if 8 % bits == 0:
-        per = 8 // bits
-        c2 = codes.reshape(-1, per)
-        out = c2[:, 0].copy()
-        for k in range(1, per):
-            out |= c2[:, k] << np.uint8(bits * k)
-        return out.tobytes()
-    acc = c[:, 0].astype(np.uint64)
-    for k in range(1, 8):
-        acc |= c[:, k].astype(np.uint64) << np.uint64(bits * k)
-    return acc.view(np.uint8).reshape(-1, 8)[:, :bits].tobytes()
+    out = np.empty(codes.size * bits // 8, dtype=np.uint8)
+    pack_into(codes.copy(), bits, out)
+    return out.tobytes()
+
+
+def _unpack_words(data: U8, bits: int) -> npt.NDArray[np.uint64]:
+    """Groups of ``bits`` bytes to uint64 words, 16-bit lane k holding codes 2k and 2k+1."""
+    groups = data.reshape(-1, bits)
+    buf = scratch("unpack-w", (groups.shape[0], 8), np.uint8)
+    buf[:, bits:] = 0
+    buf[:, :bits] = groups
+    w: npt.NDArray[np.uint64] = buf.view(np.uint64).reshape(-1)
+    hi = scratch("unpack-hi", w.shape, np.uint64)
+    np.left_shift(w, np.uint64(32 - 4 * bits), out=hi)
+    hi &= ~_M32
+    w &= np.uint64((1 << (4 * bits)) - 1)
+    w |= hi
+    np.left_shift(w, np.uint64(16 - 2 * bits), out=hi)
+    hi &= ~_M16
+    w &= np.uint64(((1 << (2 * bits)) - 1) * 0x0000000100000001)
+    w |= hi
+    return w
 
 
 def unpack(data: U8, bits: int, count: int) -> U8:
     """Inverse of :func:`pack` for ``count`` codes."""
     if bits == 8:
         return data[:count].copy()
-    if 8 % bits == 0:
-        per = 8 // bits
-        out = np.empty((data.size, per), dtype=np.uint8)
-        mask = np.uint8((1 << bits) - 1)
-        for k in range(per):
-            np.bitwise_and(data >> np.uint8(bits * k), mask, out=out[:, k])
-        return out.reshape(-1)[:count]
-    groups = data.reshape(-1, bits)
-    buf = np.zeros((groups.shape[0], 8), dtype=np.uint8)
-    buf[:, :bits] = groups
-    acc: npt.NDArray[np.uint64] = buf.view(np.uint64).reshape(-1)
-    out = np.empty((groups.shape[0], 8), dtype=np.uint8)
-    m = np.uint64((1 << bits) - 1)
-    for k in range(8):
-        out[:, k] = (acc >> np.uint64(bits * k)) & m
-    return out.reshape(-1)[:count]
+    w = _unpack_words(data, bits)
+    hi = w << np.uint64(8 - bits)
+    hi &= ~_M8
+    w &= np.uint64(((1 << bits) - 1) * 0x0001000100010001)
+    w |= hi
+    out: U8 = w.view(np.uint8)[:count].copy()
+    return out
 
 
-def dequantize(data: U8, bits: int, rows: int, n: int, levels: F32) -> F32:
-    """Packed codes straight to float levels (rows x n), through byte -> levels tables."""
-    if bits in (2, 4):
-        # one gather of 8- or 16-byte rows: the table viewed as uint64 / complex128
-        table = _byte_table(levels.tobytes(), bits)
-        wide = np.take(table, data, mode="clip")
-        return wide.view(np.float32).reshape(rows, n)
-    if bits == 3:
-        g = data.reshape(-1, 3).astype(np.uint16)
-        idx = np.empty((g.shape[0], 2), dtype=np.uint16)
-        idx[:, 0] = g[:, 0] | ((g[:, 1] & np.uint16(0xF)) << np.uint16(8))
-        idx[:, 1] = (g[:, 1] >> np.uint16(4)) | (g[:, 2] << np.uint16(4))
-        wide = np.take(_tri_table(levels.tobytes()), idx, mode="clip")
-        return wide.view(np.float32).reshape(rows, n)
-    codes = unpack(data, bits, rows * n)
-    vals: F32 = levels[codes].reshape(rows, n)
-    return vals
+def dequantize(data: U8, bits: int, rows: int, n: int, levels: F32,
+               out: F32 | None = None) -> F32:
+    """Packed codes straight to float levels (rows x n): one gather of table rows holding
+    the levels of 2, 4 or 8 consecutive codes, indexed by the bits of those codes."""
+    res: F32 = np.empty((rows, n), dtype=np.float32) if out is None else out
+    flat = res.reshape(-1)
+    if bits == 8:
+        np.take(levels, data, out=flat, mode="clip")
+        return res
+    table = _code_rows(levels.tobytes(), bits)
+    per = _PER[bits]  # codes per table row
+    if bits in (1, 2, 4):  # a table row per byte
+        idx: npt.NDArray[Any] = data
+    else:
+        # 3 bits: a 24-bit group = two 12-bit indices, spread to the uint16 halves of a
+        # uint32; 5 (and 6, 7): a 40-bit group = four 10-bit indices, spread to the uint16
+        # quarters of a uint64. Groups are read as overlapping unaligned words.
+        width = 4 if bits == 3 else 8
+        n_bytes = data.size
+        buf = scratch("dq-pad", (n_bytes + 8,), np.uint8)
+        np.copyto(buf[:n_bytes], data)
+        buf[n_bytes:] = 0
+        groups = n_bytes // bits
+        wt = np.dtype(f"<u{width}")
+        unaligned = np.ndarray(shape=(groups,), dtype=wt, buffer=buf, strides=(bits,))
+        w = scratch("dq-w", (groups,), wt)
+        hi = scratch("dq-hi", (groups,), wt)
+        step = per * bits
+        if width == 4:
+            np.left_shift(unaligned, wt.type(16 - step), out=hi)
+            np.bitwise_and(unaligned, wt.type((1 << step) - 1), out=w)
+            hi &= wt.type(((1 << step) - 1) << 16)
+            w |= hi
+        else:
+            np.left_shift(unaligned, wt.type(32 - 2 * step), out=hi)
+            np.bitwise_and(unaligned, wt.type((1 << (2 * step)) - 1), out=w)
+            hi &= wt.type(((1 << (2 * step)) - 1) << 32)
+            w |= hi
+            np.left_shift(w, wt.type(16 - step), out=hi)
+            w &= wt.type(((1 << step) - 1) * 0x0000000100000001)
+            hi &= ~_M16
+            w |= hi
+        idx = w.view(np.uint16)
+    np.take(table, idx, out=flat.view(table.dtype), mode="clip")
+    return res
+
+
+#: codes per table row: a row is 8 or 16 bytes (2 or 4 float32 levels), 32 for 1-bit codes
+_PER = {1: 8, 2: 4, 3: 4, 4: 2, 5: 2, 6: 2, 7: 2}
 
 
 @lru_cache(maxsize=32)
-def _byte_table(levels_raw: bytes, bits: int) -> npt.NDArray[np.generic]:
-    """byte -> its 8/bits levels, one row per byte, viewed as one wide scalar per row."""
+def _code_rows(levels_raw: bytes, bits: int) -> npt.NDArray[Any]:
+    """Row r holds the levels of the _PER[bits] codes packed in the bits of r."""
     levels = np.frombuffer(levels_raw, dtype=np.float32)
-    per = 8 // bits
-    byte = np.arange(256, dtype=np.uint16)
+    per = _PER[bits]
+    word = np.arange(1 << (per * bits), dtype=np.uint32)
     mask = (1 << bits) - 1
-    cols = [levels[(byte >> (bits * k)) & mask] for k in range(per)]
+    cols = [levels[(word >> (bits * k)) & mask] for k in range(per)]
     rows = np.ascontiguousarray(np.stack(cols, axis=1), dtype=np.float32)
-    return rows.view(np.uint64 if per == 2 else np.complex128).reshape(256)
-
-
-@lru_cache(maxsize=32)
-def _tri_table(levels_raw: bytes) -> npt.NDArray[np.complex128]:
-    """12 bits (four 3-bit codes) -> four levels, as one complex128 per row."""
-    levels = np.frombuffer(levels_raw, dtype=np.float32)
-    word = np.arange(4096, dtype=np.uint16)
-    cols = [levels[(word >> (3 * k)) & 7] for k in range(4)]
-    rows = np.ascontiguousarray(np.stack(cols, axis=1), dtype=np.float32)
-    return rows.view(np.complex128).reshape(4096)
+    wide = {2: np.dtype(np.uint64), 4: np.dtype(np.complex128)}.get(per, np.dtype("V32"))
+    out: npt.NDArray[Any] = rows.view(wide).reshape(-1)
+    return out
 
 
 # ---- fp16 / bf16 <-> float32 --------------------------------------------------------------
+#
+# Pure integer shifts on the bit patterns (numpy's float16 casts cost ~3 ns per element here).
 
-@lru_cache(maxsize=1)
-def _f16_table() -> F32:
-    return np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+#: float32 value of fp16 bits << 13 is the fp16 value times 2**-112 (subnormals included)
+F16_SCALE = np.float32(2.0**-112)
+_F16_UNSCALE = np.float32(2.0**112)
 
 
-def to_f32(raw: U16, dtype: str) -> F32:
-    """16-bit words (fp16 or bf16 bit patterns) to float32."""
+def to_f32(raw: U16, dtype: str, out: F32 | None = None) -> F32:
+    """16-bit words (fp16 or bf16 bit patterns, finite) to float32, exactly.
+
+    fp16 infinities and NaNs come out as finite values: callers check the words first.
+    """
+    res: F32 = np.empty(raw.shape, dtype=np.float32) if out is None else out
     if dtype == "float16":
-        out: F32 = np.take(_f16_table(), raw, mode="clip")
-        return out
-    wide = raw.astype(np.uint32)
-    wide <<= np.uint32(16)
-    return wide.view(np.float32)
+        # sign-extended << 13 leaves the sign in bit 31 and junk in bits 28-30: clear those
+        a = res.view(np.int32)
+        np.left_shift(raw.view(np.int16), 13, out=a, dtype=np.int32)
+        a &= np.int32(-0x70000001)  # 0x8FFFFFFF
+        res *= _F16_UNSCALE
+        return res
+    np.left_shift(raw, 16, out=res.view(np.uint32), dtype=np.uint32)
+    return res
 
 
-_F16_SCALE = np.float32(2.0**-112)
-
-
-def from_f32(x: F32, dtype: str, prescaled: bool = False) -> U16:
+def from_f32(x: F32, dtype: str, prescaled: bool = False, out: U16 | None = None) -> U16:
     """float32 to fp16/bf16 bit patterns, rounding half away from zero in magnitude.
 
-    For fp16, ``prescaled`` says x was already multiplied by 2**-112 (the decoder folds that
-    into its gains): then float32 bits >> 13 are the fp16 bits, subnormals included. Values
-    that would overflow fp16 go to the exact numpy cast instead.
+    ``x`` is clobbered (its bits are the scratch space). For fp16, ``prescaled`` says x was
+    already multiplied by 2**-112 (the decoder folds that into its gains): then float32 bits
+    >> 13 are the fp16 bits, subnormals included. Values that would overflow fp16 go to the
+    exact numpy cast instead. ``out``, if given, receives the words (any strides).
     """
+    res: U16 = np.empty(x.shape, dtype=np.uint16) if out is None else out
+    b = x.view(np.uint32)
     if dtype == "bfloat16":
-        b = x.view(np.uint32)
         b += np.uint32(0x8000)
-        b >>= np.uint32(16)
-        return b.astype(np.uint16)
-    y = x if prescaled else x * _F16_SCALE
-    b = y.view(np.uint32)
-    sign = b >> np.uint32(16)
-    sign &= np.uint32(0x8000)
-    b &= np.uint32(0x7FFFFFFF)
-    b += np.uint32(0x1000)
-    b >>= np.uint32(13)
-    if b.size and int(b.max()) >= 0x7C00:
-        exact = (y.astype(np.float64) * 2.0**112).astype(np.float16)
-        return exact.view(np.uint16)
-    b |= sign
-    return b.astype(np.uint16)
+        np.right_shift(b, np.uint32(16), out=res, casting="unsafe")
+        return res
+    if not prescaled:
+        x *= F16_SCALE
+    if x.size and (float(x.max()) >= _F16_LIMIT or float(x.min()) <= -_F16_LIMIT):
+        with np.errstate(over="ignore"):
+            exact = (x.astype(np.float64) * 2.0**112).astype(np.float16)
+        res[...] = exact.view(np.uint16)
+        return res
+    sign = scratch("f16-sign", x.shape, np.uint16)
+    np.right_shift(b, np.uint32(16), out=sign, casting="unsafe")
+    sign &= np.uint16(0x8000)
+    b += np.uint32(0x1000)  # the sign bit is apart: this rounds the magnitude
+    np.right_shift(b, np.uint32(13), out=res, casting="unsafe")  # bit 15 = float bit 28 = 0
+    res |= sign
+    return res
+
+
+#: prescaled magnitudes from here up round to fp16 infinity (bits 0x7C00 after rounding)
+_F16_LIMIT = float(np.array([(0x7C00 << 13) - 0x1000], dtype=np.uint32).view(np.float32)[0])
