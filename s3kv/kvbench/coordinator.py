@@ -56,6 +56,10 @@ class Coordinator:
         return client, loc.bucket, f"{loc.prefix}{self.spec.run_prefix}"
 
     async def setup(self) -> None:
+        if self.spec.kind == "gateway" and await self.stats() is None:
+            raise ConfigError(f"gateway {self.spec.target} does not answer GET /v1/stats (is it "
+                              "running? --token ACCESS:SECRET or S3KV_ACCESS_KEY/"
+                              "S3KV_SECRET_KEY must match its front credentials)")
         client, bucket, _ = self._s3_client()
         async with client:
             r = await client.create_bucket(bucket)
