@@ -222,7 +222,7 @@ class SegmentWriter:
         return self._open_segment()
 
     async def _wait_for_room(self) -> None:
-        if len(self._in_memory) < self.s.max_open_segments:
+        if len(self._in_memory) < self.s.max_open_segments and self.healthy:
             return
         wait = min(2.0, self.s.seal_after)
         try:
