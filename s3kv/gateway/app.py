@@ -83,9 +83,34 @@ def _error_response(request: web.Request, err: RequestError) -> web.Response:
                         content_type="application/xml")
 
 
+#: answered even while shutting down (probes and scrapes)
+_OPS_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
 @web.middleware
 async def gateway_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     st = state_of(request)
+    st.enter()
+    try:
+        resp = await _handle(request, handler, st)
+    finally:
+        st.leave()
+    if st.shutting_down and not resp.prepared:
+        resp.force_close()  # draining: no further requests on this connection
+    return resp
+
+
+async def _shutting_down(request: web.Request) -> web.StreamResponse:
+    """A request that arrived (on a kept-alive connection) after SIGTERM: go elsewhere."""
+    request["op"] = "ShuttingDown"
+    raise RequestError("ServiceUnavailable", "The gateway is shutting down; retry on another "
+                       "replica or after it restarts.", 503, {"Retry-After": "1"})
+
+
+async def _handle(request: web.Request, handler: Handler,
+                  st: GatewayState) -> web.StreamResponse:
+    if st.shutting_down and request.path not in _OPS_PATHS:
+        handler = _shutting_down
     rid = uuid.uuid4().hex[:16].upper()
     request["request_id"] = rid
     structlog.contextvars.bind_contextvars(request_id=rid)

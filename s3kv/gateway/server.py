@@ -1,7 +1,8 @@
 """Running the gateway: open the store, serve HTTP, shut down gracefully on SIGTERM/SIGINT.
 
-Shutdown: stop accepting, let requests in flight finish, seal open segments and complete their
-uploads, then exit 0. Nothing acknowledged is lost by a SIGTERM.
+Shutdown: stop accepting, let requests in flight finish (at most ``SHUTDOWN_GRACE`` seconds),
+seal open segments and complete their uploads, then exit 0. Nothing acknowledged is lost by a
+SIGTERM.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ from s3kv.log import get_logger
 from s3kv.store.store import BlockStore
 
 log = get_logger(__name__)
+
+#: seconds requests in flight get to finish after SIGTERM (what is cut off was never answered)
+SHUTDOWN_GRACE = 15.0
+#: then, aiohttp's own wait for handlers it has cancelled
+SHUTDOWN_TIMEOUT = 5.0
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -62,7 +68,8 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     store = await BlockStore.open(settings)
     app = make_app(store, settings)
     app[UPLOADS] = Uploads()
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=30.0)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                           shutdown_timeout=SHUTDOWN_TIMEOUT)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
@@ -85,7 +92,18 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
         await stop.wait()
     finally:
         log.info("gateway.stopping")
-        app[STATE].shutting_down = True
+        state = app[STATE]
+        state.shutting_down = True
+        # Stop accepting first, then let requests in flight finish while their connections are
+        # still read from. aiohttp's runner.cleanup() closes every connection *before* waiting
+        # for handlers, and a closed connection drops incoming bytes: an upload in progress then
+        # waits for a body that never arrives until the shutdown timeout (30 s of nothing, and
+        # a pod's default grace period is 30 s). New requests on kept-alive connections get
+        # 503 ServiceUnavailable with Connection: close (see app.gateway_middleware).
+        await site.stop()
+        left = await state.drain(SHUTDOWN_GRACE)
+        if left:
+            log.warning("gateway.drain_timeout", requests=left, grace=SHUTDOWN_GRACE)
         await runner.cleanup()
         await store.close()
         log.info("gateway.stopped", sealed=store.stats.segments_sealed)

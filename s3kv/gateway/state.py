@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -45,6 +47,25 @@ class GatewayState:
     budget: MemoryBudget
     tokens: set[str] = field(default_factory=set)  # accepted bearer tokens (ACCESS:SECRET)
     shutting_down: bool = False
+    inflight: int = 0  # requests being handled now (the middleware counts them)
+    _idle: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    def enter(self) -> None:
+        self.inflight += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        self.inflight -= 1
+        if not self.inflight:
+            self._idle.set()
+
+    async def drain(self, grace: float) -> int:
+        """Wait until no request is in flight, at most ``grace`` seconds; the number left."""
+        if self.inflight:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await self._idle.wait()
+        return self.inflight
 
 
 STATE: web.AppKey[GatewayState] = web.AppKey("s3kv_state", GatewayState)
