@@ -35,6 +35,8 @@ TOKEN = f"{GW_ACCESS}:{GW_SECRET}"
 SMALL = ["--segment-size", "10MiB", "--part-size", "5MiB", "--max-block-size", "5MiB",
          "--seal-after", "0.5", "--sync-interval", "0"]
 MAX_BLOCK = 5 * 1024 * 1024
+#: the module gateway also answers virtual-hosted-style requests (Host: BUCKET.DOMAIN)
+DOMAIN = "s3.localtest"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -167,7 +169,8 @@ def gateway_client(endpoint: str, *, secret: str = GW_SECRET, **config: Any) -> 
 @pytest.fixture(scope="module")
 def gateway(s3_server: MotoServer) -> Iterator[Gateway]:
     """One gateway per test module, on its own backend bucket of the shared moto server."""
-    with running_gateway(backend_store(s3_server), SMALL) as gw:
+    args = [*SMALL, "--domain", DOMAIN, "--dram-cache", "32MiB"]
+    with running_gateway(backend_store(s3_server), args) as gw:
         yield gw
 
 
