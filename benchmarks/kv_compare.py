@@ -81,6 +81,7 @@ def main() -> int:
             gw.terminate()
             gw.wait(60)
             log.close()
+            print(f"gateway log: {log.name}", file=sys.stderr)
     print(f"server: {server.name}; gateway: {args.gateway_args}")
     print("target        pass  tok/s read  tok/s written  tok/s total  GiB/s r  GiB/s w  "
           "hit %  P95 read ms (max of ranks)  restore p95 ms  errors")

@@ -28,7 +28,8 @@ from warp.analysis.aggregate import percentile
 #: gateway /v1/stats counters whose change over a pass is reported
 STAT_KEYS = ("hits", "misses", "dram_hits", "dram_misses", "backend_reads",
              "backend_read_bytes", "backend_bytes_written", "bytes_accepted", "blocks_put",
-             "checksum_failures", "backpressure_rejections")
+             "checksum_failures", "backpressure_rejections", "backend_errors",
+             "segments_sealed", "segments_failed", "blocks_lost")
 
 
 def pct(values: list[float], p: float) -> float:
