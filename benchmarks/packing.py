@@ -38,6 +38,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -299,7 +300,7 @@ async def open_store(server: BenchServer, bucket: str, prefix: str,
 
 async def close_store(store: BlockStore) -> None:
     await store.close()
-    await store.backend.close()  # type: ignore[attr-defined]
+    await store.backend.close()
 
 
 @dataclass
@@ -356,14 +357,14 @@ async def block_phase(size: int, profile: Profile, server: BenchServer, bucket: 
         for c in profile.concurrency:  # interleaved, so drift on the server hits both sides
             prefix = f"direct-{label}-{tag}/c{c}"
             put.direct.append(await timed("direct", c, nbytes, pid,
-                                          lambda p=prefix, c=c: direct.put_all(p, blocks, c)))
+                                          partial(direct.put_all, prefix, blocks, c)))
             progress(f"PUT {label} direct c={c}: {put.direct[-1].mib_s:8.1f} MiB/s "
                      f"({n} objects)")
             direct_keys = [f"{prefix}/{i}" for i in range(n)]
             keys = [block_key(f"{label}/{tag}/c{c}", i) for i in range(n)]
             put.store.append(await timed(
                 "store", c, nbytes, pid,
-                lambda k=keys, c=c: store_put_all(store, k, blocks, c, counters)))
+                partial(store_put_all, store, keys, blocks, c, counters)))
             progress(f"PUT {label} store  c={c}: {put.store[-1].mib_s:8.1f} MiB/s "
                      f"(incl. flush; {store.stats.segments_sealed} segments sealed so far)")
             store_keys = keys
@@ -372,11 +373,11 @@ async def block_phase(size: int, profile: Profile, server: BenchServer, bucket: 
             order = rng.permutation(n)
             dkeys = [direct_keys[i] for i in order]
             get.direct.append(await timed("direct", c, nbytes, pid,
-                                          lambda k=dkeys, c=c: direct.get_all(k, size, c)))
+                                          partial(direct.get_all, dkeys, size, c)))
             progress(f"GET {label} direct c={c}: {get.direct[-1].mib_s:8.1f} MiB/s")
             skeys = [store_keys[i] for i in order]
             get.store.append(await timed("store", c, nbytes, pid,
-                                         lambda k=skeys, c=c: store_get_all(store, k, size, c)))
+                                         partial(store_get_all, store, skeys, size, c)))
             progress(f"GET {label} store  c={c}: {get.store[-1].mib_s:8.1f} MiB/s")
     finally:
         await close_store(store)
@@ -463,8 +464,7 @@ async def chain_phase(profile: Profile, server: BenchServer, bucket: str, direct
                     raise RuntimeError("store chain read: a miss")
 
         for c in profile.concurrency:
-            comp.direct.append(await timed("direct", c, total, pid,
-                                           lambda c=c: read_direct(c)))
+            comp.direct.append(await timed("direct", c, total, pid, partial(read_direct, c)))
             progress(f"chain read direct c={c}: {comp.direct[-1].mib_s:8.1f} MiB/s "
                      f"({length} GETs per chain)")
         comp.store.append(await timed("store", 1, total, pid, read_store))
@@ -676,8 +676,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Block store vs one object per block, side by side against one S3 server: "
         "PUT/GET throughput ratios (256 KiB and 2 MiB blocks), prefix-chain read ratio, index "
         "bytes per entry and write amplification. Targets (issue 2, not asserted): PUT 256 KiB "
-        ">= 2x, PUT 2 MiB >= 1x, chain read >= 2x, index <= 160 B/entry, WA <= 1.02.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        ">= 2x, PUT 2 MiB >= 1x, chain read >= 2x, index <= 160 B/entry, WA <= 1.02.")
     add_server_arguments(parser)
     parser.add_argument("--bucket", default=None,
                         help="bucket to use (created if missing) [default: a fresh "
@@ -708,8 +707,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "[default: 1,8]")
     parser.add_argument("--repeats", type=int, metavar="N", default=1,
                         help="repeat the store/direct comparisons N times and report the "
-                        "median ratio (the index is measured once)")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the random block payloads")
+                        "median ratio (the index is measured once) [default: 1]")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="seed of the random block payloads [default: 1]")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress lines on stderr")
     args = parser.parse_args(argv)
