@@ -128,6 +128,8 @@ class KvqCodec:
         # pass 1: range checks on the bit patterns, channel energies
         energy = np.zeros(d, dtype=np.float64)
         limit = 0x7C00 if self.dtype == "float16" else 0x7F80
+        # the float32 block, kept for pass 2 (re-converting costs more than re-reading)
+        xfull = km.scratch("x", (n, d), np.float32)
         for r0 in range(0, n, rows):
             w = words[r0:r0 + rows]
             mag = km.scratch("mag", w.shape, np.uint16)
@@ -137,7 +139,7 @@ class KvqCodec:
                 raise InvalidInput("kvq block holds NaN or infinite values")
             if top >= BF16_MAX_ABS_BITS and self.dtype == "bfloat16":
                 raise InvalidInput("kvq block holds values beyond +-2**60; store it lossless")
-            x = km.to_f32(w, self.dtype, out=km.scratch("x", w.shape, np.float32))
+            x = km.to_f32(w, self.dtype, out=xfull[r0:r0 + rows])
             part = np.einsum("ij,ij->j", x, x)
             if not np.isfinite(part).all():  # bf16 near 2**60 overflows float32 sums
                 part = np.einsum("ij,ij->j", x, x, dtype=np.float64)
@@ -166,17 +168,17 @@ class KvqCodec:
         gains = np.empty((n, n_blocks), dtype=np.float32)
         # pass 2: per chunk of vectors, rotate, normalise, quantize and pack every block
         for r0 in range(0, n, rows):
-            w = words[r0:r0 + rows]
-            m = w.shape[0]
-            x = km.to_f32(w, self.dtype, out=km.scratch("x", w.shape, np.float32))
-            if permuted:
-                x = np.take(x, perm, axis=1, mode="clip",
-                            out=km.scratch("xp", w.shape, np.float32))
+            x = xfull[r0:r0 + rows]
+            m = x.shape[0]
             norm = km.scratch("norm", (m,), np.float32)
             inv = km.scratch("inv", (m,), np.float32)
             for j, (col, size, bits, rot, off) in enumerate(plan):
-                z = np.matmul(x[:, col:col + size], rot,
-                              out=km.scratch("z", (m, size), np.float32))
+                if permuted:  # this block's channels, gathered contiguous
+                    xb = np.take(x, perm[col:col + size], axis=1, mode="clip",
+                                 out=km.scratch("xb", (m, size), np.float32))
+                else:
+                    xb = x[:, col:col + size]
+                z = np.matmul(xb, rot, out=km.scratch("z", (m, size), np.float32))
                 np.einsum("ij,ij->i", z, z, out=norm)
                 np.sqrt(norm, out=norm)
                 scale = math.sqrt(size)
@@ -192,7 +194,7 @@ class KvqCodec:
         head.extend(km.codebook(g.block_size, g.bits)[0].astype("<f2").tobytes() for g in layout)
         head.append(struct.pack("<dd", lo, step))
         head.append(gain_codes.tobytes())
-        payload = b"".join([*head, memoryview(codes_out)])
+        payload = b"".join([*head, codes_out.data])
         bits2 = int(self.bits * 2)
         fields = (MAGIC, VERSION, DTYPES[self.dtype], d, bits2, len(layout),
                   FLAG_PERMUTED if permuted else 0, 0, 0, self.seed, len(mv), len(payload),
@@ -293,38 +295,59 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
     table[1:] = np.exp(lo + step * np.arange(255))
     if not np.isfinite(table).all() or table.max() > 2.0**70:
         raise _corrupt("gains out of range")
-    if dtype == "float16":
-        table *= km.F16_SCALE  # from_f32(prescaled=True): one multiply pass fewer
+    # from_f32(prescaled=True, truncate=True) then needs neither a scale nor a rounding pass
+    table *= km.TRUNCATION_GAIN[dtype] * (float(km.F16_SCALE) if dtype == "float16" else 1.0)
     gains = table.astype(np.float32)[gcodes]
     plan = []
     col = j = 0
     for seg, book in zip(layout, books, strict=True):
         size = seg.block_size
         for _ in range(seg.blocks):
-            packed = np.frombuffer(take(n * size * seg.bits // 8), dtype=np.uint8)
-            plan.append((col, size, seg.bits, km.rotation(seed, size, j).T, book, packed))
+            start = pos
+            take(n * size * seg.bits // 8)
+            plan.append((col, size, seg.bits, km.rotation(seed, size, j).T, book, start))
             col += size
             j += 1
     if pos != len(payload):
         raise _corrupt(f"{len(payload) - pos} trailing payload bytes")
+    # |y| <= |v| <= sqrt(n) max|level| max gain: fp16 overflow is checked only where possible
+    check = [dtype == "float16" and math.sqrt(size) * float(np.abs(book).max())
+             * float(gains[:, j].max(initial=0.0)) >= km.F16_SAFE
+             for j, (_, size, _, _, book, _) in enumerate(plan)]
     inverse = None
     if perm is not None:
         inverse = np.empty(d, dtype=np.intp)
         inverse[perm] = np.arange(d)
-    rows = km.chunk_rows(d)
-    parts: list[bytes] = []
+    rows = max(1, min(km.chunk_rows(d), n))
+    src = np.frombuffer(payload, dtype=np.uint8)
+    # the whole decoded block in a per-thread buffer: the returned bytes are the one fresh
+    # allocation (fresh pages cost a fault each, ~1 ms per MiB on a busy machine)
+    result = km.scratch("result", (n, d), np.uint16)
+    stored = km.scratch("stored", (rows, d), np.uint16) if inverse is not None else result
+    # per chunk, every rotation block's output lands block after block in one float32 buffer
+    # (rows x size each, contiguous for matmul) so the conversion is one set of passes
+    ybm = km.scratch("ybm", (rows * d,), np.float32)
+    wbm = km.scratch("wbm", (rows * d,), np.uint16)
+    sign = km.scratch("sign", (rows * d,), np.uint16)
+    vbufs = {size: km.scratch(f"vals{size}", (rows, size), np.float32) for _, size, *_ in plan}
+    any_check = any(check)
+    direct = len(plan) == 1 and inverse is None  # one block covering head_dim in order
     for r0 in range(0, n, rows):
         m = min(rows, n - r0)
-        words = km.scratch("words", (m, d), np.uint16)  # channels in stored (permuted) order
-        for j, (col, size, bits, rot_t, book, packed) in enumerate(plan):
-            per_row = size * bits // 8
-            vals = km.dequantize(packed[r0 * per_row:(r0 + m) * per_row], bits, m, size, book,
-                                 out=km.scratch("vals", (m, size), np.float32))
-            vals *= gains[r0:r0 + m, j:j + 1]
-            y = np.matmul(vals, rot_t, out=km.scratch("y", (m, size), np.float32))
-            km.from_f32(y, dtype, prescaled=True, out=words[:, col:col + size])
+        for (col, size, bits, rot_t, book, start), g in zip(plan, gains[r0:r0 + m].T,
+                                                             strict=True):
+            vals = km.dequantize(src, start + r0 * size * bits // 8, m, size, bits, book,
+                                 out=vbufs[size][:m])
+            vals *= g[:, None]
+            np.matmul(vals, rot_t, out=ybm[m * col:m * (col + size)].reshape(m, size))
+        target = result[r0:r0 + m] if direct else wbm[:m * d]
+        km.from_f32(ybm[:m * d].reshape(target.shape), dtype, prescaled=True, out=target,
+                    check=any_check, truncate=True, sign=sign[:m * d].reshape(target.shape))
+        if direct:
+            continue
+        words = stored[:m] if inverse is not None else result[r0:r0 + m]
+        for col, size, *_ in plan:  # block-major to stored (permuted) channel order
+            np.copyto(words[:, col:col + size], wbm[m * col:m * (col + size)].reshape(m, size))
         if inverse is not None:
-            words = np.take(words, inverse, axis=1, mode="clip",
-                            out=km.scratch("unperm", (m, d), np.uint16))
-        parts.append(words.tobytes())
-    return b"".join(parts)
+            np.take(words, inverse, axis=1, mode="clip", out=result[r0:r0 + m])
+    return result.tobytes()

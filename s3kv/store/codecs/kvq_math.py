@@ -108,8 +108,9 @@ def code_table(n: int, bits: int) -> tuple[U8, float]:
 # across calls: fresh multi-megabyte temporaries cost more in page faults (glibc returns them
 # to the kernel on free) than the arithmetic on them.
 
-#: elements per chunk: 128 Ki float32 = 512 KiB (1024 vectors at head_dim 128)
-CHUNK_ELEMS = 1 << 17
+#: elements per chunk: 256 Ki float32 = 1 MiB (2048 vectors at head_dim 128); numpy calls
+#: cost microseconds each, so fewer, larger chunks beat L2-sized ones here
+CHUNK_ELEMS = 1 << 18
 
 _local = threading.local()
 
@@ -174,9 +175,20 @@ def pack_into(codes: U8, bits: int, out: U8) -> None:
         hi >>= np.uint64(shift)
         w &= mask
         w |= hi
-    out.reshape(-1, bits)[...] = w.view(np.uint8).reshape(-1, 8)[:, :bits]
-
-
+    if bits in (1, 2, 4):
+        np.copyto(out.view(f"<u{bits}"), w, casting="unsafe")
+        return
+    # 3 and 5+ bits: overlapping little-endian stores every ``bits`` bytes (each store's
+    # spill is overwritten by the next one); the last group, which would spill past the end
+    # of ``out``, goes byte by byte
+    groups = w.size
+    if groups > 1:
+        width = 4 if bits <= 4 else 8
+        view = np.ndarray(shape=(groups - 1,), dtype=f"<u{width}", buffer=out,
+                          strides=(bits,))
+        np.copyto(view, w[:-1], casting="unsafe")
+    if groups:
+        out[-bits:] = w[-1:].view(np.uint8)[:bits]
 def pack(codes: U8, bits: int) -> bytes:
     """Pack uint8 codes (< 2**bits), length a multiple of 8, into len*bits/8 bytes."""
     out = np.empty(codes.size * bits // 8, dtype=np.uint8)
@@ -216,10 +228,12 @@ def unpack(data: U8, bits: int, count: int) -> U8:
     return out
 
 
-def dequantize(data: U8, bits: int, rows: int, n: int, levels: F32,
+def dequantize(src: U8, start: int, rows: int, n: int, bits: int, levels: F32,
                out: F32 | None = None) -> F32:
     """Packed codes straight to float levels (rows x n): one gather of table rows holding
-    the levels of 2, 4 or 8 consecutive codes, indexed by the bits of those codes."""
+    the levels of 2, 4 or 8 consecutive codes, indexed by the bits of those codes. The codes
+    are ``src[start:start + rows * n * bits // 8]`` (``src`` 1-D, contiguous)."""
+    data = src[start:start + rows * n * bits // 8]
     res: F32 = np.empty((rows, n), dtype=np.float32) if out is None else out
     flat = res.reshape(-1)
     if bits == 8:
@@ -234,13 +248,16 @@ def dequantize(data: U8, bits: int, rows: int, n: int, levels: F32,
         # uint32; 5 (and 6, 7): a 40-bit group = four 10-bit indices, spread to the uint16
         # quarters of a uint64. Groups are read as overlapping unaligned words.
         width = 4 if bits == 3 else 8
-        n_bytes = data.size
-        buf = scratch("dq-pad", (n_bytes + 8,), np.uint8)
-        np.copyto(buf[:n_bytes], data)
-        buf[n_bytes:] = 0
-        groups = n_bytes // bits
+        groups = data.size // bits
         wt = np.dtype(f"<u{width}")
-        unaligned = np.ndarray(shape=(groups,), dtype=wt, buffer=buf, strides=(bits,))
+        if start + data.size + width - bits <= src.size:  # the last load stays inside src
+            unaligned = np.ndarray(shape=(groups,), dtype=wt, buffer=src, strides=(bits,),
+                                   offset=start)
+        else:
+            buf = scratch("dq-pad", (data.size + 8,), np.uint8)
+            np.copyto(buf[:data.size], data)
+            buf[data.size:] = 0
+            unaligned = np.ndarray(shape=(groups,), dtype=wt, buffer=buf, strides=(bits,))
         w = scratch("dq-w", (groups,), wt)
         hi = scratch("dq-hi", (groups,), wt)
         step = per * bits
@@ -307,35 +324,49 @@ def to_f32(raw: U16, dtype: str, out: F32 | None = None) -> F32:
     return res
 
 
-def from_f32(x: F32, dtype: str, prescaled: bool = False, out: U16 | None = None) -> U16:
-    """float32 to fp16/bf16 bit patterns, rounding half away from zero in magnitude.
+def from_f32(x: F32, dtype: str, prescaled: bool = False, out: U16 | None = None,
+             check: bool = True, truncate: bool = False, sign: U16 | None = None) -> U16:
+    """float32 to fp16/bf16 bit patterns, rounding half away from zero in magnitude
+    (``truncate``: toward zero, one integer pass fewer; see TRUNCATION_GAIN).
 
     ``x`` is clobbered (its bits are the scratch space). For fp16, ``prescaled`` says x was
     already multiplied by 2**-112 (the decoder folds that into its gains): then float32 bits
     >> 13 are the fp16 bits, subnormals included. Values that would overflow fp16 go to the
-    exact numpy cast instead. ``out``, if given, receives the words (any strides).
+    exact numpy cast instead; ``check=False`` says the caller has proved |x| < F16_SAFE.
+    ``out``, if given, receives the words (any strides); ``sign`` is a scratch buffer of
+    x's shape.
     """
     res: U16 = np.empty(x.shape, dtype=np.uint16) if out is None else out
     b = x.view(np.uint32)
     if dtype == "bfloat16":
-        b += np.uint32(0x8000)
+        if not truncate:
+            b += np.uint32(0x8000)
         np.right_shift(b, np.uint32(16), out=res, casting="unsafe")
         return res
     if not prescaled:
         x *= F16_SCALE
-    if x.size and (float(x.max()) >= _F16_LIMIT or float(x.min()) <= -_F16_LIMIT):
+    if check and x.size and (float(x.max()) >= _F16_LIMIT or float(x.min()) <= -_F16_LIMIT):
         with np.errstate(over="ignore"):
             exact = (x.astype(np.float64) * 2.0**112).astype(np.float16)
         res[...] = exact.view(np.uint16)
         return res
-    sign = scratch("f16-sign", x.shape, np.uint16)
+    if sign is None:
+        sign = scratch("f16-sign", x.shape, np.uint16)
     np.right_shift(b, np.uint32(16), out=sign, casting="unsafe")
     sign &= np.uint16(0x8000)
-    b += np.uint32(0x1000)  # the sign bit is apart: this rounds the magnitude
+    if not truncate:
+        b += np.uint32(0x1000)  # the sign bit is apart: this rounds the magnitude
     np.right_shift(b, np.uint32(13), out=res, casting="unsafe")  # bit 15 = float bit 28 = 0
     res |= sign
     return res
 
 
+#: Truncating a float32 to a p-bit mantissa loses a uniform [0, 1) ulp, as much spread as
+#: rounding (ulp**2 / 12) but biased by -ulp/2, on average (log-uniform values) a relative
+#: -0.72 * 2**-(p+1). The kvq decoder multiplies its gains by 1 + that and truncates: the
+#: same error variance as rounding, the bias gone, one pass less.
+TRUNCATION_GAIN = {"float16": 1.0 + 0.72 * 2.0**-11, "bfloat16": 1.0 + 0.72 * 2.0**-8}
+#: prescaled magnitudes below this never reach fp16 infinity (a margin below _F16_LIMIT)
+F16_SAFE = 2.0**15 * 2.0**-112
 #: prescaled magnitudes from here up round to fp16 infinity (bits 0x7C00 after rounding)
 _F16_LIMIT = float(np.array([(0x7C00 << 13) - 0x1000], dtype=np.uint32).view(np.float32)[0])
