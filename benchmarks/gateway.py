@@ -1,0 +1,352 @@
+"""Gateway benchmark: the gateway's S3 front against one object per block, in one run.
+
+Measured side by side against the same S3 server (s3rver by default; ``--server moto``, or
+``--endpoint URL`` for a running one), with the same client on both sides (aiobotocore, SigV4,
+path-style, one connection per concurrent request):
+
+- block PUT and GET throughput through the gateway's S3 front (a ``s3kv serve`` subprocess on
+  an ``s3://`` store on that server) against the same client writing one object per block
+  straight to the server, for 256 KiB and 2 MiB blocks at concurrency 1 and 8. The gateway's
+  timed PUT phase ends with ``POST /v1/flush``, so every byte is on the server when the clock
+  stops; its GETs are served from the server (the DRAM tier is off);
+- the time to restore a 10K-token session (Qwen2.5-7B geometry: 56 KiB per token, 16-token
+  blocks of 896 KiB, 625 blocks) as a prefix chain: one native prefix lookup plus native batch
+  gets (``S3KVClient.get_many``, ``--restore-batch`` keys per request) against per-block GETs
+  of one object per block at concurrency 8 (and, for reference, per-block GETs through the
+  gateway's S3 front at concurrency 8).
+
+Every byte read back is compared with what was written. Ratios are gateway / direct (for the
+restore: per-block time / batch time); compare ratios between versions of our code, not the
+absolute MiB/s of a local server (DESIGN.md, "Testing").
+
+    python benchmarks/gateway.py                       # s3rver, text report
+    python benchmarks/gateway.py --json                # one JSON object on stdout
+    python benchmarks/gateway.py --server moto --quick --json    # tiny profile (CI smoke)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` and `s3kv` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from aiobotocore.session import get_session
+from botocore.config import Config
+
+from benchmarks.servers import (
+    BenchServer,
+    ServerError,
+    add_server_arguments,
+    free_port,
+    server_from_args,
+)
+from s3kv.client import S3KVClient
+from s3kv.models import block_bytes, kv_bytes_per_token
+
+KiB = 1024
+MiB = 1024 * KiB
+GW_ACCESS = "s3kvbench"
+GW_SECRET = "s3kvbench-secret"
+MODEL = "qwen2.5-7b"
+BLOCK_TOKENS = 16
+SESSION_TOKENS = 10_000
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Profile:
+    blocks_256k: int  # blocks per PUT/GET phase of 256 KiB
+    blocks_2m: int
+    session_tokens: int
+    segment_size: str
+    part_size: str
+
+
+FULL = Profile(blocks_256k=512, blocks_2m=96, session_tokens=SESSION_TOKENS,
+               segment_size="256MiB", part_size="16MiB")
+QUICK = Profile(blocks_256k=8, blocks_2m=3, session_tokens=256,
+                segment_size="16MiB", part_size="8MiB")
+
+
+class Progress:
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def __call__(self, msg: str) -> None:
+        if self.enabled:
+            print(msg, file=sys.stderr, flush=True)
+
+
+def payloads(n: int, size: int) -> list[bytes]:
+    """``n`` distinct blocks of ``size`` bytes, cut from one random buffer (cheap to make)."""
+    pool = os.urandom(max(size + n * 4099, 8 * MiB))
+    return [pool[i * 4099:i * 4099 + size] for i in range(n)]
+
+
+def mib_s(nbytes: int, seconds: float) -> float:
+    return nbytes / MiB / seconds if seconds > 0 else 0.0
+
+
+async def run_pool(n: int, concurrency: int, op: Callable[[int], Awaitable[None]]) -> None:
+    """Run op(0..n-1) with ``concurrency`` workers."""
+    nxt = iter(range(n))
+
+    async def worker() -> None:
+        for i in nxt:
+            await op(i)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+def client_config(concurrency: int) -> Config:
+    return Config(signature_version="s3v4", s3={"addressing_style": "path"},
+                  retries={"max_attempts": 1, "mode": "standard"},
+                  max_pool_connections=max(concurrency, 10), tcp_keepalive=True)
+
+
+# ---- the gateway process -------------------------------------------------------------------
+@contextmanager
+def gateway_process(server: BenchServer, bucket: str, profile: Profile,
+                    max_block: int) -> Iterator[str]:
+    """A ``s3kv serve`` subprocess on ``s3://bucket/gw`` of the server; yields its URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = dict(os.environ)
+    env.update(server.env())
+    env["S3KV_ACCESS_KEY"] = GW_ACCESS
+    env["S3KV_SECRET_KEY"] = GW_SECRET
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    argv = [sys.executable, "-m", "s3kv.cli", "serve", "--listen", f"127.0.0.1:{port}",
+            "--store", f"s3://{bucket}/gw?endpoint={server.url}",
+            "--segment-size", profile.segment_size, "--part-size", profile.part_size,
+            "--max-block-size", str(max_block), "--log-level", "warning",
+            "--sync-interval", "0", "--node-id", "bench"]
+    log = tempfile.NamedTemporaryFile(prefix="bench-gateway-", suffix=".log",  # noqa: SIM115
+                                      delete=False)
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise ServerError(f"gateway exited at start; see {log.name}:\n"
+                                  f"{Path(log.name).read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(url + "/readyz", timeout=1):
+                    break
+            except (urllib.error.URLError, OSError):
+                if time.monotonic() > deadline:
+                    raise ServerError(f"gateway not ready in 60 s; see {log.name}") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        os.unlink(log.name)
+
+
+# ---- phases --------------------------------------------------------------------------------
+class S3Side:
+    """One S3 endpoint (the gateway's front, or the server directly) and a bucket on it."""
+
+    def __init__(self, name: str, client: Any, bucket: str,
+                 flush: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.name = name
+        self.client = client
+        self.bucket = bucket
+        self.flush = flush
+
+    async def put_all(self, keys: Sequence[str], blocks: Sequence[bytes],
+                      concurrency: int) -> float:
+        async def op(i: int) -> None:
+            await self.client.put_object(Bucket=self.bucket, Key=keys[i], Body=blocks[i])
+
+        t0 = time.perf_counter()
+        await run_pool(len(keys), concurrency, op)
+        if self.flush is not None:
+            await self.flush()
+        return time.perf_counter() - t0
+
+    async def get_all(self, keys: Sequence[str], blocks: Sequence[bytes],
+                      concurrency: int) -> float:
+        bad: list[str] = []
+
+        async def op(i: int) -> None:
+            resp = await self.client.get_object(Bucket=self.bucket, Key=keys[i])
+            async with resp["Body"] as body:
+                data = await body.read()
+            if data != blocks[i]:
+                bad.append(keys[i])
+
+        t0 = time.perf_counter()
+        await run_pool(len(keys), concurrency, op)
+        elapsed = time.perf_counter() - t0
+        if bad:
+            raise RuntimeError(f"{self.name}: {len(bad)} blocks read back wrong, e.g. {bad[0]}")
+        return elapsed
+
+
+async def throughput(gw: S3Side, direct: S3Side, size: int, n: int, concurrency: int,
+                     say: Progress) -> dict[str, float]:
+    blocks = payloads(n, size)
+    total = n * size
+    out: dict[str, float] = {}
+    tag = f"{size // KiB}KiB" if size < MiB else f"{size // MiB}MiB"
+    for side in (direct, gw):  # same keys on both; a fresh prefix per phase
+        prefix = f"{tag}-c{concurrency}-{uuid.uuid4().hex[:6]}/"
+        keys = [f"{prefix}{i:05d}" for i in range(n)]
+        put_s = await side.put_all(keys, blocks, concurrency)
+        get_s = await side.get_all(keys, blocks, concurrency)
+        out[f"{side.name}_put_MiBps"] = round(mib_s(total, put_s), 1)
+        out[f"{side.name}_get_MiBps"] = round(mib_s(total, get_s), 1)
+    out["put_ratio"] = round(out["gateway_put_MiBps"] / out["direct_put_MiBps"], 3)
+    out["get_ratio"] = round(out["gateway_get_MiBps"] / out["direct_get_MiBps"], 3)
+    say(f"  {tag} c={concurrency}: PUT gateway {out['gateway_put_MiBps']} MiB/s vs direct "
+        f"{out['direct_put_MiBps']} (x{out['put_ratio']}); GET gateway "
+        f"{out['gateway_get_MiBps']} vs direct {out['direct_get_MiBps']} (x{out['get_ratio']})")
+    return out
+
+
+async def restore(gw_url: str, gw: S3Side, direct: S3Side, tokens: int, batch: int,
+                  batch_concurrency: int, say: Progress) -> dict[str, float]:
+    bsize = block_bytes(MODEL, BLOCK_TOKENS)
+    n = -(-tokens // BLOCK_TOKENS)
+    blocks = payloads(n, bsize)
+    ns = gw.bucket
+    chain = [f"session-{uuid.uuid4().hex[:8]}/{i:05d}" for i in range(n)]
+    token = f"{GW_ACCESS}:{GW_SECRET}"
+    # untimed: the session is written once to each side (gateway: batch puts, then a flush)
+    async with S3KVClient(gw_url, token=token, connections=batch_concurrency + 1) as kv:
+        for i in range(0, n, 32):
+            await kv.put_many(ns, list(zip(chain[i:i + 32], blocks[i:i + 32], strict=True)))
+        await kv.flush()
+    await direct.put_all(chain, blocks, 8)
+
+    async with S3KVClient(gw_url, token=token, connections=batch_concurrency + 1,
+                          timeout=600) as kv:
+        t0 = time.perf_counter()
+        present = await kv.lookup_prefix(ns, chain)
+        got: list[bytes | None] = [None] * n
+        starts = list(range(0, present, batch))
+
+        async def one(j: int) -> None:
+            s = starts[j]
+            got[s:s + batch] = await kv.get_many(ns, chain[s:s + batch])
+
+        await run_pool(len(starts), batch_concurrency, one)
+        batch_s = time.perf_counter() - t0
+    if present != n or got != blocks:
+        raise RuntimeError(f"batch restore read back wrong data ({present}/{n} present)")
+    per_block_s = await direct.get_all(chain, blocks, 8)
+    gw_per_block_s = await gw.get_all(chain, blocks, 8)
+    out = {
+        "restore_blocks": n, "restore_block_bytes": bsize,
+        "restore_batch_s": round(batch_s, 3),
+        "restore_per_block_direct_c8_s": round(per_block_s, 3),
+        "restore_per_block_gateway_c8_s": round(gw_per_block_s, 3),
+        "restore_ratio": round(per_block_s / batch_s, 3),
+        "restore_ratio_vs_gateway_s3": round(gw_per_block_s / batch_s, 3),
+    }
+    say(f"  restore {tokens} tokens ({n} x {bsize // KiB} KiB): batch get {out['restore_batch_s']}"
+        f" s vs per-block GETs c=8 {out['restore_per_block_direct_c8_s']} s direct "
+        f"(x{out['restore_ratio']}), {out['restore_per_block_gateway_c8_s']} s via the S3 front")
+    return out
+
+
+async def run(server: BenchServer, profile: Profile, args: argparse.Namespace,
+              say: Progress) -> dict[str, Any]:
+    backend_bucket = f"gwbench-{uuid.uuid4().hex[:8]}"
+    direct_bucket = f"direct-{uuid.uuid4().hex[:8]}"
+    session = get_session()
+    async with session.create_client("s3", config=client_config(8),
+                                     **server.client_kwargs()) as admin:
+        await admin.create_bucket(Bucket=backend_bucket)
+        await admin.create_bucket(Bucket=direct_bucket)
+    max_block = max(2 * MiB, block_bytes(MODEL, BLOCK_TOKENS))
+    results: dict[str, Any] = {"server": server.name, "model": MODEL,
+                               "kv_bytes_per_token": kv_bytes_per_token(MODEL),
+                               "profile": "quick" if args.quick else "full"}
+    with gateway_process(server, backend_bucket, profile, max_block) as gw_url:
+        gw_kwargs = {"endpoint_url": gw_url, "region_name": server.region,
+                     "aws_access_key_id": GW_ACCESS, "aws_secret_access_key": GW_SECRET}
+        async with session.create_client("s3", config=client_config(8), **gw_kwargs) as gwc, \
+                session.create_client("s3", config=client_config(8),
+                                      **server.client_kwargs()) as dc:
+            ns = "bench"
+            await gwc.create_bucket(Bucket=ns)
+
+            async def flush() -> None:
+                async with S3KVClient(gw_url, token=f"{GW_ACCESS}:{GW_SECRET}") as kv:
+                    await kv.flush()
+
+            gw = S3Side("gateway", gwc, ns, flush)
+            direct = S3Side("direct", dc, direct_bucket)
+            for size, n in ((256 * KiB, profile.blocks_256k), (2 * MiB, profile.blocks_2m)):
+                tag = "256KiB" if size < MiB else "2MiB"
+                for c in (1, 8):
+                    r = await throughput(gw, direct, size, n, c, say)
+                    for k, v in r.items():
+                        results[f"{k}_{tag}_c{c}"] = v
+            results.update(await restore(gw_url, gw, direct, profile.session_tokens,
+                                         args.restore_batch, args.restore_concurrency, say))
+    return results
+
+
+SUMMARY_KEYS = ("put_ratio_256KiB_c1", "put_ratio_256KiB_c8", "get_ratio_2MiB_c1",
+                "get_ratio_2MiB_c8", "restore_ratio")
+TARGETS = {"put_ratio_256KiB_c1": 2.0, "put_ratio_256KiB_c8": 1.5, "get_ratio_2MiB_c1": 0.7,
+           "get_ratio_2MiB_c8": 0.7, "restore_ratio": 2.0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_server_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny profile (a few MiB per phase; for CI smoke runs on moto)")
+    parser.add_argument("--restore-batch", type=int, default=64, metavar="N",
+                        help="keys per native batch-get request [default: 64]")
+    parser.add_argument("--restore-concurrency", type=int, default=2, metavar="N",
+                        help="batch-get requests in flight during the restore [default: 2]")
+    args = parser.parse_args(argv)
+    profile = QUICK if args.quick else FULL
+    say = Progress(not args.json)
+    try:
+        with server_from_args(args) as server:
+            say(f"server: {server.name} at {server.url}")
+            results = asyncio.run(run(server, profile, args, say))
+    except ServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(results, sort_keys=True))
+    else:
+        print(f"\nserver: {results['server']} ({results['profile']} profile)")
+        for key in SUMMARY_KEYS:
+            ok = "ok" if results[key] >= TARGETS[key] else "below target"
+            print(f"  {key:24s} {results[key]:6.2f}  (target >= {TARGETS[key]}: {ok})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
