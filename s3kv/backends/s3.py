@@ -177,7 +177,7 @@ class S3Backend:
     async def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer) -> str:
         resp = await self._call(f"UPLOAD-PART {key}#{part_number}", lambda c: c.upload_part(
             Bucket=self.loc.bucket, Key=key, UploadId=upload_id, PartNumber=part_number,
-            Body=bytes(data) if not isinstance(data, bytes) else data))
+            Body=data if isinstance(data, (bytes, bytearray)) else bytes(data)))
         return str(resp["ETag"])
 
     async def complete_multipart(self, key: str, upload_id: str,

@@ -52,15 +52,16 @@ class OpenSegment:
         self.info = info
         self.part_size = part_size
         self.upload = upload
-        self.parts: list[bytes] = []
-        self.cur = bytearray()
+        self.parts: list[bytearray] = []  # full parts, queued or uploaded; kept for reads
+        self.cur = bytearray(part_size)  # the part being filled, preallocated
+        self.cur_len = 0
         self.size = 0
         self.entries: list[layout.Entry] = []
         self.namespaces: set[str] = set()
         self.manifest_bytes = layout.manifest_overhead(info.name)
         self.first_at = 0.0
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[bytearray | None] = asyncio.Queue()
         self.uploader: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.sealing = False
@@ -73,17 +74,30 @@ class OpenSegment:
         return start + length + manifest + layout.TRAILER_SIZE <= segment_size
 
     def _write(self, data: bytes | memoryview) -> None:
+        """Copy into the current part (the only copy of a block's bytes on the write path);
+        a full part is queued for upload as it is and never written again."""
         view = memoryview(data)
         while view:
-            room = self.part_size - len(self.cur)
-            self.cur += view[:room]
-            view = view[room:]
-            if len(self.cur) == self.part_size:
-                part = bytes(self.cur)
-                self.parts.append(part)
-                self.queue.put_nowait(part)
-                self.cur = bytearray()
+            take = min(self.part_size - self.cur_len, len(view))
+            self.cur[self.cur_len:self.cur_len + take] = view[:take]
+            self.cur_len += take
+            view = view[take:]
+            if self.cur_len == self.part_size:
+                self.parts.append(self.cur)
+                self.queue.put_nowait(self.cur)
+                self.cur = bytearray(self.part_size)
+                self.cur_len = 0
         self.size += len(data)
+
+    def finish_last_part(self) -> None:
+        """Queue the partly filled last part (sealing)."""
+        if self.cur_len:
+            last = self.cur
+            del last[self.cur_len:]
+            self.parts.append(last)
+            self.queue.put_nowait(last)
+            self.cur = bytearray()
+            self.cur_len = 0
 
     def append(self, data: bytes | memoryview, align: int) -> int:
         pad = layout.align_up(self.size, align) - self.size
@@ -105,8 +119,11 @@ class OpenSegment:
         pos = offset
         while pos < end:
             idx, inner = divmod(pos, self.part_size)
-            src: bytes | bytearray = self.parts[idx] if idx < len(self.parts) else self.cur
-            take = min(end - pos, len(src) - inner)
+            if idx < len(self.parts):
+                src, filled = self.parts[idx], len(self.parts[idx])
+            else:
+                src, filled = self.cur, self.cur_len
+            take = min(end - pos, filled - inner)
             if take <= 0:
                 raise ValueError("read past the end of the open segment")
             out += src[inner:inner + take]
@@ -295,11 +312,7 @@ class SegmentWriter:
                 seg._write(bytes(offset - seg.size))
             seg._write(body)
             seg._write(layout.encode_trailer(offset, body))
-            if seg.cur:
-                last = bytes(seg.cur)
-                seg.parts.append(last)
-                seg.queue.put_nowait(last)
-                seg.cur = bytearray()
+            seg.finish_last_part()
             seg.queue.put_nowait(None)
             assert seg.uploader is not None
             await seg.uploader
