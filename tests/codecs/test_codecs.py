@@ -132,6 +132,24 @@ def test_kvq_rejects_wrong_shape_and_values() -> None:
         codec_for(CodecSpec("kvq", bits=3))  # shape not declared
 
 
+@pytest.mark.parametrize(("dtype", "word", "message"), [
+    ("bfloat16", 0x7FC0, "NaN"), ("bfloat16", 0x7F80, "NaN"), ("bfloat16", 0xFF80, "NaN"),
+    ("bfloat16", 0x5D80, "2\\*\\*60"), ("bfloat16", 0xDD80, "2\\*\\*60"),
+    ("bfloat16", 0x5D7F, None), ("float16", 0x7C00, "NaN"), ("float16", 0xFC00, "NaN"),
+    ("float16", 0x7E00, "NaN"), ("float16", 0x7BFF, None), ("float16", 0xFBFF, None),
+])
+def test_kvq_range_checks_on_the_words(dtype: str, word: int, message: str | None) -> None:
+    """NaN, infinities and bf16 magnitudes from 2**60 up are refused, anywhere in a block."""
+    codec = codec_for(CodecSpec("kvq", dtype=dtype, head_dim=64, bits=3))
+    words = np.zeros(64 * 3, dtype=np.uint16)
+    words[70] = word
+    if message is None:
+        assert len(decode_any(KVQ_ID, codec.encode(words.tobytes()))) == words.nbytes
+    else:
+        with pytest.raises(InvalidInput, match=message):
+            codec.encode(words.tobytes())
+
+
 # -- corruption: a miss, never garbage ----------------------------------------------------
 
 def _encoded_blocks() -> list[tuple[int, bytes]]:

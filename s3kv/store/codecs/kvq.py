@@ -36,8 +36,6 @@ MAX_ROTATION = 64
 GAIN_RANGE = 12.0
 #: largest |value| kvq accepts: squares of 128+ such values still fit float32
 MAX_ABS = 2.0**60
-#: bf16 bit pattern of 2**60: magnitudes from here up are rejected
-BF16_MAX_ABS_BITS = 0x5D80
 
 
 def _perm_dtype(d: int) -> str:
@@ -127,19 +125,18 @@ class KvqCodec:
         rows = km.chunk_rows(d)
         # pass 1: range checks on the bit patterns, channel energies
         energy = np.zeros(d, dtype=np.float64)
-        limit = 0x7C00 if self.dtype == "float16" else 0x7F80
+        # fp16 Inf/NaN words convert to finite values of magnitude >= 2**16 (to_f32), bf16
+        # ones to Inf/NaN: the chunk's max and min catch both, and bf16 values past 2**60
+        limit = 2.0**16 if self.dtype == "float16" else MAX_ABS
         # the float32 block, kept for pass 2 (re-converting costs more than re-reading)
         xfull = km.scratch("x", (n, d), np.float32)
         for r0 in range(0, n, rows):
-            w = words[r0:r0 + rows]
-            mag = km.scratch("mag", w.shape, np.uint16)
-            np.bitwise_and(w, np.uint16(0x7FFF), out=mag)
-            top = int(mag.max())
-            if top >= limit:
-                raise InvalidInput("kvq block holds NaN or infinite values")
-            if top >= BF16_MAX_ABS_BITS and self.dtype == "bfloat16":
+            x = km.to_f32(words[r0:r0 + rows], self.dtype, out=xfull[r0:r0 + rows])
+            top, bottom = float(x.max()), float(x.min())
+            if not (top < limit and bottom > -limit):
+                if self.dtype == "float16" or not (math.isfinite(top) and math.isfinite(bottom)):
+                    raise InvalidInput("kvq block holds NaN or infinite values")
                 raise InvalidInput("kvq block holds values beyond +-2**60; store it lossless")
-            x = km.to_f32(w, self.dtype, out=xfull[r0:r0 + rows])
             part = np.einsum("ij,ij->j", x, x)
             if not np.isfinite(part).all():  # bf16 near 2**60 overflows float32 sums
                 part = np.einsum("ij,ij->j", x, x, dtype=np.float64)
