@@ -181,11 +181,11 @@ def pack_into(codes: U8, bits: int, out: U8) -> None:
     # subtracting hi * (2**L - 2**k): three passes per level on 16-, 32-, 64-bit views
     for lane, k in ((np.uint16, bits), (np.uint32, 2 * bits), (np.uint64, 4 * bits)):
         width = 8 * np.dtype(lane).itemsize // 2
-        wl = w.view(lane)
-        t = hi.view(lane)
+        wl: npt.NDArray[Any] = w.view(lane)
+        t: npt.NDArray[Any] = hi.view(lane)
         np.right_shift(wl, lane(width), out=t)
-        t *= lane((1 << width) - (1 << k))
-        wl -= t
+        np.multiply(t, lane((1 << width) - (1 << k)), out=t)
+        np.subtract(wl, t, out=wl)
     if bits in (1, 2, 4):
         np.copyto(out.view(f"<u{bits}"), w, casting="unsafe")
         return
