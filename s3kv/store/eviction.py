@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from s3kv.errors import BackendError
 from s3kv.log import get_logger
-from s3kv.store.segments import SegmentInfo, segment_key, sidecar_key
+from s3kv.store.segments import SegmentInfo, SegmentState, segment_key, sidecar_key
 
 if TYPE_CHECKING:
     from s3kv.store.store import BlockStore
@@ -67,13 +67,15 @@ class Evictor:
         """Evict what the policy picks now; returns the number of segments deleted."""
         done = 0
         for seg, reason in self._choose():
-            if reason == "low_live_ratio" and self.store.settings.compact_mode == "compact":
-                await self._compact(seg)
+            if reason == "low_live_ratio" and self.store.settings.compact_mode == "compact" \
+                    and not await self._compact(seg):
+                continue  # the rewrite could not finish (backpressure): keep it, try later
             await self._delete(seg, reason)
             done += 1
         return done
 
-    async def _compact(self, seg: SegmentInfo) -> None:
+    async def _compact(self, seg: SegmentInfo) -> bool:
+        """Rewrite the segment's hot live blocks; False if that could not be completed."""
         store = self.store
         entries = [e for e in store.index.segment_entries(seg.seg_id) if e[3]]
         moved = 0
@@ -89,17 +91,23 @@ class Evictor:
             try:
                 await store.rewrite(name, key, data, loc)
             except BackendError as exc:
-                log.warning("compaction.rewrite_failed", segment=seg.name, error=str(exc))
-                return
+                log.warning("compaction.deferred", segment=seg.name, error=str(exc))
+                return False
             moved += len(data)
         store.stats.compactions += 1
         store.stats.compaction_bytes += moved
         log.info("segment.compacted", segment=seg.name, hot_blocks=len(entries), bytes=moved)
+        return True
 
     async def _delete(self, seg: SegmentInfo, reason: str) -> None:
         store = self.store
         keys = [segment_key(store.prefix, seg.name), sidecar_key(store.prefix, seg.name)]
-        await store.writer.retry.run(lambda: store.backend.delete_objects(keys))
+        seg.state = SegmentState.EVICTING  # reads now miss instead of racing the delete
+        try:
+            await store.writer.retry.run(lambda: store.backend.delete_objects(keys))
+        except BackendError:
+            seg.state = SegmentState.SEALED  # still there: try again next round
+            raise
         blocks = store.forget_segment(seg.seg_id)
         store.stats.evictions += 1
         store.stats.evicted_bytes += seg.length

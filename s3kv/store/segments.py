@@ -12,6 +12,7 @@ class SegmentState(enum.Enum):
     SEALING = "sealing"  # manifest appended, upload completing, still served from memory
     SEALED = "sealed"  # complete on the backend
     FAILED = "failed"  # upload failed; its blocks were dropped from the index
+    EVICTING = "evicting"  # being deleted: reads of it are misses, not backend GETs
 
 
 @dataclass

@@ -326,7 +326,7 @@ class BlockStore:
 
     async def _read_run(self, seg_id: int, start: int, end: int) -> bytes | None:
         info = self.segments.get(seg_id)
-        if info is None:
+        if info is None or info.state is SegmentState.EVICTING:
             return None
         key = segment_key(self.prefix, info.name)
         try:
