@@ -328,7 +328,10 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
     sign = km.scratch("sign", (rows * d,), np.uint16)
     vbufs = {size: km.scratch(f"vals{size}", (rows, size), np.float32) for _, size, *_ in plan}
     any_check = any(check)
-    direct = len(plan) == 1 and inverse is None  # one block covering head_dim in order
+    # in channel order with equal blocks, the conversion writes straight into the result
+    # through a (blocks, rows, size) view of it
+    sizes = {size for _, size, *_ in plan}
+    direct = inverse is None and len(sizes) == 1
     for r0 in range(0, n, rows):
         m = min(rows, n - r0)
         for (col, size, bits, rot_t, book, start), g in zip(plan, gains[r0:r0 + m].T,
@@ -337,7 +340,12 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
                                  out=vbufs[size][:m])
             vals *= g[:, None]
             np.matmul(vals, rot_t, out=ybm[m * col:m * (col + size)].reshape(m, size))
-        target = result[r0:r0 + m] if direct else wbm[:m * d]
+        if direct:
+            size = plan[0][1]
+            blocks = d // size
+            target = result[r0:r0 + m].reshape(m, blocks, size).transpose(1, 0, 2)
+        else:
+            target = wbm[:m * d]
         km.from_f32(ybm[:m * d].reshape(target.shape), dtype, prescaled=True, out=target,
                     check=any_check, truncate=True, sign=sign[:m * d].reshape(target.shape))
         if direct:
