@@ -14,6 +14,7 @@ import math
 import struct
 import zlib
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -218,6 +219,33 @@ def _code_gains(gains: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.uint8], 
     return codes, lo, step
 
 
+@lru_cache(maxsize=64)
+def _book(raw: bytes) -> tuple[npt.NDArray[np.float32], float]:
+    """A stored fp16 codebook as float32 levels, and its largest magnitude."""
+    book = np.frombuffer(raw, dtype="<f2").astype(np.float32)
+    if not np.isfinite(book).all():
+        raise _corrupt("codebook is not finite")
+    book.setflags(write=False)
+    return book, float(np.abs(book).max())
+
+
+@lru_cache(maxsize=64)
+def _gain_table(lo: float, step: float, dtype: str) -> npt.NDArray[np.float32]:
+    """Gain code -> gain, with the decoder's output scale folded in: 2**-112 for fp16
+    (``from_f32(prescaled=True)``) and the truncation bias (``truncate=True``)."""
+    if not (math.isfinite(lo) and math.isfinite(step) and step >= 0):
+        raise _corrupt("bad gain range")
+    table = np.zeros(256, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        table[1:] = np.exp(lo + step * np.arange(255))
+    if not np.isfinite(table).all() or table.max() > 2.0**70:
+        raise _corrupt("gains out of range")
+    table *= km.TRUNCATION_GAIN[dtype] * (float(km.F16_SCALE) if dtype == "float16" else 1.0)
+    out = table.astype(np.float32)
+    out.setflags(write=False)
+    return out
+
+
 def _corrupt(what: str) -> IntegrityError:
     return IntegrityError(f"kvq block is corrupt: {what}")
 
@@ -268,9 +296,7 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
     perm = None
     if permuted:
         width = np.dtype(_perm_dtype(d)).itemsize
-        perm = np.frombuffer(take(width * d), dtype=_perm_dtype(d)).astype(np.intp)
-        if not np.array_equal(np.sort(perm), np.arange(d)):
-            raise _corrupt("channel order is not a permutation")
+        perm = np.frombuffer(take(width * d), dtype=_perm_dtype(d))
     layout = []
     for _ in range(n_seg):
         ch, bits, blocks = struct.unpack("<HBB", take(4))
@@ -280,21 +306,11 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
         layout.append(seg)
     if sum(g.channels for g in layout) != d:
         raise _corrupt("segments do not cover head_dim")
-    books = [np.frombuffer(take(2 << g.bits), dtype="<f2").astype(np.float32) for g in layout]
-    if not all(np.isfinite(b).all() for b in books):
-        raise _corrupt("codebook is not finite")
+    books = [_book(bytes(take(2 << g.bits))) for g in layout]
     lo, step = struct.unpack("<dd", take(16))
-    if not (math.isfinite(lo) and math.isfinite(step) and step >= 0):
-        raise _corrupt("bad gain range")
     n_blocks = sum(g.blocks for g in layout)
     gcodes = np.frombuffer(take(n * n_blocks), dtype=np.uint8).reshape(n, n_blocks)
-    table = np.zeros(256, dtype=np.float64)
-    table[1:] = np.exp(lo + step * np.arange(255))
-    if not np.isfinite(table).all() or table.max() > 2.0**70:
-        raise _corrupt("gains out of range")
-    # from_f32(prescaled=True, truncate=True) then needs neither a scale nor a rounding pass
-    table *= km.TRUNCATION_GAIN[dtype] * (float(km.F16_SCALE) if dtype == "float16" else 1.0)
-    gains = table.astype(np.float32)[gcodes]
+    gains = _gain_table(lo, step, dtype)[gcodes]
     plan = []
     col = j = 0
     for seg, book in zip(layout, books, strict=True):
@@ -308,13 +324,17 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
     if pos != len(payload):
         raise _corrupt(f"{len(payload) - pos} trailing payload bytes")
     # |y| <= |v| <= sqrt(n) max|level| max gain: fp16 overflow is checked only where possible
-    check = [dtype == "float16" and math.sqrt(size) * float(np.abs(book).max())
-             * float(gains[:, j].max(initial=0.0)) >= km.F16_SAFE
+    top_gain = gains.max(axis=0, initial=0.0).tolist()
+    check = [dtype == "float16" and math.sqrt(size) * book[1] * top_gain[j] >= km.F16_SAFE
              for j, (_, size, _, _, book, _) in enumerate(plan)]
+    blocks_plan = [(col, size, bits, rot_t, book[0], start)
+                   for col, size, bits, rot_t, book, start in plan]
     inverse = None
     if perm is not None:
-        inverse = np.empty(d, dtype=np.intp)
-        inverse[perm] = np.arange(d)
+        inverse = np.full(d, -1, dtype=np.intp)
+        inverse[perm] = np.arange(d)  # an entry >= d is an IndexError: corrupt
+        if int(inverse.min()) < 0:
+            raise _corrupt("channel order is not a permutation")
     rows = max(1, min(km.chunk_rows(d), n))
     src = np.frombuffer(payload, dtype=np.uint8)
     # the whole decoded block in a per-thread buffer: the returned bytes are the one fresh
@@ -326,22 +346,23 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
     ybm = km.scratch("ybm", (rows * d,), np.float32)
     wbm = km.scratch("wbm", (rows * d,), np.uint16)
     sign = km.scratch("sign", (rows * d,), np.uint16)
-    vbufs = {size: km.scratch(f"vals{size}", (rows, size), np.float32) for _, size, *_ in plan}
+    vbufs = {size: km.scratch(f"vals{size}", (rows, size), np.float32)
+             for _, size, *_ in blocks_plan}
     any_check = any(check)
     # in channel order with equal blocks, the conversion writes straight into the result
     # through a (blocks, rows, size) view of it
-    sizes = {size for _, size, *_ in plan}
+    sizes = {size for _, size, *_ in blocks_plan}
     direct = inverse is None and len(sizes) == 1
     for r0 in range(0, n, rows):
         m = min(rows, n - r0)
-        for (col, size, bits, rot_t, book, start), g in zip(plan, gains[r0:r0 + m].T,
+        for (col, size, bits, rot_t, levels, start), g in zip(blocks_plan, gains[r0:r0 + m].T,
                                                              strict=True):
-            vals = km.dequantize(src, start + r0 * size * bits // 8, m, size, bits, book,
+            vals = km.dequantize(src, start + r0 * size * bits // 8, m, size, bits, levels,
                                  out=vbufs[size][:m])
             vals *= g[:, None]
             np.matmul(vals, rot_t, out=ybm[m * col:m * (col + size)].reshape(m, size))
         if direct:
-            size = plan[0][1]
+            size = blocks_plan[0][1]
             blocks = d // size
             target = result[r0:r0 + m].reshape(m, blocks, size).transpose(1, 0, 2)
         else:
@@ -351,7 +372,7 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
         if direct:
             continue
         words = stored[:m] if inverse is not None else result[r0:r0 + m]
-        for col, size, *_ in plan:  # block-major to stored (permuted) channel order
+        for col, size, *_ in blocks_plan:  # block-major to stored (permuted) channel order
             np.copyto(words[:, col:col + size], wbm[m * col:m * (col + size)].reshape(m, size))
         if inverse is not None:
             np.take(words, inverse, axis=1, mode="clip", out=result[r0:r0 + m])
