@@ -1,19 +1,26 @@
 """How close the load generator gets to a raw aiohttp client, and its memory at Warp's profile.
 
-One run, three processes at a time on loopback:
+One run on loopback:
 
-- a minimal S3-ish endpoint (aiohttp) that discards PUT bodies (single and multipart) and
-  serves GETs from memory, with exactly the bytes the generator wrote, so GETs verify;
-- a raw aiohttp client (no signing, no records, no verification; PUT bodies streamed in 4 MiB
-  views of one buffer, GET bodies read and dropped) at the same concurrency;
-- the generator (``warp.runner.run_client``: SigV4, records, checksums) as its own process.
+- minimal S3-ish endpoints (aiohttp, one process each) that discard PUT bodies (single and
+  multipart) and serve GETs from memory, with exactly the bytes the generator wrote, so the
+  generator's GETs verify;
+- a raw aiohttp client (no signing, no records, no verification; PUT bodies streamed as 4 MiB
+  views of one buffer, GET bodies read and dropped) and the generator
+  (``warp.runner.run_client``: SigV4, records, checksums), each its own process, at the same
+  concurrency and object size.
 
-Throughput = bytes of completed operations / run time, median over ``--rounds`` alternating
-runs. Peak RSS = ``ru_maxrss`` of one generator process running PUT (multipart, 4 parts in
-flight) and then GET at 256 MiB objects x 32 connections.
+By default the two clients run at the same time, each against its own endpoint, so that both
+see the same machine (this 2-core machine is shared with other jobs, and one-after-the-other
+runs swing by 5x with their load); ``--sequential`` runs them one after the other instead.
+``put_ratio`` / ``get_ratio`` = median over ``--rounds`` of generator bytes / raw bytes in the
+same round. The detail also gives each client's bytes per CPU-second of its own process (the
+throughput it would reach alone on one core), which load on the machine hardly disturbs.
+Peak RSS = ``ru_maxrss`` of one generator process running PUT (multipart, 16 MiB parts, 4 in
+flight per object) and then GET at 256 MiB objects x 32 connections.
 
     python benchmarks/generator_ceiling.py --json
-    -> {"put_ratio": ..., "get_ratio": ..., "client_peak_rss_mib": ...}
+    -> {"put_ratio": ..., "get_ratio": ..., "client_peak_rss_mib": ..., "detail": {...}}
 """
 
 from __future__ import annotations
@@ -140,6 +147,8 @@ async def generator_client(endpoint: str, op: str, size: int, conc: int, duratio
 
 
 def child(args: argparse.Namespace) -> None:
+    usage0 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu0 = usage0.ru_utime + usage0.ru_stime  # start-up (imports) excluded
     t0 = time.perf_counter()
     errors = 0
     if args.child == "raw":
@@ -148,21 +157,31 @@ def child(args: argparse.Namespace) -> None:
         n, errors = asyncio.run(generator_client(args.endpoint, args.op, args.size, args.conc,
                                                  args.duration, args.multipart))
     elapsed = time.perf_counter() - t0
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"bytes": n, "seconds": args.duration, "elapsed": elapsed,
+                      "cpu_s": usage.ru_utime + usage.ru_stime - cpu0,
                       "errors": errors,
                       "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
 # ---- orchestration ------------------------------------------------------------------------
-def _run_child(kind: str, endpoint: str, op: str, size: int, conc: int, duration: float,
-               multipart: bool = False) -> dict[str, Any]:
+def _child_cmd(kind: str, endpoint: str, op: str, size: int, conc: int, duration: float,
+               multipart: bool = False) -> list[str]:
     cmd = [sys.executable, __file__, "--child", kind, "--endpoint", endpoint, "--op", op,
            "--size", str(size), "--conc", str(conc), "--duration", str(duration)]
-    if multipart:
-        cmd.append("--multipart")
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT)
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    return cmd + (["--multipart"] if multipart else [])
+
+
+def _run_children(cmds: list[list[str]]) -> list[dict[str, Any]]:
+    """Run the commands at the same time; their last stdout lines, parsed."""
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True, cwd=ROOT) for c in cmds]
+    out = []
+    for p in procs:
+        stdout, _ = p.communicate()
+        if p.returncode:
+            raise RuntimeError(f"client failed ({p.returncode})")
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
 
 
 def _start_server(size: int) -> tuple[subprocess.Popen[bytes], str]:
@@ -186,41 +205,60 @@ def _start_server(size: int) -> tuple[subprocess.Popen[bytes], str]:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     size, conc, dur = args.obj_size, args.concurrent, args.duration
-    rates: dict[str, list[float]] = {k: [] for k in ("raw_put", "gen_put", "raw_get", "gen_get")}
+    kinds = ("raw", "gen")
+    rates: dict[str, list[float]] = {f"{k}_{op}": [] for op in ("put", "get") for k in kinds}
+    per_cpu: dict[str, list[float]] = {k: [] for k in rates}
+    ratios: dict[str, list[float]] = {"put": [], "get": []}
     errors = 0
-    proc, endpoint = _start_server(size)
+    servers = [_start_server(size) for _ in kinds]  # one endpoint per client
     try:
-        for _ in range(args.rounds):
+        for i in range(args.rounds):
             for op in ("put", "get"):
-                for kind in ("raw", "gen"):
-                    r = _run_child(kind, endpoint, op, size, conc, dur)
+                if args.sequential:  # one client at a time; who goes first alternates
+                    order = kinds if i % 2 == 0 else kinds[::-1]
+                    got = {k: _run_children([_child_cmd(k, servers[0][1], op, size, conc,
+                                                        dur)])[0] for k in order}
+                else:  # both at once, each against its own endpoint, sharing the machine
+                    both = _run_children([_child_cmd(k, servers[j][1], op, size, conc, dur)
+                                          for j, k in enumerate(kinds)])
+                    got = dict(zip(kinds, both, strict=True))
+                for k, r in got.items():
                     errors += r["errors"]
-                    rates[f"{kind}_{op}"].append(r["bytes"] / r["seconds"])
+                    rates[f"{k}_{op}"].append(r["bytes"] / r["seconds"])
+                    per_cpu[f"{k}_{op}"].append(r["bytes"] / max(r["cpu_s"], 1e-9))
+                ratios[op].append(got["gen"]["bytes"] / max(got["raw"]["bytes"], 1))
     finally:
-        proc.terminate()
-        proc.wait()
+        for proc, _ in servers:
+            proc.terminate()
+            proc.wait()
     proc, endpoint = _start_server(args.rss_size)
     try:
-        rss = [_run_child("gen", endpoint, op, args.rss_size, args.rss_concurrent,
-                          args.rss_duration, multipart=True) for op in ("put", "get")]
+        rss = [_run_children([_child_cmd("gen", endpoint, op, args.rss_size,
+                                         args.rss_concurrent, args.rss_duration,
+                                         multipart=True)])[0] for op in ("put", "get")]
     finally:
         proc.terminate()
         proc.wait()
-    med = {k: statistics.median(v) for k, v in rates.items()}
+    cpu = {k: statistics.median(v) for k, v in per_cpu.items()}
     return {
-        "put_ratio": round(med["gen_put"] / med["raw_put"], 3),
-        "get_ratio": round(med["gen_get"] / med["raw_get"], 3),
+        "put_ratio": round(statistics.median(ratios["put"]), 3),
+        "get_ratio": round(statistics.median(ratios["get"]), 3),
         "client_peak_rss_mib": round(max(r["peak_rss_mib"] for r in rss), 1),
         "detail": {
+            "mode": "sequential" if args.sequential else "paired (both clients at once)",
             "obj_size": size, "concurrent": conc, "duration_s": dur, "rounds": args.rounds,
+            "ratio_per_round": {k: [round(x, 3) for x in v] for k, v in ratios.items()},
             "gib_s": {k: [round(x / 2**30, 3) for x in v] for k, v in rates.items()},
+            "gib_per_client_cpu_s": {k: round(v / 2**30, 3) for k, v in cpu.items()},
+            "put_cpu_ratio": round(cpu["gen_put"] / cpu["raw_put"], 3),
+            "get_cpu_ratio": round(cpu["gen_get"] / cpu["raw_get"], 3),
             "generator_errors": errors + sum(r["errors"] for r in rss),
             "rss_run": {"obj_size": args.rss_size, "concurrent": args.rss_concurrent,
                         "duration_s": args.rss_duration,
                         "put_gib_s": round(rss[0]["bytes"] / rss[0]["seconds"] / 2**30, 3),
                         "get_gib_s": round(rss[1]["bytes"] / rss[1]["seconds"] / 2**30, 3),
                         "peak_rss_mib": [round(r["peak_rss_mib"], 1) for r in rss]},
-            "cpus": os.cpu_count(),
+            "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
         },
     }
 
@@ -231,10 +269,13 @@ def main() -> None:
     p.add_argument("--obj-size", type=parse_size, default=8 * MiB)
     p.add_argument("--concurrent", type=int, default=16)
     p.add_argument("--duration", type=float, default=6.0)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--sequential", action="store_true",
+                   help="run the raw and the generator client one after the other instead of "
+                        "at the same time (each against its own endpoint)")
     p.add_argument("--rss-size", type=parse_size, default=256 * MiB)
     p.add_argument("--rss-concurrent", type=int, default=32)
-    p.add_argument("--rss-duration", type=float, default=20.0)
+    p.add_argument("--rss-duration", type=float, default=30.0)
     # internal modes
     p.add_argument("--serve", nargs=2, type=int, metavar=("PORT", "SIZE"), help=argparse.SUPPRESS)
     p.add_argument("--child", choices=("raw", "gen"), help=argparse.SUPPRESS)

@@ -59,11 +59,11 @@ class Expected:
 class PayloadSource:
     """One per client process: the shared buffer, body slices and cached expected checksums."""
 
-    def __init__(self, seed: int, base_size: int = BASE_SIZE, slice_size: int = SLICE) -> None:
+    def __init__(self, seed: int, base_size: int = BASE_SIZE, slice_size: int = 0) -> None:
         # Random (incompressible) and a pure function of the seed: every client process of a
         # run, local or remote, holds the same buffer and so can verify any object of the run.
         self._base = memoryview(random.Random(seed).randbytes(base_size))
-        self._slice = slice_size
+        self._slice = slice_size or SLICE
         self._cache: dict[tuple[int, int, int], int] = {}
 
     @property

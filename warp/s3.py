@@ -2,8 +2,9 @@
 
 Each call is one operation and returns an :class:`OpResult` (status, bytes, first byte, end,
 error, retries): errors are data, never exceptions, so a benchmark keeps going and counts them.
-PUT bodies stream as memoryview slices of the shared payload buffer; GET bodies are hashed
-chunk by chunk as aiohttp delivers them and dropped, so memory does not grow with object size.
+PUT bodies stream as memoryview slices of the shared payload buffer; GET bodies are received
+into reused per-connection buffers (:mod:`warp.fastget`), hashed there and dropped, so memory
+does not grow with object size.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from aiohttp.abc import AbstractStreamWriter
 from yarl import URL
 
 from warp.clock import now_ns
+from warp.fastget import GetPool, ProtocolError
 from warp.payload import Expected, Hasher, PayloadSource
 from warp.records import VERIFY_PREFIX
 from warp.sigv4 import UNSIGNED, Credentials, Signer, canonical_query, quote_path
@@ -98,6 +100,8 @@ class S3Client:
         self.signer = Signer(creds)
         self.payload = payload
         self.retries = retries
+        self.timeout = timeout
+        self._gets = GetPool()
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=connections, limit_per_host=0,
                                            ttl_dns_cache=None),
@@ -107,6 +111,7 @@ class S3Client:
             skip_auto_headers=("User-Agent", "Accept-Encoding"))
 
     async def close(self) -> None:
+        self._gets.close()
         await self._session.close()
 
     async def __aenter__(self) -> S3Client:
@@ -145,14 +150,17 @@ class S3Client:
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 result.status = 0
                 result.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            if not result.error or attempt >= self.retries or not (
-                    result.status == 0 or result.status in TRANSIENT):
+            if not self._retry(result, attempt):
                 break
             attempt += 1
             result.retries = attempt
             await asyncio.sleep(min(1.0, 0.05 * 2**attempt))
         result.end_ns = now_ns()
         return result
+
+    def _retry(self, result: OpResult, attempt: int) -> bool:
+        return bool(result.error) and attempt < self.retries and (
+            result.status == 0 or result.status in TRANSIENT)
 
     # ---- operations -----------------------------------------------------------------------
     async def create_bucket(self, bucket: str) -> OpResult:
@@ -248,26 +256,40 @@ class S3Client:
 
     async def get_object(self, bucket: str, key: str, expected: Expected | None,
                          offset: int = 0, length: int = 0) -> OpResult:
-        """GET (ranged when ``length``), hashing the body as it arrives; bytes are not kept."""
-        headers = {"Range": f"bytes={offset}-{offset + length - 1}"} if length else {}
-
-        async def verify(resp: aiohttp.ClientResponse, res: OpResult) -> str:
+        """GET (ranged when ``length``): the body lands in a reused per-connection buffer, is
+        hashed there and compared with the checksum of what was written; nothing is kept."""
+        endpoint = self.next_endpoint()
+        path = quote_path(f"/{bucket}/{key}")
+        base = {"Range": f"bytes={offset}-{offset + length - 1}"} if length else {}
+        result = OpResult(endpoint=endpoint, start_ns=now_ns())
+        attempt = 0
+        while True:
             h = Hasher()
-            async for chunk in resp.content.iter_any():
-                h.update(chunk)
-            res.size = h.size
-            if expected is None:
-                return ""
-            if h.size != expected.length:
-                return f"{VERIFY_PREFIX}got {h.size} bytes, wrote {expected.length}"
-            if h.digest() != expected.checksum:
-                return f"{VERIFY_PREFIX}checksum mismatch"
-            return ""
-
-        r = await self.request("GET", bucket, key, headers=headers, reader=verify)
-        if r.error and not r.error.startswith(VERIFY_PREFIX):
-            r.size = 0
-        return r
+            headers = self.signer.sign("GET", self._hosts[endpoint], path, "", dict(base))
+            try:
+                async with asyncio.timeout(self.timeout or None):
+                    resp = await self._gets.get(endpoint, path, headers, h.update)
+                result.status, result.first_byte_ns = resp.status, resp.first_byte_ns
+                if resp.status not in (200, 206):
+                    result.error = _error_text(resp.status, resp.error_body)
+                elif expected is not None and h.size != expected.length:
+                    result.error = f"{VERIFY_PREFIX}got {h.size} bytes, wrote {expected.length}"
+                elif expected is not None and h.digest() != expected.checksum:
+                    result.error = f"{VERIFY_PREFIX}checksum mismatch"
+                else:
+                    result.error = ""
+            except (TimeoutError, OSError, ProtocolError) as exc:
+                result.status = 0
+                result.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            if not self._retry(result, attempt):
+                break
+            attempt += 1
+            result.retries = attempt
+            await asyncio.sleep(min(1.0, 0.05 * 2**attempt))
+        result.end_ns = now_ns()
+        ok = not result.error or result.error.startswith(VERIFY_PREFIX)
+        result.size = h.size if ok else 0
+        return result
 
     async def head_object(self, bucket: str, key: str, expected_size: int) -> OpResult:
         async def check(resp: aiohttp.ClientResponse, res: OpResult) -> str:

@@ -71,7 +71,8 @@ def test_multipart_put_writes_the_payload_and_noclear_keeps_it(
     expected = b"".join(bytes(v) for v in PayloadSource(cfg.seed).slices(variant_of(key), 0,
                                                                         size))
     assert body == expected
-    assert set(_keys(s3_client, bucket)) == {r.file for r in records}
+    # kept (--noclear); an upload cancelled at the deadline may have completed unrecorded
+    assert {r.file for r in records} <= set(_keys(s3_client, bucket))
 
 
 def test_ranged_get_reads_ranges(s3_server: Any, bucket: str, tmp_path: Path) -> None:

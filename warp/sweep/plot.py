@@ -47,6 +47,7 @@ def plot(phases: Sequence[PhaseResult], path: str | Path, reference: str | Path 
             if ry and ry[0] > 0:
                 axn.plot(rx, [y / ry[0] for y in ry], linestyle="--", marker="x",
                          color=colors[op], alpha=0.5, label=f"{op} reference")
+        twin.set_ylim(bottom=0)
         twin.set_ylabel(f"reference {Path(reference or '').name} (GiB/s)")
         twin.legend(loc="lower right", fontsize=8)
     xmax = max([p.clients for p in phases] + [r[0] for r in ref] + [1])

@@ -1,0 +1,62 @@
+"""A sweep whose clients run on an `s3kv agent` (here on loopback), and --autoterm's rule."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from warp.clock import now_s
+from warp.records import read_records
+from warp.runner import LiveStats
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_sweep_on_an_agent(s3_server: Any, bucket: str, tmp_path: Path) -> None:
+    port = _free_port()
+    agent = subprocess.Popen([sys.executable, "-m", "s3kv.cli", "agent", "--listen",
+                              f"127.0.0.1:{port}", "--token", "sesame"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert agent.stdout is not None
+        assert "listening" in agent.stdout.readline()
+        out = tmp_path / "sweep"
+        proc = subprocess.run(
+            [sys.executable, "-m", "s3kv.cli", "sweep", "--clients", "1..2", "--ops", "put",
+             "--agents", f"127.0.0.1:{port}", "--agent-token", "sesame",
+             "--endpoint", s3_server.endpoint, "--bucket", bucket, "--obj-size", "16KiB",
+             "--concurrent", "2", "--duration", "2", "--trim", "0.25", "--out", str(out),
+             "--json"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        records = read_records(out / "put-02c.csv.zst")
+        assert {r.client_id for r in records} == {"c1", "c2"}
+        # both clients of the phase started together (synchronized start)
+        firsts = [min(r.start_ns for r in records if r.client_id == c) for c in ("c1", "c2")]
+        assert abs(firsts[0] - firsts[1]) < 0.5e9
+        assert [row["clients"] for row in json.loads(proc.stdout)["table"]] == [1, 2]
+        wrong = subprocess.run(
+            [sys.executable, "-m", "s3kv.cli", "sweep", "--clients", "1", "--ops", "put",
+             "--agents", f"127.0.0.1:{port}", "--agent-token", "nope", "--endpoint",
+             s3_server.endpoint, "--bucket", bucket, "--duration", "1", "--out",
+             str(tmp_path / "w")], capture_output=True, text=True, timeout=60)
+        assert wrong.returncode != 0 and "token" in wrong.stderr
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
+
+
+def test_autoterm_rule() -> None:
+    now = int(now_s())
+    steady = LiveStats(per_second={s: 100.0 + (s % 2) for s in range(now - 20, now)})
+    assert steady.stable(seconds=10, pct=7.5, since_s=now - 30)
+    assert not steady.stable(seconds=10, pct=7.5, since_s=now - 5)  # not running long enough
+    ramp = LiveStats(per_second={s: 10.0 * (s - now + 21) for s in range(now - 20, now)})
+    assert not ramp.stable(seconds=10, pct=7.5, since_s=now - 30)

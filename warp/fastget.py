@@ -1,0 +1,224 @@
+"""GET bodies received straight into reused buffers (asyncio BufferedProtocol), hashed, dropped.
+
+aiohttp hands a response body over as a new ``bytes`` object per socket read; for GETs, the
+hot path of a read benchmark, this module avoids that: each connection owns one receive buffer,
+the kernel writes the body into it (``recv_into``), the bytes are hashed in place and the
+buffer is reused for the next read. Nothing is allocated per chunk and no body is ever kept.
+
+Only what a GET needs of HTTP/1.1: one request at a time per keep-alive connection, bodies
+delimited by Content-Length (S3 servers answer GETs with it); a response without one is read to
+the end of the connection (chunked encoding is decoded for short error bodies).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from warp.clock import now_ns
+
+RECV_BUFFER = 1 << 20
+HEAD_LIMIT = 64 << 10
+ERROR_BODY_LIMIT = 64 << 10
+
+Sink = Callable[[memoryview], None]
+
+
+class ProtocolError(Exception):
+    pass
+
+
+@dataclass
+class Response:
+    status: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    first_byte_ns: int = 0
+    size: int = 0
+    error_body: bytes = b""
+    keep_alive: bool = True
+
+
+class _GetProtocol(asyncio.BufferedProtocol):
+    def __init__(self) -> None:
+        self._body_buf = memoryview(bytearray(RECV_BUFFER))
+        self._head = bytearray(HEAD_LIMIT)
+        self._head_len = 0
+        self.transport: asyncio.Transport | None = None
+        self._waiter: asyncio.Future[Response] | None = None
+        self._resp = Response()
+        self._sink: Sink | None = None
+        self._left = -1  # body bytes still expected; -1: until the connection closes
+        self._in_head = True
+        self._chunked = False
+        self.closed = False
+
+    # ---- one exchange ---------------------------------------------------------------------
+    def begin(self, request: bytes, sink: Sink) -> asyncio.Future[Response]:
+        assert self.transport is not None
+        self._waiter = asyncio.get_running_loop().create_future()
+        self._resp, self._sink = Response(), sink
+        self._head_len, self._in_head, self._left, self._chunked = 0, True, -1, False
+        self.transport.write(request)
+        return self._waiter
+
+    # ---- asyncio callbacks ----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._in_head:
+            return memoryview(self._head)[self._head_len:]
+        return self._body_buf
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._waiter is None or self._waiter.done():
+            self._fail(ProtocolError("unexpected data"))
+            return
+        if self._in_head:
+            if not self._resp.first_byte_ns:
+                self._resp.first_byte_ns = now_ns()
+            self._head_len += nbytes
+            end = self._head.find(b"\r\n\r\n", 0, self._head_len)
+            if end < 0:
+                if self._head_len >= HEAD_LIMIT:
+                    self._fail(ProtocolError("response head too large"))
+                return
+            try:
+                self._parse_head(bytes(self._head[:end]))
+            except (ValueError, IndexError) as exc:
+                self._fail(ProtocolError(f"bad response head: {exc}"))
+                return
+            self._in_head = False
+            rest = memoryview(self._head)[end + 4:self._head_len]
+            if len(rest):
+                self._body(rest)
+            elif self._left == 0:
+                self._finish()
+            return
+        self._body(self._body_buf[:nbytes])
+
+    def eof_received(self) -> bool | None:
+        if self._left < 0 and not self._in_head:
+            self._resp.keep_alive = False
+            self._finish()
+        else:
+            self._fail(ConnectionResetError("connection closed mid-response"))
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._left < 0 and not self._in_head and exc is None:
+            self._resp.keep_alive = False
+            self._finish()
+        self._fail(exc or ConnectionResetError("connection lost"))
+
+    # ---- parsing --------------------------------------------------------------------------
+    def _parse_head(self, head: bytes) -> None:
+        lines = head.decode("latin-1").split("\r\n")
+        self._resp.status = int(lines[0].split(" ", 2)[1])
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            self._resp.headers[name.strip().lower()] = value.strip()
+        h = self._resp.headers
+        if h.get("connection", "").lower() == "close":
+            self._resp.keep_alive = False
+        if "content-length" in h:
+            self._left = int(h["content-length"])
+        else:
+            self._chunked = "chunked" in h.get("transfer-encoding", "").lower()
+            self._resp.keep_alive = False  # read to the end of the connection
+
+    def _body(self, data: memoryview) -> None:
+        r = self._resp
+        if self._left >= 0:
+            data = data[:self._left]
+            self._left -= len(data)
+        r.size += len(data)
+        if r.status >= 300 or self._chunked:
+            if len(r.error_body) < ERROR_BODY_LIMIT:
+                r.error_body += bytes(data)
+        elif self._sink is not None:
+            self._sink(data)
+        if self._left == 0:
+            self._finish()
+
+    def _finish(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            if self._chunked:
+                self._resp.error_body = _dechunk(self._resp.error_body)
+                self._resp.size = len(self._resp.error_body)
+            self._waiter.set_result(self._resp)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(exc)
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _dechunk(data: bytes) -> bytes:
+    out, pos = bytearray(), 0
+    while pos < len(data):
+        eol = data.find(b"\r\n", pos)
+        if eol < 0:
+            break
+        size = int(data[pos:eol].split(b";")[0] or b"0", 16)
+        if size == 0:
+            break
+        out += data[eol + 2:eol + 2 + size]
+        pos = eol + 2 + size + 2
+    return bytes(out)
+
+
+class GetPool:
+    """Keep-alive connections per endpoint, one exchange at a time on each."""
+
+    def __init__(self) -> None:
+        self._idle: dict[str, list[_GetProtocol]] = {}
+        self._ssl: ssl.SSLContext | None = None
+
+    async def _connect(self, endpoint: str) -> _GetProtocol:
+        u = urlsplit(endpoint)
+        secure = u.scheme == "https"
+        if secure and self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        loop = asyncio.get_running_loop()
+        _, proto = await loop.create_connection(
+            _GetProtocol, u.hostname or "localhost", u.port or (443 if secure else 80),
+            ssl=self._ssl if secure else None)
+        return proto
+
+    async def get(self, endpoint: str, target: str, headers: dict[str, str],
+                  sink: Sink) -> Response:
+        """Send ``GET target`` with ``headers`` (signed, incl. Host); body goes to ``sink``."""
+        idle = self._idle.setdefault(endpoint, [])
+        while idle:
+            proto = idle.pop()
+            if not proto.closed:
+                break
+        else:
+            proto = await self._connect(endpoint)
+        lines = [f"GET {target} HTTP/1.1"] + [f"{k}: {v}" for k, v in headers.items()]
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        try:
+            resp = await proto.begin(request, sink)
+        except BaseException:
+            if proto.transport is not None:
+                proto.transport.close()
+            raise
+        if resp.keep_alive and not proto.closed:
+            idle.append(proto)
+        elif proto.transport is not None:
+            proto.transport.close()
+        return resp
+
+    def close(self) -> None:
+        for protos in self._idle.values():
+            for p in protos:
+                if p.transport is not None:
+                    p.transport.close()
+        self._idle.clear()
