@@ -93,6 +93,31 @@ def test_kvq_round_trip_within_bound(dtype: str, bits: float) -> None:
         assert rel <= bound(bits), (bits, rel, bound(bits))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bits", BITS)
+def test_kvq_chunking_does_not_change_the_result(dtype: str, bits: float,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks are worked through in chunks of vectors; a ragged last chunk, and the encoder
+    converting twice instead of keeping floats, give the same result up to float rounding
+    (BLAS may order a dot product differently for another number of rows)."""
+    from s3kv.store.codecs import kvq_math
+
+    x = synthetic_blocks(seed=4, layers=1, heads=3, tokens=333)[0]  # 999 vectors
+    raw = to_words(x, dtype)
+    codec = codec_for(CodecSpec("kvq", dtype=dtype, head_dim=128, bits=bits))
+    enc = codec.encode(raw)
+    dec = decode_any(KVQ_ID, enc)
+    monkeypatch.setattr(kvq_math, "CHUNK_ELEMS", 128 * 100)
+    monkeypatch.setattr(kvq_math, "KEEP_FLOAT_ELEMS", 1000)
+    enc_small = codec.encode(raw)
+    a = from_words(dec, dtype).astype(np.float64)
+    for other in (decode_any(KVQ_ID, enc), decode_any(KVQ_ID, enc_small)):
+        b = from_words(other, dtype).astype(np.float64)
+        assert np.sqrt(np.mean((a - b) ** 2) / np.mean(a * a)) < 1e-3
+        rel, _ = _rel_mse_and_cos(raw, other, dtype, 128)
+        assert rel <= bound(bits)
+
+
 @pytest.mark.parametrize("d", [64, 96, 256])
 def test_kvq_other_head_dims(d: int) -> None:
     x = synthetic_blocks(seed=5, layers=1, heads=1, tokens=256, head_dim=d)[0]

@@ -129,10 +129,13 @@ class KvqCodec:
         # fp16 Inf/NaN words convert to finite values of magnitude >= 2**16 (to_f32), bf16
         # ones to Inf/NaN: the chunk's max and min catch both, and bf16 values past 2**60
         limit = 2.0**16 if self.dtype == "float16" else MAX_ABS
-        # the float32 block, kept for pass 2 (re-converting costs more than re-reading)
-        xfull = km.scratch("x", (n, d), np.float32)
+        # the float32 block, kept for pass 2 (re-converting costs more than re-reading) unless
+        # that would hold more than KEEP_FLOAT_ELEMS floats per thread
+        keep = n * d <= km.KEEP_FLOAT_ELEMS
+        xfull = km.scratch("x", (n if keep else rows, d), np.float32)
         for r0 in range(0, n, rows):
-            x = km.to_f32(words[r0:r0 + rows], self.dtype, out=xfull[r0:r0 + rows])
+            x = km.to_f32(words[r0:r0 + rows], self.dtype,
+                          out=xfull[r0:r0 + rows] if keep else xfull[:len(words[r0:r0 + rows])])
             top, bottom = float(x.max()), float(x.min())
             if not (top < limit and bottom > -limit):
                 if self.dtype == "float16" or not (math.isfinite(top) and math.isfinite(bottom)):
@@ -166,7 +169,11 @@ class KvqCodec:
         gains = np.empty((n, n_blocks), dtype=np.float32)
         # pass 2: per chunk of vectors, rotate, normalise, quantize and pack every block
         for r0 in range(0, n, rows):
-            x = xfull[r0:r0 + rows]
+            if keep:
+                x = xfull[r0:r0 + rows]
+            else:
+                w = words[r0:r0 + rows]
+                x = km.to_f32(w, self.dtype, out=xfull[:len(w)])
             m = x.shape[0]
             norm = km.scratch("norm", (m,), np.float32)
             inv = km.scratch("inv", (m,), np.float32)

@@ -112,6 +112,10 @@ def code_table(n: int, bits: int) -> tuple[U8, float]:
 #: cost microseconds each, so fewer, larger chunks beat L2-sized ones here
 CHUNK_ELEMS = 1 << 18
 
+#: the encoder keeps a block's float32 copy between its two passes up to this many elements
+#: (16 MiB per thread); larger blocks are converted twice
+KEEP_FLOAT_ELEMS = 1 << 22
+
 _local = threading.local()
 
 
