@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from aiohttp import web
 
+from s3kv.errors import RequestError
 from s3kv.gateway.payload import BodyReader, BodyResult
 from s3kv.gateway.s3xml import MAX_XML_BYTES
 from s3kv.gateway.state import GatewayState
+
+
+#: a body that delivers no byte for this long is abandoned (its memory reservation freed)
+BODY_IDLE_TIMEOUT = 20.0
 
 
 @dataclass
@@ -33,7 +39,17 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
     try:
         buf = bytearray(declared) if declared is not None else bytearray()
         pos = 0
-        async for piece in reader:
+        pieces = aiter(reader)
+        while True:
+            try:
+                async with asyncio.timeout(BODY_IDLE_TIMEOUT):
+                    piece = await anext(pieces)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                raise RequestError("RequestTimeout", "Your socket connection to the server was "
+                                   "not read from or written to within the timeout period.",
+                                   400) from None
             if declared is not None and pos + len(piece) <= declared:
                 buf[pos:pos + len(piece)] = piece
             else:

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from s3kv.errors import RequestError
 from s3kv.gateway.bodies import read_body, read_small
-from s3kv.gateway.requests import Target, validate_key
+from s3kv.gateway.requests import Target, durability, validate_key
 from s3kv.gateway.s3xml import (
     complete_multipart_upload,
     initiate_multipart_upload,
@@ -145,7 +145,7 @@ async def complete(request: web.Request, st: GatewayState, t: Target, upload_id:
     data = b"".join(chosen)
     if len(data) > st.settings.max_block_size:
         raise RequestError("EntityTooLarge", "The upload exceeds the gateway's max block size.")
-    durable = request.headers.get("x-s3kv-durability", "").lower() == "sealed"
+    durable = durability(request)
     await st.store.put(t.bucket, up.key, data, durable=durable, codec=up.codec)
     ups.drop(upload_id, st)
     etag = f'"{md5s.hexdigest()}-{len(listed)}"'

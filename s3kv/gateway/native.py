@@ -22,7 +22,7 @@ from aiohttp import web
 from s3kv.errors import RequestError
 from s3kv.gateway import ops
 from s3kv.gateway.bodies import read_body, read_small
-from s3kv.gateway.requests import validate_key
+from s3kv.gateway.requests import durability, validate_key
 from s3kv.gateway.state import GatewayState, state_of
 from s3kv.store.codecs import codec_from_headers
 
@@ -116,7 +116,7 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
     st = _auth(request)
     ns = request.match_info["ns"]
     st.store.ns_id(ns)
-    durable = request.headers.get("x-s3kv-durability", "").lower() == "sealed"
+    durable = durability(request)
     codec = codec_from_headers(request.headers, st.store.namespace_codecs[ns])
     limit = min(st.settings.max_request_memory // 2, 64 * st.settings.max_block_size)
     body = await read_body(request, st, limit)
@@ -129,7 +129,7 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
     finally:
         st.budget.release(body.reserved)
     if durable:
-        await st.store.flush()
+        await st.store.wait_durable(ns, [k for k, _ in items])
     return web.json_response({"stored": len(metas)})
 
 

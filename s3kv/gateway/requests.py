@@ -84,6 +84,18 @@ def _unsatisfiable(size: int) -> RequestError:
                         {"Content-Range": f"bytes */{size}"})
 
 
+DURABILITY_HEADER = "x-s3kv-durability"
+
+
+def durability(request: web.Request) -> bool:
+    """``x-s3kv-durability: sealed`` asks to be answered once the block is on the backend."""
+    value = request.headers.get(DURABILITY_HEADER, "").strip().lower()
+    if value not in ("", "sealed", "memory"):
+        raise RequestError("InvalidArgument", f"{DURABILITY_HEADER} must be 'sealed' or "
+                           "'memory'.")
+    return value == "sealed"
+
+
 def max_keys(query: dict[str, str]) -> int:
     raw = query.get("max-keys", "1000")
     try:

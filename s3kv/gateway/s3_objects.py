@@ -10,7 +10,7 @@ from aiohttp import web
 from s3kv.errors import RequestError
 from s3kv.gateway import multipart
 from s3kv.gateway.bodies import read_body
-from s3kv.gateway.requests import Target, parse_range, validate_key
+from s3kv.gateway.requests import Target, durability, parse_range, validate_key
 from s3kv.gateway.s3_buckets import etag_of
 from s3kv.gateway.state import GatewayState
 from s3kv.store.codecs import codec_from_headers
@@ -18,15 +18,6 @@ from s3kv.store.store import BlockMeta
 
 #: bodies larger than this are written in slices of this size (aiohttp is far faster so)
 SLICE = 4 * 1024 * 1024
-DURABILITY_HEADER = "x-s3kv-durability"
-
-
-def _durable(request: web.Request) -> bool:
-    value = request.headers.get(DURABILITY_HEADER, "").strip().lower()
-    if value not in ("", "sealed", "memory"):
-        raise RequestError("InvalidArgument", f"{DURABILITY_HEADER} must be 'sealed' or "
-                           "'memory'.")
-    return value == "sealed"
 
 
 async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
@@ -57,7 +48,7 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
 async def put_object(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
     key = validate_key(t.key)
     st.store.ns_id(t.bucket)  # NoSuchBucket before reading a byte
-    durable = _durable(request)
+    durable = durability(request)
     codec = codec_from_headers(request.headers, st.store.namespace_codecs[t.bucket])
     body = await read_body(request, st, st.settings.max_block_size)
     try:

@@ -18,6 +18,7 @@ from s3kv.backends.base import Backend
 from s3kv.config import Settings
 from s3kv.errors import (
     BackendError,
+    BackendUnavailable,
     IntegrityError,
     InvalidInput,
     InvalidNamespace,
@@ -213,6 +214,22 @@ class BlockStore:
         if durable:
             await seg.done
         return BlockMeta(key, raw_len, crc, placed.written_at, codec_id)
+
+    async def wait_durable(self, namespace: str, keys: Sequence[bytes]) -> None:
+        """Wait until the segments holding these blocks are complete on the backend.
+
+        Raises BackendUnavailable if one of them failed to upload (its blocks are lost)."""
+        nid = self.ns_id(namespace)
+        futures = set()
+        for key in keys:
+            loc = self.index.get(nid, key)
+            if loc is None:
+                raise BackendUnavailable(f"block {key[:80]!r} was lost before it was sealed")
+            fut = self.writer.sealed_future(loc.segment)
+            if fut is not None:
+                futures.add(fut)
+        for fut in futures:
+            await fut
 
     def _index_put(self, nid: int, key: bytes, loc: Location) -> None:
         old = self.index.put(nid, key, loc)

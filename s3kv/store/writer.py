@@ -176,10 +176,9 @@ class SegmentWriter:
         Returns the segment and the entry as placed: its offset, and its written_at stamped
         under the writer's lock, so that stamps order exactly as appends do.
         """
-        if not self.healthy:
-            self.stats.backpressure_rejections += 1
-            raise Backpressure(f"backend unavailable ({self.last_error}); retry later", 1.0)
+        self._check_healthy()
         async with self._lock:
+            self._check_healthy()  # again: the backend may have failed while we queued
             seg = await self._segment_for(entry.namespace, entry.key, len(data))
             offset = seg.append(data, self.s.block_align) if len(data) else 0
             placed = layout.Entry(entry.namespace, entry.key, offset, entry.length,
@@ -199,6 +198,16 @@ class SegmentWriter:
         now = max(time.time(), self._last_stamp + 1e-6)
         self._last_stamp = now
         return now
+
+    def _check_healthy(self) -> None:
+        if not self.healthy:
+            self.stats.backpressure_rejections += 1
+            raise Backpressure(f"backend unavailable ({self.last_error}); retry later", 1.0)
+
+    def sealed_future(self, seg_id: int) -> asyncio.Future[None] | None:
+        """Resolves when the segment is on the backend; None if it is not in memory (sealed)."""
+        seg = self._in_memory.get(seg_id)
+        return None if seg is None else seg.done
 
     async def flush(self) -> None:
         """Seal the open segment now and wait until every segment in memory is on the backend."""
@@ -251,9 +260,7 @@ class SegmentWriter:
             raise Backpressure(
                 f"{len(self._in_memory)} segments are still uploading; the backend is slower "
                 "than the write stream. Retry later.", 1.0) from None
-        if not self.healthy:
-            self.stats.backpressure_rejections += 1
-            raise Backpressure(f"backend unavailable ({self.last_error}); retry later", 1.0)
+        self._check_healthy()
 
     def _open_segment(self) -> OpenSegment:
         self._seq += 1
