@@ -60,3 +60,12 @@ def bucket(s3_client: Any) -> str:
     name = f"t-{uuid.uuid4().hex[:16]}"
     s3_client.create_bucket(Bucket=name)
     return name
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--long", action="store_true", default=False,
+                     help="run the full reliability suite (tests/reliability): longer loads, "
+                          "more crashes and faults; CI runs the short version")
+    parser.addoption("--reliability-report", metavar="PATH", default=None,
+                     help="write the reliability suite's table (Markdown) and counts (JSON, "
+                          "PATH with .json) here")
