@@ -242,3 +242,16 @@ async def test_two_instances_share_a_bucket(backend: Backend) -> None:
         assert await a.get("kvns", b"from-b") == b"B" * 7000
     finally:
         await asyncio.gather(a.close(), b.close())
+
+
+def test_long_chains_split_into_bounded_concurrent_runs() -> None:
+    from s3kv.store.index import Location
+    from s3kv.store.reader import MAX_RUN, plan_reads
+
+    size = 896 * KiB
+    wanted = [(i, Location(1, i * size, size, size, 0, 0, 0.0)) for i in range(64)]
+    runs = plan_reads(list(reversed(wanted)))
+    assert all(r.end - r.start <= MAX_RUN for r in runs)
+    assert sum(len(r.members) for r in runs) == 64
+    assert len(runs) == -(-64 * size // (MAX_RUN - MAX_RUN % size))
+    assert [r.start for r in runs] == sorted(r.start for r in runs)
