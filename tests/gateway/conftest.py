@@ -7,163 +7,26 @@ started here is stopped by the fixture that started it, also when a test fails.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import sys
-import tempfile
-import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config
 
-from tests.conftest import make_s3_client
-from tests.support.s3server import REGION, MotoServer, free_port
-
-GW_ACCESS = "s3kvgatewaytest"
-GW_SECRET = "gw/secret+key0123456789"
-TOKEN = f"{GW_ACCESS}:{GW_SECRET}"
-#: small segments for moto (parts >= 5 MiB); the write path seals within half a second
-SMALL = ["--segment-size", "10MiB", "--part-size", "5MiB", "--max-block-size", "5MiB",
-         "--seal-after", "0.5", "--sync-interval", "0"]
-MAX_BLOCK = 5 * 1024 * 1024
-#: the module gateway also answers virtual-hosted-style requests (Host: BUCKET.DOMAIN)
-DOMAIN = "s3.localtest"
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class Gateway:
-    """One ``s3kv serve`` subprocess on a loopback port; restartable on the same store."""
-
-    def __init__(self, store: str, args: list[str], *, credentials: bool = True,
-                 log_format: str = "json", log_level: str = "debug") -> None:
-        self.store = store
-        self.args = list(args)
-        self.credentials = credentials
-        self.log_format = log_format
-        self.log_level = log_level
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._log = tempfile.NamedTemporaryFile(prefix="gateway-", suffix=".log",  # noqa: SIM115
-                                                delete=False)
-        self.log_path = self._log.name
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self, timeout: float = 30.0) -> None:
-        env = dict(os.environ)
-        env.pop("S3KV_ACCESS_KEY", None)
-        env.pop("S3KV_SECRET_KEY", None)
-        if self.credentials:
-            env["S3KV_ACCESS_KEY"] = GW_ACCESS
-            env["S3KV_SECRET_KEY"] = GW_SECRET
-        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        argv = [sys.executable, "-m", "s3kv.cli", "serve", "--listen", f"127.0.0.1:{self.port}",
-                "--store", self.store, "--log-format", self.log_format,
-                "--log-level", self.log_level, *self.args]
-        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, env=env,
-                                     cwd=tempfile.gettempdir())
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gateway exited at start ({self.proc.returncode}):\n"
-                                   f"{self.log_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(self.endpoint + "/healthz", timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.1)
-        self.kill()
-        raise RuntimeError(f"gateway did not answer within {timeout}s:\n{self.log_text()[-3000:]}")
-
-    def terminate(self, timeout: float = 60.0) -> int:
-        """SIGTERM and wait: the exit code."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise
-        self.proc = None
-        return code
-
-    def kill(self) -> None:
-        """SIGKILL (kill -9) and reap."""
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
-        self.proc.wait()
-        self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.terminate(timeout=30)
-        self.kill()
-
-    def rss_bytes(self) -> int:
-        with open(f"/proc/{self.pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        return 0
-
-    def log_text(self) -> str:
-        return Path(self.log_path).read_text(errors="replace")
-
-    def cleanup(self) -> None:
-        self.stop()
-        self._log.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.log_path)
-
-
-def backend_store(server: MotoServer, bucket: str | None = None) -> str:
-    """A fresh backend bucket on ``server`` and the s3:// store URL naming it."""
-    bucket = bucket or f"gw-{uuid.uuid4().hex[:12]}"
-    make_s3_client(server.endpoint).create_bucket(Bucket=bucket)
-    return f"s3://{bucket}/kv?endpoint={server.endpoint}"
-
-
-@contextlib.contextmanager
-def running_gateway(store: str, args: list[str], **kw: Any) -> Iterator[Gateway]:
-    gw = Gateway(store, args, **kw)
-    try:
-        gw.start()
-        yield gw
-    finally:
-        gw.cleanup()
-
-
-def gateway_client(endpoint: str, *, secret: str = GW_SECRET, **config: Any) -> Any:
-    """boto3 S3 client signing with the gateway's front credentials (SigV4, path-style)."""
-    s3cfg: dict[str, Any] = {"addressing_style": "path"}
-    s3cfg.update(config.pop("s3", {}))
-    return boto3.client(
-        "s3", endpoint_url=endpoint, region_name=REGION,
-        aws_access_key_id=GW_ACCESS, aws_secret_access_key=secret,
-        config=Config(signature_version="s3v4", retries={"max_attempts": 1}, s3=s3cfg,
-                      **config))
+from tests.support.gateway import (  # noqa: F401  (re-exported for the gateway tests)
+    DOMAIN,
+    GW_ACCESS,
+    GW_SECRET,
+    MAX_BLOCK,
+    ROOT,
+    SMALL,
+    TOKEN,
+    Gateway,
+    backend_store,
+    gateway_client,
+    running_gateway,
+)
+from tests.support.s3server import MotoServer
 
 
 @pytest.fixture(scope="module")
