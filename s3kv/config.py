@@ -118,6 +118,10 @@ class Settings:
                               metavar="KEY")
     secret_key: str = setting("", "front-end secret key (prefer the environment variable)",
                               metavar="SECRET", secret=True)
+    credentials_file: str = setting("", "TOML file of further front credentials, each limited "
+                                    "to namespaces (bucket names or globs): [[credential]] "
+                                    "access_key, secret_key, namespaces = [\"team-a-*\"]; "
+                                    "read at start", metavar="PATH")
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -203,6 +207,10 @@ class Settings:
             raise ConfigError("max_open_segments and max_parts_in_flight must be >= 1")
         if not 0.0 <= self.compact_threshold < 1.0:
             raise ConfigError("compact_threshold must be in [0, 1)")
+        if self.credentials_file or self.access_key:
+            from s3kv.gateway.access import credential_table
+
+            credential_table(self.access_key, self.secret_key, self.credentials_file)
         if self.capacity and self.capacity < 2 * self.segment_size:
             raise ConfigError(
                 f"capacity ({self.capacity}) must hold at least two segments "

@@ -30,6 +30,7 @@ from s3kv.errors import (
     TooLarge,
 )
 from s3kv.gateway import native, ops, s3_buckets, s3_objects
+from s3kv.gateway.access import check_namespace, credential_table
 from s3kv.gateway.metrics import GatewayMetrics
 from s3kv.gateway.requests import parse_target
 from s3kv.gateway.s3xml import error_document
@@ -153,18 +154,21 @@ async def s3_dispatch(request: web.Request) -> web.StreamResponse:
             raise RequestError("MethodNotAllowed", "Only GET is allowed on the service.", 405)
         request["op"] = "ListBuckets"
         return await s3_buckets.list_buckets(request, st)
+    # before anything looks at the bucket: another credential's namespace (existing or not)
+    # gets the same 403 as any other it may not use
+    check_namespace(ops.caller(request), target.bucket)
     if not target.key:
         return await s3_buckets.dispatch(request, st, target)
     return await s3_objects.dispatch(request, st, target)
 
 
 def make_app(store: BlockStore, settings: Settings) -> web.Application:
-    creds = {settings.access_key: settings.secret_key} if settings.access_key else {}
-    verifier = SigV4Verifier(creds) if creds else None
+    creds = credential_table(settings.access_key, settings.secret_key, settings.credentials_file)
+    verifier = SigV4Verifier({k: c.secret_key for k, c in creds.items()}) if creds else None
     state = GatewayState(
         store=store, settings=settings, metrics=GatewayMetrics(store.summary),
         verifier=verifier, budget=MemoryBudget(settings.max_request_memory),
-        tokens={f"{k}:{v}" for k, v in creds.items()},
+        credentials=creds,
     )
     app = web.Application(middlewares=[gateway_middleware],
                           client_max_size=settings.max_block_size + 1024 * 1024)

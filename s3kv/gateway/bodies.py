@@ -12,7 +12,6 @@ from s3kv.gateway.payload import BodyReader, BodyResult
 from s3kv.gateway.s3xml import MAX_XML_BYTES
 from s3kv.gateway.state import GatewayState
 
-
 #: a body that delivers no byte for this long is abandoned (its memory reservation freed)
 BODY_IDLE_TIMEOUT = 20.0
 

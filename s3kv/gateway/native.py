@@ -21,6 +21,7 @@ from aiohttp import web
 
 from s3kv.errors import RequestError
 from s3kv.gateway import ops
+from s3kv.gateway.access import check_namespace, require_unrestricted
 from s3kv.gateway.bodies import read_body, read_small
 from s3kv.gateway.requests import durability, validate_key
 from s3kv.gateway.state import GatewayState, state_of
@@ -77,9 +78,16 @@ async def _json(request: web.Request, st: GatewayState) -> Any:
 
 
 def _auth(request: web.Request) -> GatewayState:
+    """Authenticate; on /v1/{ns}/... also check the caller may use that namespace, and on the
+    store-wide endpoints (flush, stats) that it is unrestricted."""
     st = state_of(request)
     raw_path, _, raw_query = request.raw_path.partition("?")
     request["auth"] = ops.authenticate(request, st, raw_path, raw_query)
+    ns = request.match_info.get("ns")
+    if ns is None:
+        require_unrestricted(ops.caller(request))
+    else:
+        check_namespace(ops.caller(request), ns)
     return st
 
 

@@ -9,10 +9,13 @@ import time
 from aiohttp import web
 
 from s3kv.errors import BackendError, RequestError
+from s3kv.gateway.access import ANONYMOUS, Credential
 from s3kv.gateway.sigv4 import AuthContext, has_auth
 from s3kv.gateway.state import GatewayState, state_of
 
 READY_PROBE_TIMEOUT = 2.0
+#: where authenticate() leaves the request's credential
+CALLER = "s3kv_caller"
 
 
 async def healthz(request: web.Request) -> web.StreamResponse:
@@ -52,16 +55,36 @@ async def metrics(request: web.Request) -> web.StreamResponse:
 
 def authenticate(request: web.Request, st: GatewayState, raw_path: str,
                  raw_query: str) -> AuthContext | None:
-    """Verify the request's SigV4 signature (or bearer token on /v1). None: anonymous mode."""
+    """Verify the request's SigV4 signature (or bearer token on /v1). None: anonymous mode or
+    a bearer token. Either way ``caller(request)`` is then the credential that made it."""
     if st.verifier is None:
+        request[CALLER] = ANONYMOUS
         return None
     header = request.headers.get("Authorization", "")
     if request.path.startswith("/v1/") and header.startswith("Bearer "):
-        token = header[len("Bearer "):].strip()
-        if any(hmac.compare_digest(token, t) for t in st.tokens):
-            return None
-        raise RequestError("AccessDenied", "Invalid bearer token.", 403)
+        request[CALLER] = _bearer(st, header[len("Bearer "):].strip())
+        return None
     if not has_auth(raw_query, request.headers):
         raise RequestError("AccessDenied", "Anonymous access is not allowed; sign requests "
                            "with SigV4 (the gateway's access and secret key).", 403)
-    return st.verifier.verify(request.method, raw_path, raw_query, request.headers, time.time())
+    auth = st.verifier.verify(request.method, raw_path, raw_query, request.headers, time.time())
+    request[CALLER] = st.credentials[auth.access_key]
+    return auth
+
+
+def _bearer(st: GatewayState, token: str) -> Credential:
+    access, _, _ = token.partition(":")
+    cred = st.credentials.get(access)
+    # compare the whole token in constant time; an unknown key compares against a dummy
+    expected = cred.token if cred is not None else "\x00" + token
+    if cred is None or not hmac.compare_digest(token.encode(), expected.encode()):
+        raise RequestError("AccessDenied", "Invalid bearer token.", 403)
+    return cred
+
+
+def caller(request: web.Request) -> Credential:
+    """The authenticated credential of a request (set by :func:`authenticate`)."""
+    cred = request.get(CALLER)
+    if not isinstance(cred, Credential):
+        raise RuntimeError("caller() before authenticate()")
+    return cred

@@ -9,6 +9,7 @@ from aiohttp import web
 
 from s3kv.errors import RequestError
 from s3kv.gateway.bodies import read_small
+from s3kv.gateway.ops import caller
 from s3kv.gateway.requests import Target, max_keys, validate_key
 from s3kv.gateway.s3xml import (
     BucketEntry,
@@ -41,7 +42,9 @@ def etag_of(crc: int, size: int) -> str:
 
 async def list_buckets(request: web.Request, st: GatewayState) -> web.StreamResponse:
     created = st.store.namespace_created
-    entries = [BucketEntry(n, created.get(n, 0.0)) for n in st.store.list_namespaces()]
+    cred = caller(request)
+    entries = [BucketEntry(n, created.get(n, 0.0)) for n in st.store.list_namespaces()
+               if cred.allows(n)]
     return web.Response(body=render_buckets(entries), content_type=XML)
 
 

@@ -50,7 +50,7 @@ def is_loopback(host: str) -> bool:
 def check_exposure(settings: Settings, host: str) -> None:
     if settings.access_key and not settings.secret_key:
         raise ConfigError("S3KV_ACCESS_KEY is set but S3KV_SECRET_KEY is not: set both")
-    if not settings.access_key and not is_loopback(host):
+    if not (settings.access_key or settings.credentials_file) and not is_loopback(host):
         raise ConfigError(
             f"refusing to listen on {host} without authentication: set S3KV_ACCESS_KEY and "
             "S3KV_SECRET_KEY (clients sign with them), or listen on 127.0.0.1")
@@ -59,7 +59,7 @@ def check_exposure(settings: Settings, host: str) -> None:
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     host, port = parse_listen(settings.listen)
     check_exposure(settings, host)
-    if not settings.access_key:
+    if not (settings.access_key or settings.credentials_file):
         log.warning("gateway.unauthenticated", detail="no S3KV_ACCESS_KEY/S3KV_SECRET_KEY: "
                     "serving without authentication on loopback only")
     # kvq's matmuls are small: BLAS threads cost more than they give, and codec work already

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from s3kv.config import Settings
 from s3kv.errors import RequestError
+from s3kv.gateway.access import Credential
 from s3kv.gateway.metrics import GatewayMetrics
 from s3kv.gateway.sigv4 import SigV4Verifier
 from s3kv.store.store import BlockStore
@@ -45,7 +46,8 @@ class GatewayState:
     metrics: GatewayMetrics
     verifier: SigV4Verifier | None  # None: no credentials, anonymous on loopback
     budget: MemoryBudget
-    tokens: set[str] = field(default_factory=set)  # accepted bearer tokens (ACCESS:SECRET)
+    #: front credentials by access key (empty: anonymous mode)
+    credentials: dict[str, Credential] = field(default_factory=dict)
     shutting_down: bool = False
     inflight: int = 0  # requests being handled now (the middleware counts them)
     _idle: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
