@@ -6,8 +6,8 @@ the kernel writes the body into it (``recv_into``), the bytes are hashed in plac
 buffer is reused for the next read. Nothing is allocated per chunk and no body is ever kept.
 
 Only what a GET needs of HTTP/1.1: one request at a time per keep-alive connection, bodies
-delimited by Content-Length (S3 servers answer GETs with it); a response without one is read to
-the end of the connection (chunked encoding is decoded for short error bodies).
+delimited by Content-Length (S3 servers answer GETs with it); a chunked response is accepted
+for short (error) bodies only, and one with neither is read to the end of the connection.
 """
 
 from __future__ import annotations
@@ -54,6 +54,11 @@ class _GetProtocol(asyncio.BufferedProtocol):
         self._in_head = True
         self._chunked = False
         self.closed = False
+
+    @property
+    def started(self) -> bool:
+        """Whether any byte of the current response arrived."""
+        return bool(self._resp.first_byte_ns)
 
     # ---- one exchange ---------------------------------------------------------------------
     def begin(self, request: bytes, sink: Sink) -> asyncio.Future[Response]:
@@ -130,7 +135,8 @@ class _GetProtocol(asyncio.BufferedProtocol):
             self._left = int(h["content-length"])
         else:
             self._chunked = "chunked" in h.get("transfer-encoding", "").lower()
-            self._resp.keep_alive = False  # read to the end of the connection
+            if not self._chunked:
+                self._resp.keep_alive = False  # read to the end of the connection
 
     def _body(self, data: memoryview) -> None:
         r = self._resp
@@ -138,7 +144,15 @@ class _GetProtocol(asyncio.BufferedProtocol):
             data = data[:self._left]
             self._left -= len(data)
         r.size += len(data)
-        if r.status >= 300 or self._chunked:
+        if self._chunked:  # only short bodies (S3 errors) come chunked
+            r.error_body += bytes(data)
+            if r.error_body.endswith(b"0\r\n\r\n") and (
+                    r.error_body == b"0\r\n\r\n" or r.error_body.endswith(b"\r\n0\r\n\r\n")):
+                self._finish()
+            elif len(r.error_body) > ERROR_BODY_LIMIT:
+                self._fail(ProtocolError("chunked response body too large"))
+            return
+        if r.status >= 300:
             if len(r.error_body) < ERROR_BODY_LIMIT:
                 r.error_body += bytes(data)
         elif self._sink is not None:
@@ -151,6 +165,10 @@ class _GetProtocol(asyncio.BufferedProtocol):
             if self._chunked:
                 self._resp.error_body = _dechunk(self._resp.error_body)
                 self._resp.size = len(self._resp.error_body)
+                if self._resp.status < 300:
+                    self._resp.status = 0
+                    self._waiter.set_exception(ProtocolError("chunked GET body"))
+                    return
             self._waiter.set_result(self._resp)
 
     def _fail(self, exc: BaseException) -> None:
@@ -196,20 +214,29 @@ class GetPool:
                   sink: Sink) -> Response:
         """Send ``GET target`` with ``headers`` (signed, incl. Host); body goes to ``sink``."""
         idle = self._idle.setdefault(endpoint, [])
-        while idle:
-            proto = idle.pop()
-            if not proto.closed:
-                break
-        else:
-            proto = await self._connect(endpoint)
         lines = [f"GET {target} HTTP/1.1"] + [f"{k}: {v}" for k, v in headers.items()]
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        try:
-            resp = await proto.begin(request, sink)
-        except BaseException:
-            if proto.transport is not None:
-                proto.transport.close()
-            raise
+        while True:
+            proto: _GetProtocol | None = None
+            while idle and proto is None:
+                candidate = idle.pop()
+                proto = None if candidate.closed else candidate
+            reused = proto is not None
+            if proto is None:
+                proto = await self._connect(endpoint)
+            try:
+                resp = await proto.begin(request, sink)
+            except (ConnectionError, ProtocolError):
+                if proto.transport is not None:
+                    proto.transport.close()
+                if reused and not proto.started:
+                    continue  # the server had closed an idle connection: use a fresh one
+                raise
+            except BaseException:
+                if proto.transport is not None:
+                    proto.transport.close()
+                raise
+            break
         if resp.keep_alive and not proto.closed:
             idle.append(proto)
         elif proto.transport is not None:

@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
                     "saturation point. Without --endpoint a local S3 server is started on "
                     f"loopback and a short profile runs ({LOCAL_PROFILE.obj_size >> 10} KiB "
                     f"objects, {LOCAL_PROFILE.concurrent} connections per client, "
-                    f"{LOCAL_PROFILE.duration:g} s phases: about a minute for 1..8 clients). "
+                    f"{LOCAL_PROFILE.duration:g} s phases: a minute or two for 1..8 clients). "
                     "With --endpoint, Warp's defaults: 256 MiB objects, 32 connections per "
                     "client, 5-minute phases. Ctrl-C stops cleanly and keeps what was recorded.")
     g = p.add_argument_group("sweep")
