@@ -356,10 +356,9 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
     vbufs = {size: km.scratch(f"vals{size}", (rows, size), np.float32)
              for _, size, *_ in blocks_plan}
     any_check = any(check)
-    # in channel order with equal blocks, the conversion writes straight into the result
-    # through a (blocks, rows, size) view of it
+    # with blocks of one size, the conversion writes straight into the channel-ordered words
+    # through a (blocks, rows, size) view of them; otherwise block by block, by copies
     sizes = {size for _, size, *_ in blocks_plan}
-    direct = inverse is None and len(sizes) == 1
     for r0 in range(0, n, rows):
         m = min(rows, n - r0)
         for (col, size, bits, rot_t, levels, start), g in zip(blocks_plan, gains[r0:r0 + m].T,
@@ -368,19 +367,19 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
                                  out=vbufs[size][:m])
             vals *= g[:, None]
             np.matmul(vals, rot_t, out=ybm[m * col:m * (col + size)].reshape(m, size))
-        if direct:
+        # channels in stored (for a permuted block: permuted) order
+        words = stored[:m] if inverse is not None else result[r0:r0 + m]
+        if len(sizes) == 1:
             size = blocks_plan[0][1]
-            blocks = d // size
-            target = result[r0:r0 + m].reshape(m, blocks, size).transpose(1, 0, 2)
+            target = words.reshape(m, d // size, size).transpose(1, 0, 2)
         else:
             target = wbm[:m * d]
         km.from_f32(ybm[:m * d].reshape(target.shape), dtype, prescaled=True, out=target,
                     check=any_check, truncate=True, sign=sign[:m * d].reshape(target.shape))
-        if direct:
-            continue
-        words = stored[:m] if inverse is not None else result[r0:r0 + m]
-        for col, size, *_ in blocks_plan:  # block-major to stored (permuted) channel order
-            np.copyto(words[:, col:col + size], wbm[m * col:m * (col + size)].reshape(m, size))
+        if len(sizes) > 1:
+            for col, size, *_ in blocks_plan:
+                np.copyto(words[:, col:col + size],
+                          wbm[m * col:m * (col + size)].reshape(m, size))
         if inverse is not None:
             np.take(words, inverse, axis=1, mode="clip", out=result[r0:r0 + m])
     return result.tobytes()
