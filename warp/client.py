@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from s3kv.errors import S3KVError
 from warp.benchmarks import load
 from warp.config import BenchConfig
 from warp.runner import LiveStats, run_client
@@ -65,8 +66,12 @@ async def run_job(job: Job) -> int:
         msg = await _readline()
         return float(msg.get("start_at", 0.0)) if msg else 0.0
 
-    result = await run_client(job.config, load(job.config.op), Path(job.records),
-                              start_gate=gate, progress=_progress, comment=job.comment)
+    try:
+        result = await run_client(job.config, load(job.config.op), Path(job.records),
+                                  start_gate=gate, progress=_progress, comment=job.comment)
+    except S3KVError as exc:  # cannot run (bucket, credentials): tell the coordinator
+        _emit({"error": str(exc), "done": True, "exit": 2})
+        return 2
     code = 130 if result.interrupted else (1 if result.stats.errors else 0)
     _emit({"ops": result.stats.ops, "bytes": result.stats.bytes, "errors": result.stats.errors,
            "verify_failures": result.stats.verify_failures, "done": True, "exit": code})

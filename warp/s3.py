@@ -164,10 +164,9 @@ class S3Client:
 
     # ---- operations -----------------------------------------------------------------------
     async def create_bucket(self, bucket: str) -> OpResult:
-        r = await self.request("PUT", bucket, ok=(200, 204, 409))
-        if r.status == 409 and "BucketAlreadyOwnedByYou" not in r.error:
-            return r
-        r.error = ""
+        r = await self.request("PUT", bucket)
+        if r.status == 409 and "BucketAlreadyOwnedByYou" in r.error:
+            r.error = ""  # it exists and is ours
         return r
 
     async def put_object(self, bucket: str, key: str, variant: int, size: int,

@@ -86,6 +86,9 @@ class LocalClient(ClientHandle):
         await self._send({"job": job.to_dict()})
         async with asyncio.timeout(READY_TIMEOUT_S):
             msg = await self._recv()
+        if msg is not None and "error" in msg:
+            self._done = True
+            raise ClientFailed(f"client {self.label}: {msg['error']}")
         if msg is None or not msg.get("ready"):
             raise ClientFailed(f"client {self.label} failed to set up: {self._stderr_tail()}")
 
