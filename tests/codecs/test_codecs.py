@@ -175,6 +175,47 @@ def test_kvq_range_checks_on_the_words(dtype: str, word: int, message: str | Non
             codec.encode(words.tobytes())
 
 
+@pytest.mark.parametrize("bits", range(1, 9))
+def test_kvq_bit_packing_and_level_tables(bits: int) -> None:
+    """Packing matches the documented layout (code k of a group of 8 at bits [k*b, (k+1)*b)
+    of its little-endian b bytes); unpack inverts it; dequantize gives levels[codes] from any
+    offset, including where an overlapping word load would run past the buffer."""
+    from s3kv.store.codecs import kvq_math as km
+
+    rng = np.random.default_rng(bits)
+    codes = rng.integers(0, 1 << bits, 8 * 64).astype(np.uint8)
+    packed = km.pack(codes, bits)
+    ref = b"".join(
+        sum(int(c) << (bits * k) for k, c in enumerate(group)).to_bytes(bits, "little")
+        for group in codes.reshape(-1, 8))
+    assert packed == ref
+    assert np.array_equal(km.unpack(np.frombuffer(packed, np.uint8), bits, codes.size), codes)
+    levels = np.sort(rng.standard_normal(1 << bits)).astype(np.float32)
+    for pad in (0, 3):
+        src = np.frombuffer(b"\x07" * pad + packed, dtype=np.uint8)  # packed at the very end
+        got = km.dequantize(src, pad, 8, 64, bits, levels)
+        assert np.array_equal(got, levels[codes].reshape(8, 64))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_kvq_word_conversions_are_exact(dtype: str) -> None:
+    """to_f32 is exact for every finite word, and from_f32 (rounding or truncating) gives
+    every word back; fp16 overflow goes to infinity like numpy's cast."""
+    from s3kv.store.codecs import kvq_math as km
+
+    words = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    words = words[(words & 0x7FFF) < (0x7C00 if dtype == "float16" else 0x7F80)]
+    x = km.to_f32(words, dtype)
+    assert np.array_equal(x, from_words(words.tobytes(), dtype))
+    for truncate in (False, True):
+        assert np.array_equal(km.from_f32(x.copy(), dtype, truncate=truncate), words)
+    if dtype == "float16":
+        big = np.array([65519.0, 65520.0, -70000.0, 1.0], dtype=np.float32)
+        with np.errstate(over="ignore"):
+            expected = big.astype(np.float16).view(np.uint16)
+        assert np.array_equal(km.from_f32(big.copy(), dtype), expected)
+
+
 # -- corruption: a miss, never garbage ----------------------------------------------------
 
 def _encoded_blocks() -> list[tuple[int, bytes]]:
