@@ -113,6 +113,26 @@ class KvqCodec:
         self.bits = float(spec.bits)
         self.seed = spec.seed
         self.layouts = layouts_for(self.bits, self.head_dim)
+        # per layout: (first, end, expected distortion) of each segment in energy rank order
+        self._layout_ends = []
+        for layout in self.layouts:
+            ends, start = [], 0
+            for seg in layout:
+                ends.append((start, start + seg.channels,
+                             km.codebook(seg.block_size, seg.bits)[2]))
+                start += seg.channels
+            self._layout_ends.append((layout, ends))
+
+    def _choose_layout(self, energy_sorted: npt.NDArray[np.float64]) -> tuple[Segment, ...]:
+        """The layout of least expected_error, from one cumulative sum of the energies."""
+        cum = np.concatenate([[0.0], np.cumsum(energy_sorted)]).tolist()
+        total = cum[-1] or 1.0
+        best, best_err = self.layouts[0], math.inf
+        for layout, ends in self._layout_ends:
+            err = sum((cum[end] - cum[start]) * dist for start, end, dist in ends) / total
+            if err < best_err:
+                best, best_err = layout, err
+        return best
 
     # -- encode ---------------------------------------------------------------------------
     def encode(self, data: bytes | memoryview) -> bytes:
@@ -146,7 +166,7 @@ class KvqCodec:
                 part = np.einsum("ij,ij->j", x, x, dtype=np.float64)
             energy += part
         order = np.argsort(-energy, kind="stable")
-        layout = min(self.layouts, key=lambda lay: expected_error(lay, energy[order]))
+        layout = self._choose_layout(energy[order])
         permuted = len(layout) > 1
         if permuted:
             perm = np.concatenate([np.sort(order[s:s + g.channels]) for s, g in
@@ -188,8 +208,10 @@ class KvqCodec:
                 np.sqrt(norm, out=norm)
                 scale = math.sqrt(size)
                 np.divide(norm, np.float32(scale), out=gains[r0:r0 + m, j])
-                inv.fill(0)
-                np.divide(np.float32(scale * km.GRID), norm, out=inv, where=norm > 0)
+                # a zero row (gain 0: decoded as zeros whatever its codes) divides by 2e-36,
+                # the least norm whose inverse stays finite
+                np.maximum(norm, np.float32(2e-36), out=inv)
+                np.divide(np.float32(scale * km.GRID), inv, out=inv)
                 codes = km.quantize(z, inv, size, bits, km.scratch("codes", (m, size), np.uint8))
                 start = off + r0 * size * bits // 8
                 km.pack_into(codes, bits, codes_out[start:start + m * size * bits // 8])
