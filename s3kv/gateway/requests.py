@@ -26,7 +26,13 @@ class Target:
 
 def parse_target(request: web.Request, domain: str) -> Target:
     raw_path, _, raw_query = request.raw_path.partition("?")
-    path = unquote(raw_path)
+    try:
+        # strict: unquote's default turns invalid UTF-8 into U+FFFD, so %FF and %FE would
+        # silently name the same key
+        path = unquote(raw_path, errors="strict")
+    except UnicodeDecodeError:
+        raise RequestError("InvalidURI", "Couldn't parse the specified URI: the path is not "
+                           "valid UTF-8 once percent-decoded.") from None
     query = dict(parse_qsl(raw_query, keep_blank_values=True))
     host = (request.host or "").split(":")[0].lower()
     if domain and host.endswith("." + domain.lower()):
