@@ -61,8 +61,9 @@ def authenticate(request: web.Request, st: GatewayState, raw_path: str,
         request[CALLER] = ANONYMOUS
         return None
     header = request.headers.get("Authorization", "")
-    if request.path.startswith("/v1/") and header.startswith("Bearer "):
-        request[CALLER] = _bearer(st, header[len("Bearer "):].strip())
+    scheme, _, token = header.partition(" ")
+    if request.path.startswith("/v1/") and scheme == "Bearer":
+        request[CALLER] = _bearer(st, token.strip())
         return None
     if not has_auth(raw_query, request.headers):
         raise RequestError("AccessDenied", "Anonymous access is not allowed; sign requests "
