@@ -1,5 +1,8 @@
 """A real S3 server process (moto's standalone server) on a free loopback port.
 
+moto keeps request bodies alive until a full garbage collection, so the server runs through
+``warp._motoserver``, which collects every second (DESIGN.md, "Testing").
+
 Tests talk to it over HTTP exactly as production talks to MinIO. It can be stopped and started
 again on the same port (an outage; moto then comes back empty) and paused with SIGSTOP (a hung
 server that accepts connections but never answers).
@@ -16,7 +19,6 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
@@ -41,11 +43,11 @@ class MotoServer:
         return f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> None:
-        wrapper = Path(__file__).with_name("moto_wrapper.py")
         env = dict(os.environ)
         env.setdefault("TMPDIR", tempfile.gettempdir())
+        # the same launcher `s3kv sweep` uses: moto with a periodic gc.collect()
         self.proc = subprocess.Popen(
-            [sys.executable, str(wrapper), self.host, str(self.port)],
+            [sys.executable, "-m", "warp._motoserver", self.host, str(self.port)],
             stdout=self._log, stderr=subprocess.STDOUT, env=env,
         )
         deadline = time.monotonic() + timeout
