@@ -19,6 +19,10 @@ from s3kv.backends.base import Buffer, ObjectInfo, UploadInfo
 from s3kv.errors import BackendError, BackendUnavailable, InvalidInput, ObjectMissing
 
 _UPLOADS = ".uploads"
+#: a filesystem with less than this available is full: the backend reports itself unavailable
+#: (so the writer refuses writes with 503 SlowDown until space returns, instead of accepting
+#: write-back blocks into segments that cannot be written)
+MIN_FREE = 8 * 1024 * 1024
 
 
 class FileBackend:
@@ -142,9 +146,15 @@ class FileBackend:
         upload_id = uuid.uuid4().hex
         d = self._upload_dir(upload_id)
         d.mkdir(parents=True)
-        (d / "meta.json").write_text(json.dumps(
-            {"key": key, "part_size": part_size, "initiated": time.time()}))
-        (d / "data").touch()
+        try:
+            (d / "meta.json").write_text(json.dumps(
+                {"key": key, "part_size": part_size, "initiated": time.time()}))
+            (d / "data").touch()
+        except OSError:
+            # disk full, I/O error: no caller will ever know this upload id, and an empty
+            # meta.json is skipped by listings, so nothing would ever remove it
+            self._remove_upload(upload_id)
+            raise
         return upload_id
 
     async def create_multipart(self, key: str, part_size: int) -> str:
@@ -239,10 +249,23 @@ class FileBackend:
         assert isinstance(result, list)
         return result
 
+    def _free_bytes(self) -> int | None:
+        """Bytes available to this process under the root; None if it is not writable."""
+        if not os.access(self.root, os.W_OK):
+            return None
+        st = os.statvfs(self.root)
+        return st.f_bavail * st.f_frsize
+
     async def check(self) -> None:
-        ok = await asyncio.to_thread(os.access, self.root, os.W_OK)
-        if not ok:
+        try:
+            free = await asyncio.to_thread(self._free_bytes)
+        except OSError as exc:
+            raise BackendUnavailable(f"store directory {self.root}: {exc.strerror}") from exc
+        if free is None:
             raise BackendUnavailable(f"store directory {self.root} is missing or not writable")
+        if free < MIN_FREE:
+            raise BackendUnavailable(f"store directory {self.root} is full ({free} bytes "
+                                     f"available, under {MIN_FREE})")
 
     async def close(self) -> None:
         return None
