@@ -114,7 +114,7 @@ PROXY_PHASES: list[tuple[str, dict[str, float]]] = [
 
 
 def test_flaky_link(s3_server: MotoServer, reliability_report: Report, long_run: bool) -> None:
-    seconds = 25.0 if long_run else 2.5
+    seconds = 25.0 if long_run else 2.0
     seed = random.randrange(1 << 30)
     rnd = random.Random(seed)
     backend_bucket = f"flaky-{uuid.uuid4().hex[:10]}"
@@ -174,7 +174,7 @@ def _timed_get(gw: Gateway, bucket: str, ledger: Ledger, key: str) -> tuple[str,
 def test_backend_stopped_emptied_hung(private_s3_server: MotoServer, reliability_report: Report,
                                       long_run: bool) -> None:
     server = private_s3_server
-    seconds = 20.0 if long_run else 3.0
+    seconds = 20.0 if long_run else 2.0
     seed = random.randrange(1 << 30)
     rnd = random.Random(seed)
     backend_bucket = f"out-{uuid.uuid4().hex[:8]}"
@@ -252,7 +252,7 @@ def test_backend_stopped_emptied_hung(private_s3_server: MotoServer, reliability
             hung = Ledger()
             server.pause()
             try:
-                health = load_for(gw, "outage", hung, rnd, "hung", seconds + 3, spec)
+                health = load_for(gw, "outage", hung, rnd, "hung", seconds + 2, spec)
                 sealed = [k for k, b in after.blocks.items() if b.acked][:3]
                 reads = [_timed_get(gw, "outage", after, k) for k in sealed]
                 rss_hung = rss.peak_mib
@@ -310,7 +310,7 @@ def test_corrupted_segments(s3_server: MotoServer, reliability_report: Report,
         gw.start()
         gateway_client(gw.endpoint).create_bucket(Bucket="rot")
         with RssSampler(lambda: gw.pid) as rss:
-            load_for(gw, "rot", ledger, rnd, "w", 8.0 if long_run else 3.0,
+            load_for(gw, "rot", ledger, rnd, "w", 8.0 if long_run else 2.0,
                      LoadSpec(tasks=3, durable_p=0.0))
             flush(gw.endpoint)
             objs = backend.list_objects_v2(Bucket=backend_bucket, Prefix="kv/segments/")

@@ -97,7 +97,8 @@ def test_kill9_under_load(s3_server: MotoServer, reliability_report: Report,
                     orphans_seen += orphans
                     restarts += 1
                 spec = LoadSpec(tasks=4, durable_p=0.3)
-                _one_round(gw, "crash", ledger, rnd, f"r{r}", spec, rnd.uniform(1.0, 4.0))
+                kill_after = rnd.uniform(1.0, 6.0 if long_run else 3.0)
+                _one_round(gw, "crash", ledger, rnd, f"r{r}", spec, kill_after)
             orphans, _ = _restart_and_verify(gw, s3_server, backend_bucket, "crash", ledger,
                                              gone)
             orphans_seen += orphans

@@ -46,7 +46,7 @@ class Gateway:
     def __init__(self, store: str, args: list[str], *, credentials: bool = True,
                  log_format: str = "json", log_level: str = "debug",
                  user: tuple[int, int] | None = None) -> None:
-        """``user``: (uid, gid) to run the gateway as (root starts it, then drops to them)."""
+        """``user``: (uid, gid) to run the gateway as (root starts it through ``setpriv``)."""
         self.store = store
         self.user = user
         self.args = list(args)
@@ -79,17 +79,12 @@ class Gateway:
         argv = [sys.executable, "-m", "s3kv.cli", "serve", "--listen", f"127.0.0.1:{self.port}",
                 "--store", self.store, "--log-format", self.log_format,
                 "--log-level", self.log_level, *self.args]
-        preexec = None
         if self.user is not None:
+            # util-linux setpriv drops to the user (no capabilities left) and execs the gateway
             uid, gid = self.user
-
-            def preexec() -> None:
-                os.setgroups([])
-                os.setgid(gid)
-                os.setuid(uid)
-
+            argv = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv]
         self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, env=env,
-                                     cwd=tempfile.gettempdir(), preexec_fn=preexec)
+                                     cwd=tempfile.gettempdir())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
