@@ -125,7 +125,9 @@ def test_flaky_link(s3_server: MotoServer, reliability_report: Report, long_run:
             gw.start()
             gateway_client(gw.endpoint).create_bucket(Bucket="flaky")
             with RssSampler(lambda: gw.pid) as rss:
-                for i, (name, settings) in enumerate(PROXY_PHASES):
+                # the short run leaves out the combined phase (each fault also runs alone)
+                phases = PROXY_PHASES if long_run else PROXY_PHASES[:-1]
+                for i, (name, settings) in enumerate(phases):
                     ledger = Ledger()
                     before = proxy.faults
                     proxy.clear()
@@ -195,7 +197,7 @@ def test_backend_stopped_emptied_hung(private_s3_server: MotoServer, reliability
             stopped = Ledger()
             server.stop()
             health = load_for(gw, "outage", stopped, rnd, "stopped", seconds, spec)
-            old = rnd.sample(sorted(before.blocks), min(4, len(before.blocks)))
+            old = rnd.sample(sorted(before.blocks), min(2, len(before.blocks)))
             reads = [_timed_get(gw, "outage", before, k) for k in old]
             assert all(r in ("ok", "miss") for r, _ in reads), reads
             assert max(t for _, t in reads) < 15, reads
@@ -253,7 +255,7 @@ def test_backend_stopped_emptied_hung(private_s3_server: MotoServer, reliability
             server.pause()
             try:
                 health = load_for(gw, "outage", hung, rnd, "hung", seconds + 2, spec)
-                sealed = [k for k, b in after.blocks.items() if b.acked][:3]
+                sealed = [k for k, b in after.blocks.items() if b.acked][:2]
                 reads = [_timed_get(gw, "outage", after, k) for k in sealed]
                 rss_hung = rss.peak_mib
             finally:
