@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 import structlog
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from s3kv.config import Settings
 from s3kv.errors import (
@@ -162,6 +162,18 @@ async def s3_dispatch(request: web.Request) -> web.StreamResponse:
     return await s3_objects.dispatch(request, st, target)
 
 
+async def expect_continue(request: web.Request) -> None:
+    """``Expect: 100-continue`` as aiohttp answers it; any other expectation is ignored.
+
+    aiohttp's default answers an unknown ``Expect`` with a plain-text 417 before any middleware
+    runs, so it never became an S3 error document; the request is now handled as if the
+    header were absent (clients only ever send 100-continue)."""
+    expect = request.headers.get("Expect", "")
+    if request.version == HttpVersion11 and expect.lower() == "100-continue":
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0
+
+
 def make_app(store: BlockStore, settings: Settings) -> web.Application:
     creds = credential_table(settings.access_key, settings.secret_key, settings.credentials_file)
     verifier = SigV4Verifier({k: c.secret_key for k, c in creds.items()}) if creds else None
@@ -176,8 +188,8 @@ def make_app(store: BlockStore, settings: Settings) -> web.Application:
     app.router.add_get("/healthz", ops.healthz)
     app.router.add_get("/readyz", ops.readyz)
     app.router.add_get("/metrics", ops.metrics)
-    native.add_routes(app)
+    native.add_routes(app, expect_continue)
     # every other path is S3; [\s\S] and not ".": a key with a newline (%0A) must reach the S3
     # handlers (and get their 400 InvalidArgument), not aiohttp's plain-text 404
-    app.router.add_route("*", r"/{tail:[\s\S]*}", s3_dispatch)
+    app.router.add_route("*", r"/{tail:[\s\S]*}", s3_dispatch, expect_handler=expect_continue)
     return app

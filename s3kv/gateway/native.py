@@ -154,9 +154,10 @@ async def stats(request: web.Request) -> web.StreamResponse:
     return web.json_response(st.store.summary())
 
 
-def add_routes(app: web.Application) -> None:
-    app.router.add_post("/v1/flush", flush)
-    app.router.add_get("/v1/stats", stats)
-    app.router.add_post("/v1/{ns}/lookup", lookup)
-    app.router.add_post("/v1/{ns}/batch-get", batch_get)
-    app.router.add_post("/v1/{ns}/batch-put", batch_put)
+def add_routes(app: web.Application, expect_handler: Any = None) -> None:
+    kw = {"expect_handler": expect_handler}
+    app.router.add_post("/v1/flush", flush, **kw)
+    app.router.add_get("/v1/stats", stats, **kw)
+    app.router.add_post("/v1/{ns}/lookup", lookup, **kw)
+    app.router.add_post("/v1/{ns}/batch-get", batch_get, **kw)
+    app.router.add_post("/v1/{ns}/batch-put", batch_put, **kw)
