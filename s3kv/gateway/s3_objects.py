@@ -23,7 +23,7 @@ SLICE = 4 * 1024 * 1024
 async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
     m = request.method
     q = t.query
-    if "x-amz-copy-source" in request.headers:
+    if m == "PUT" and "x-amz-copy-source" in request.headers:  # CopyObject / UploadPartCopy
         request["op"] = "CopyObject"
         raise RequestError("NotImplemented", "s3kv does not implement CopyObject.", 501)
     if m == "POST" and "uploads" in q:
