@@ -114,8 +114,17 @@ async def run_pool(n: int, concurrency: int, op: Callable[[int], Awaitable[None]
     await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
-def client_config(concurrency: int) -> Config:
-    return Config(signature_version="s3v4", s3={"addressing_style": "path"},
+#: --payload unsigned: the client sends UNSIGNED-PAYLOAD and no CRC (as Warp's
+#: --disable-sha256-payload and the gateway's own backend client do), so client hashing stops
+#: dominating a 2-core machine; the default is botocore's own behaviour over plain HTTP
+PAYLOAD_SIGNING = {"signed": True, "unsigned": False}
+
+
+def client_config(concurrency: int, payload: str = "signed") -> Config:
+    signed = PAYLOAD_SIGNING[payload]
+    return Config(signature_version="s3v4",
+                  s3={"addressing_style": "path", "payload_signing_enabled": signed},
+                  request_checksum_calculation="when_supported" if signed else "when_required",
                   retries={"max_attempts": 1, "mode": "standard"},
                   max_pool_connections=max(concurrency, 10), tcp_keepalive=True)
 
@@ -278,20 +287,21 @@ async def run(server: BenchServer, profile: Profile, args: argparse.Namespace,
     backend_bucket = f"gwbench-{uuid.uuid4().hex[:8]}"
     direct_bucket = f"direct-{uuid.uuid4().hex[:8]}"
     session = get_session()
-    async with session.create_client("s3", config=client_config(8),
+    async with session.create_client("s3", config=client_config(8, args.payload),
                                      **server.client_kwargs()) as admin:
         await admin.create_bucket(Bucket=backend_bucket)
         await admin.create_bucket(Bucket=direct_bucket)
     max_block = max(2 * MiB, block_bytes(MODEL, BLOCK_TOKENS))
     results: dict[str, Any] = {"server": server.name, "model": MODEL,
                                "kv_bytes_per_token": kv_bytes_per_token(MODEL),
-                               "profile": "quick" if args.quick else "full"}
+                               "profile": "quick" if args.quick else "full",
+                               "payload": args.payload}
     with gateway_process(server, backend_bucket, profile, max_block) as gw_url:
         gw_kwargs = {"endpoint_url": gw_url, "region_name": server.region,
                      "aws_access_key_id": GW_ACCESS, "aws_secret_access_key": GW_SECRET}
-        async with session.create_client("s3", config=client_config(8), **gw_kwargs) as gwc, \
-                session.create_client("s3", config=client_config(8),
-                                      **server.client_kwargs()) as dc:
+        cfg = client_config(8, args.payload)
+        async with session.create_client("s3", config=cfg, **gw_kwargs) as gwc, \
+                session.create_client("s3", config=cfg, **server.client_kwargs()) as dc:
             ns = "bench"
             await gwc.create_bucket(Bucket=ns)
 
@@ -324,6 +334,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--quick", action="store_true",
                         help="tiny profile (a few MiB per phase; for CI smoke runs on moto)")
+    parser.add_argument("--payload", choices=sorted(PAYLOAD_SIGNING), default="signed",
+                        help="how the (same) S3 client on both sides treats bodies: signed = "
+                        "SHA-256 payload signature and CRC32 checksum, botocore's default over "
+                        "plain HTTP; unsigned = UNSIGNED-PAYLOAD, no checksum, like Warp's "
+                        "--disable-sha256-payload [default: signed]")
     parser.add_argument("--restore-batch", type=int, default=64, metavar="N",
                         help="keys per native batch-get request [default: 64]")
     parser.add_argument("--restore-concurrency", type=int, default=2, metavar="N",
