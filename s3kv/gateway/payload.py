@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from aiohttp import ClientError
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 from s3kv.errors import RequestError
 from s3kv.gateway.checksums import ALGORITHMS, Checksum, is_slow, new_checksum
@@ -51,8 +52,10 @@ from s3kv.sizes import MiB
 PIECE_SIZE = 1 * MiB
 _MAX_LINE = 4096
 _MAX_TRAILERS = 16
+#: what a broken body stream raises; RequestPayloadError: aiohttp could not parse the HTTP
+#: framing (Transfer-Encoding: chunked) or the Content-Encoding of the body
 _STREAM_ERRORS = (asyncio.IncompleteReadError, ConnectionError, ClientError,
-                  HttpProcessingError, EOFError)
+                  HttpProcessingError, RequestPayloadError, EOFError)
 
 
 class ByteStream(Protocol):

@@ -68,8 +68,10 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     store = await BlockStore.open(settings)
     app = make_app(store, settings)
     app[UPLOADS] = Uploads()
+    # auto_decompress=False: a body sent with Content-Encoding: gzip is stored as sent (S3
+    # semantics; its signed hash and Content-MD5 cover the compressed bytes)
     runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                           shutdown_timeout=SHUTDOWN_TIMEOUT)
+                           shutdown_timeout=SHUTDOWN_TIMEOUT, auto_decompress=False)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
