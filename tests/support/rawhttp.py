@@ -162,6 +162,13 @@ def read_response(s: socket.socket, *, head_only: bool = False) -> Response:
             raise ConnectionError(f"connection closed before a response head: {buf[:200]!r}")
         buf += chunk
     head, _, rest = buf.partition(b"\r\n\r\n")
+    if head.startswith(b"HTTP/1.1 1"):  # an interim response (100 Continue): the next one
+        while b"\r\n\r\n" not in rest:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionError("connection closed after an interim response")
+            rest += chunk
+        head, _, rest = rest.partition(b"\r\n\r\n")
     status_line, *header_lines = head.decode("latin-1").split("\r\n")
     _, status, reason = ([*status_line.split(" ", 2), ""])[:3]
     headers: dict[str, str] = {}
