@@ -185,9 +185,9 @@ def make_app(store: BlockStore, settings: Settings) -> web.Application:
     app = web.Application(middlewares=[gateway_middleware],
                           client_max_size=settings.max_block_size + 1024 * 1024)
     app[STATE] = state
-    app.router.add_get("/healthz", ops.healthz)
-    app.router.add_get("/readyz", ops.readyz)
-    app.router.add_get("/metrics", ops.metrics)
+    app.router.add_get("/healthz", ops.healthz, expect_handler=expect_continue)
+    app.router.add_get("/readyz", ops.readyz, expect_handler=expect_continue)
+    app.router.add_get("/metrics", ops.metrics, expect_handler=expect_continue)
     native.add_routes(app, expect_continue)
     # every other path is S3; [\s\S] and not ".": a key with a newline (%0A) must reach the S3
     # handlers (and get their 400 InvalidArgument), not aiohttp's plain-text 404
