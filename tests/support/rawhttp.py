@@ -222,7 +222,7 @@ def well_formed(resp: Response, *, native: bool = False) -> str | None:
     (>= 400, with a body) carries an S3 XML <Error> with a <Code> (S3 front) or JSON with
     "error" (/v1)."""
     if resp.status >= 500 and not (resp.status == 503 and "retry-after" in resp.headers) and \
-            not (resp.status == 501 and resp.code == "NotImplemented"):
+            not (resp.status == 501 and (resp.code == "NotImplemented" or not resp.body)):
         return f"status {resp.status}: {resp.body[:300]!r}"
     if resp.status >= 400 and resp.body:
         if native:
