@@ -99,8 +99,9 @@ class Settings:
                                      "bounds write-path memory", "int", metavar="N")
     max_parts_in_flight: int = setting(4, "multipart part uploads in flight at once", "int",
                                        metavar="N")
-    compact_threshold: float = setting(0.25, "a sealed segment whose live bytes fall below "
-                                       "this share is dropped or compacted (0: never)", "float",
+    compact_threshold: float = setting(0.25, "with --capacity set, a sealed segment whose live "
+                                       "bytes fall below this share is dropped or compacted "
+                                       "(0: never; fully dead segments always go)", "float",
                                        metavar="RATIO")
     compact_mode: str = setting("compact", "what to do with mostly-dead segments: drop them, or "
                                 "compact (rewrite their hot live blocks, then drop)", "str",

@@ -3,9 +3,11 @@
 - capacity: while sealed + in-memory segment bytes exceed ``capacity``, delete the coldest
   segment (least recently read or sealed: oldest and coldest first);
 - TTL: segments sealed more than ``ttl`` seconds ago;
-- low live ratio: a segment whose live bytes fell below ``compact_threshold`` of its block
-  bytes (after deletes and overwrites) is dropped, or, in ``compact`` mode, its hot live blocks
-  (read since written) are first rewritten into the open segment.
+- dead: a segment none of whose blocks is live any more (all deleted or overwritten);
+- low live ratio (only with a capacity budget): a segment whose live bytes fell below
+  ``compact_threshold`` of its block bytes (after deletes and overwrites) is dropped, or, in
+  ``compact`` mode, its hot live blocks (read since written) are first rewritten into the open
+  segment. Without a budget, live blocks are never given up to reclaim space.
 """
 
 from __future__ import annotations
@@ -47,11 +49,17 @@ class Evictor:
             for seg in sealed:
                 if now - seg.sealed_at > s.ttl:
                     chosen[seg.seg_id] = (seg, "ttl")
-        if s.compact_threshold > 0:
-            for seg in sealed:
-                if seg.seg_id not in chosen and seg.block_bytes and \
-                        seg.live_ratio < s.compact_threshold:
-                    chosen[seg.seg_id] = (seg, "low_live_ratio")
+        # Without a capacity budget there is no space to win back at the price of live
+        # blocks: only segments with nothing live left go. With one, mostly-dead segments are
+        # dropped or compacted as configured.
+        threshold = s.compact_threshold if s.capacity > 0 else 0.0
+        for seg in sealed:
+            if seg.seg_id in chosen or not seg.block_bytes:
+                continue
+            if seg.live_bytes <= 0:
+                chosen[seg.seg_id] = (seg, "dead")
+            elif seg.live_ratio < threshold:
+                chosen[seg.seg_id] = (seg, "low_live_ratio")
         if s.capacity > 0:
             total = sum(seg.length for seg in sealed if seg.seg_id not in chosen)
             total += self.store.writer.memory_bytes()

@@ -207,7 +207,7 @@ async def test_eviction_keeps_bucket_under_capacity(backend: Backend) -> None:
 
 async def test_compaction_keeps_hot_blocks(backend: Backend) -> None:
     store = await open_store(backend, seal_after=30, compact_threshold=0.5,
-                             compact_mode="compact")
+                             compact_mode="compact", capacity=50 * SEG)
     try:
         await store.create_namespace("kvns")
         for i in range(8):
@@ -223,6 +223,27 @@ async def test_compaction_keeps_hot_blocks(backend: Backend) -> None:
         assert await store.get("kvns", b"c7") is None  # cold: dropped with the segment
         assert store.stats.compaction_bytes == 512 * KiB
         assert store.stats.bytes_accepted == accepted
+    finally:
+        await store.close()
+
+
+async def test_without_budget_live_blocks_stay_and_dead_segments_go(backend: Backend) -> None:
+    store = await open_store(backend, seal_after=30, compact_threshold=0.5)  # no capacity
+    try:
+        await store.create_namespace("kvns")
+        for i in range(8):
+            await store.put("kvns", f"c{i}".encode(), block(i, 512 * KiB))
+        await store.flush()
+        for i in range(1, 8):  # live ratio 1/8, yet no budget asks for the space back
+            await store.delete("kvns", f"c{i}".encode())
+        assert await store.evict_now() == 0
+        assert await store.get("kvns", b"c0") is not None
+        await store.delete("kvns", b"c0")  # now nothing in it is live: it goes
+        await store.flush()
+        assert await store.evict_now() >= 1
+        names = {n for n in (await _segments_on_backend(backend))}
+        assert all(store.segments.by_name(n) is not None for n in names)
+        assert store.stats.compactions == 0
     finally:
         await store.close()
 
