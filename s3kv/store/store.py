@@ -248,7 +248,7 @@ class BlockStore:
         """Compaction: append a live block again, unless it changed meanwhile."""
         nid = self.ns_id(namespace)
         entry = layout.Entry(namespace, key, 0, old.length, old.raw_length, old.crc, old.codec,
-                             0.0)
+                             old.written_at)  # the same block, written when it was written
         seg, placed = await self.writer.append(entry, data)
         if self.index.get(nid, key) != old:
             return  # overwritten or deleted while we appended: the newer write stands

@@ -174,7 +174,8 @@ class SegmentWriter:
         """Append one block (or a tombstone, with empty data).
 
         Returns the segment and the entry as placed: its offset, and its written_at stamped
-        under the writer's lock, so that stamps order exactly as appends do.
+        under the writer's lock, so that stamps order exactly as appends do (an entry that
+        already carries one, a compaction rewrite, keeps it).
         """
         self._check_healthy()
         async with self._lock:
@@ -183,7 +184,7 @@ class SegmentWriter:
             offset = seg.append(data, self.s.block_align) if len(data) else 0
             placed = layout.Entry(entry.namespace, entry.key, offset, entry.length,
                                   entry.raw_length, entry.crc, entry.codec,
-                                  self._stamp(), entry.flags)
+                                  entry.written_at or self._stamp(), entry.flags)
             seg.add_entry(placed)
             seg.info.block_bytes += len(data)
             seg.info.live_bytes += len(data)

@@ -214,12 +214,14 @@ async def test_compaction_keeps_hot_blocks(backend: Backend) -> None:
             await store.put("kvns", f"c{i}".encode(), block(i, 512 * KiB))
         await store.flush()
         hot = await store.get("kvns", b"c0")
+        written = store.head("kvns", b"c0").written_at  # type: ignore[union-attr]
         for i in range(1, 7):  # delete most: live ratio 2/8
             await store.delete("kvns", f"c{i}".encode())
         accepted = store.stats.bytes_accepted
         assert await store.evict_now() >= 1
         assert store.stats.compactions == 1
         assert await store.get("kvns", b"c0") == hot  # hot: rewritten
+        assert store.head("kvns", b"c0").written_at == written  # type: ignore[union-attr]
         assert await store.get("kvns", b"c7") is None  # cold: dropped with the segment
         assert store.stats.compaction_bytes == 512 * KiB
         assert store.stats.bytes_accepted == accepted
