@@ -17,6 +17,7 @@ import time
 import uuid
 from typing import Any
 
+import pytest
 from botocore.exceptions import ClientError
 
 from tests.conftest import make_s3_client
@@ -32,6 +33,9 @@ from tests.support.loadgen import (
     verify_all,
 )
 from tests.support.s3server import MotoServer
+
+#: the long runs (--long) take minutes; pytest's default timeout is 300 s
+pytestmark = pytest.mark.timeout(1800)
 
 
 def _uploads(server: MotoServer, bucket: str) -> list[dict[str, Any]]:

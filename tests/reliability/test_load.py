@@ -16,6 +16,8 @@ import random
 import time
 import uuid
 
+import pytest
+
 from tests.reliability.conftest import Report
 from tests.support.gateway import SMALL, Gateway, backend_store, gateway_client
 from tests.support.loadgen import (
@@ -32,6 +34,9 @@ from tests.support.s3server import MotoServer
 SEGMENT_MIB = 10  # SMALL's --segment-size
 MAX_OPEN_SEGMENTS = 2  # the default
 SLACK_MIB = MAX_OPEN_SEGMENTS * SEGMENT_MIB + 32
+
+#: the long runs (--long) take minutes; pytest's default timeout is 300 s
+pytestmark = pytest.mark.timeout(1800)
 
 
 def test_many_clients_fixed_duration(s3_server: MotoServer, reliability_report: Report,

@@ -80,9 +80,14 @@ class Gateway:
                 "--store", self.store, "--log-format", self.log_format,
                 "--log-level", self.log_level, *self.args]
         if self.user is not None:
-            # util-linux setpriv drops to the user (no capabilities left) and execs the gateway
+            # util-linux setpriv drops to the user and execs the gateway. It keeps one
+            # capability, CAP_DAC_READ_SEARCH, so that it can read the interpreter and the
+            # sources wherever they are (a venv under /root, 0700); it grants nothing for writes,
+            # which is what tests of an unwritable store need
             uid, gid = self.user
-            argv = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv]
+            argv = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                    "--inh-caps=-all,+dac_read_search", "--ambient-caps=+dac_read_search",
+                    *argv]
         self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, env=env,
                                      cwd=tempfile.gettempdir())
         deadline = time.monotonic() + timeout
