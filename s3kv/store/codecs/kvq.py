@@ -74,12 +74,18 @@ class Segment:
 
 
 def layouts_for(bits: float, head_dim: int) -> list[tuple[Segment, ...]]:
+    """Candidate layouts for a head dimension. Each rotation block costs one gain byte per
+    vector, so a layout may not use more rotation blocks than the fewest any candidate needs:
+    mixed precision never buys quality with side information the ratio then pays for (at
+    head_dim 64 that leaves 3 and 4 bits uniform; at 128 it drops the three-segment 3-bit
+    layout)."""
     out = []
     for cand in LAYOUTS[float(bits)]:
         if len(cand) > 1 and head_dim % 32:
             continue
         out.append(tuple(Segment(q * head_dim // 4, b) for q, b in cand))
-    return out
+    fewest = min(sum(seg.blocks for seg in lay) for lay in out)
+    return [lay for lay in out if sum(seg.blocks for seg in lay) == fewest]
 
 
 def expected_error(layout: tuple[Segment, ...], energy_sorted: npt.NDArray[np.float64]) -> float:
