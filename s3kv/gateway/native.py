@@ -32,7 +32,8 @@ MAX_BATCH_KEYS = 4096
 _LEN = struct.Struct("<I")
 
 
-def encode_frames(items: list[tuple[str, bytes | None]]) -> list[bytes]:
+def encode_frames(items: list[tuple[str, bytes | memoryview | None]]
+                  ) -> list[bytes | memoryview]:
     """Header and bodies of a framed message, as separate buffers (no big concatenation)."""
     index = [{"key": k, "length": len(d)} if d is not None else {"key": k, "missing": True}
              for k, d in items]

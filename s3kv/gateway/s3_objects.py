@@ -93,7 +93,7 @@ async def get_object(request: web.Request, st: GatewayState, t: Target, *,
     view = memoryview(data)[start:end]
     st.metrics.bytes_out.inc(len(view))
     if len(view) <= SLICE:
-        return web.Response(status=status, body=bytes(view), headers=headers)
+        return web.Response(status=status, body=view, headers=headers)
     resp = web.StreamResponse(status=status, headers=headers)
     resp.content_length = len(view)
     await resp.prepare(request)

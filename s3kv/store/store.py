@@ -44,6 +44,10 @@ log = get_logger(__name__)
 _NS_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 #: checksums of blocks larger than this are computed off the event loop
 THREAD_THRESHOLD = 1024 * 1024
+
+#: a block's bytes as reads return them: blocks read from the backend are zero-copy views into
+#: the ranged GET that fetched them (the view keeps that buffer alive, nothing more)
+Block = bytes | memoryview
 READ_CONCURRENCY = 8
 
 
@@ -244,7 +248,7 @@ class BlockStore:
         if info is not None:
             info.live_bytes -= loc.length
 
-    async def rewrite(self, namespace: str, key: bytes, data: bytes, old: Location) -> None:
+    async def rewrite(self, namespace: str, key: bytes, data: Block, old: Location) -> None:
         """Compaction: append a live block again, unless it changed meanwhile."""
         nid = self.ns_id(namespace)
         entry = layout.Entry(namespace, key, 0, old.length, old.raw_length, old.crc, old.codec,
@@ -293,17 +297,17 @@ class BlockStore:
             return None
         return BlockMeta(key, loc.raw_length, loc.crc, loc.written_at, loc.codec)
 
-    async def get(self, namespace: str, key: bytes) -> bytes | None:
+    async def get(self, namespace: str, key: bytes) -> Block | None:
         """The block's bytes, or None on a miss (absent, evicted, corrupt, backend down)."""
         return (await self.get_many(namespace, [key]))[0]
 
     async def get_many(self, namespace: str, keys: Sequence[bytes], *,
-                       decode: bool = True) -> list[bytes | None]:
+                       decode: bool = True) -> list[Block | None]:
         """Several blocks; adjacent blocks of one segment come from one ranged GET.
 
         ``decode=False`` returns the stored (encoded) bytes, verified (for compaction)."""
         nid = self.ns_id(namespace)
-        out: list[bytes | None] = [None] * len(keys)
+        out: list[Block | None] = [None] * len(keys)
         wanted: list[tuple[int, Location]] = []
         for pos, key in enumerate(keys):
             self.stats.gets += 1
@@ -329,9 +333,10 @@ class BlockStore:
             for run, chunk in zip(runs, chunks, strict=True):
                 if chunk is None:
                     continue
+                view = memoryview(chunk)
                 for pos, loc in run.members:
                     start = loc.offset - run.start
-                    block = chunk[start:start + loc.length]
+                    block = view[start:start + loc.length]
                     out[pos] = await self._verified(nid, keys[pos], loc, block, decode)
         for pos, key in enumerate(keys):
             if out[pos] is not None:
@@ -363,8 +368,8 @@ class BlockStore:
         info.last_access = time.time()
         return data
 
-    async def _verified(self, nid: int, key: bytes, loc: Location, data: bytes,
-                        decode: bool = True) -> bytes | None:
+    async def _verified(self, nid: int, key: bytes, loc: Location, data: Block,
+                        decode: bool = True) -> Block | None:
         """Checksum, then decode: any mismatch is a miss (logged, counted), never data."""
         problem = ""
         if len(data) != loc.length or await checksum_async(data) != loc.crc:
@@ -386,11 +391,12 @@ class BlockStore:
                 self._dead(loc)
             return None
         if self.dram.enabled and decode:
+            data = bytes(data)  # the tier keeps its own copy, not a view of a whole GET
             self.dram.put(nid, key, data)
         return data
 
     async def get_range(self, namespace: str, key: bytes, start: int,
-                        end: int) -> bytes | None:
+                        end: int) -> Block | None:
         """Bytes [start, end) of a block (the whole block is read and verified)."""
         data = await self.get(namespace, key)
         return None if data is None else data[start:end]
