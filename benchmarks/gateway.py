@@ -48,6 +48,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `s3kv` i
 
 from aiobotocore.session import get_session
 from botocore.config import Config
+from botocore.exceptions import ClientError
 
 from benchmarks.servers import (
     BenchServer,
@@ -57,6 +58,7 @@ from benchmarks.servers import (
     server_from_args,
 )
 from s3kv.client import S3KVClient
+from s3kv.errors import Backpressure
 from s3kv.models import block_bytes, kv_bytes_per_token
 
 KiB = 1024
@@ -184,11 +186,23 @@ class S3Side:
         self.client = client
         self.bucket = bucket
         self.flush = flush
+        self.slowdowns = 0  # 503 SlowDown answers retried during PUT phases
 
     async def put_all(self, keys: Sequence[str], blocks: Sequence[bytes],
                       concurrency: int) -> float:
         async def op(i: int) -> None:
-            await self.client.put_object(Bucket=self.bucket, Key=keys[i], Body=blocks[i])
+            while True:  # 503 SlowDown is retried after Retry-After, as S3 clients do
+                try:
+                    await self.client.put_object(Bucket=self.bucket, Key=keys[i],
+                                                 Body=blocks[i])
+                    return
+                except ClientError as exc:
+                    if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") != 503:
+                        raise
+                    self.slowdowns += 1
+                    retry = exc.response.get("ResponseMetadata", {}).get(
+                        "HTTPHeaders", {}).get("retry-after", "1")
+                    await asyncio.sleep(float(retry))
 
         t0 = time.perf_counter()
         await run_pool(len(keys), concurrency, op)
@@ -247,7 +261,13 @@ async def restore(gw_url: str, gw: S3Side, direct: S3Side, tokens: int, batch: i
     # untimed: the session is written once to each side (gateway: batch puts, then a flush)
     async with S3KVClient(gw_url, token=token, connections=batch_concurrency + 1) as kv:
         for i in range(0, n, 32):
-            await kv.put_many(ns, list(zip(chain[i:i + 32], blocks[i:i + 32], strict=True)))
+            while True:
+                try:
+                    await kv.put_many(ns, list(zip(chain[i:i + 32], blocks[i:i + 32],
+                                                   strict=True)))
+                    break
+                except Backpressure as exc:  # 503 SlowDown: wait as asked, then again
+                    await asyncio.sleep(exc.retry_after)
         await kv.flush()
     await direct.put_all(chain, blocks, 8)
 
@@ -319,6 +339,8 @@ async def run(server: BenchServer, profile: Profile, args: argparse.Namespace,
                         results[f"{k}_{tag}_c{c}"] = v
             results.update(await restore(gw_url, gw, direct, profile.session_tokens,
                                          args.restore_batch, args.restore_concurrency, say))
+            results["gateway_put_slowdowns"] = gw.slowdowns
+            results["direct_put_slowdowns"] = direct.slowdowns
     return results
 
 
