@@ -86,6 +86,8 @@ def _error_response(request: web.Request, err: RequestError) -> web.Response:
 
 #: answered even while shutting down (probes and scrapes)
 _OPS_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+#: the status metrics record for a request whose client disconnected (nginx's convention)
+CLIENT_CLOSED = 499
 
 
 @web.middleware
@@ -129,6 +131,10 @@ async def _handle(request: web.Request, handler: Handler,
     except web.HTTPException:
         structlog.contextvars.unbind_contextvars("request_id")
         raise
+    except ConnectionResetError:  # aiohttp's ClientConnectionResetError included
+        # the client went away while we answered: nothing to send, nothing broken
+        log.info("http.client_gone", method=request.method, path=request.path)
+        resp = web.Response(status=CLIENT_CLOSED)
     except Exception:
         log.exception("http.unhandled", method=request.method, path=request.path)
         resp = _error_response(request, RequestError(

@@ -202,3 +202,31 @@ def test_virtual_hosted_style(gateway: Gateway, gw_s3: Any, gw_bucket: str) -> N
     s3v = gateway_client(gateway.endpoint, s3={"addressing_style": "virtual"})
     # boto3 cannot resolve BUCKET.s3.localtest here; path-style endpoints still reach it
     assert s3v.meta.config.s3["addressing_style"] == "virtual"
+
+
+def test_client_gone_mid_response_is_not_an_error(gateway: Gateway, gw_bucket: str) -> None:
+    """A client that disconnects before the batch-get answer is written is counted as 499 and
+    logged as http.client_gone, never as an unhandled 500."""
+    import socket
+
+    from s3kv.client import _frames
+
+    token = "s3kvgatewaytest:gw/secret+key0123456789"
+    body = _frames([(f"gone/{i}", os.urandom(300_000)) for i in range(8)])
+    r = send("POST", f"{gateway.endpoint}/v1/{gw_bucket}/batch-put", body=body,
+             headers={"Authorization": "Bearer " + token})
+    assert r.status == 200
+    keys = json.dumps({"keys": [f"gone/{i}" for i in range(8)] * 32}).encode()
+    host, port = urlsplit(gateway.endpoint).netloc.split(":")
+    for _ in range(5):
+        with socket.create_connection((host, int(port))) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            s.sendall(f"POST /v1/{gw_bucket}/batch-get HTTP/1.1\r\nHost: {host}\r\n"
+                      f"Authorization: Bearer {token}\r\nContent-Length: {len(keys)}\r\n\r\n"
+                      .encode() + keys)
+        # closed at once with RST, before the 75 MiB answer could be written
+    time.sleep(0.5)
+    m = scrape(gateway)
+    assert value(m, "s3kv_requests_total", op="NativeBatchGet", status="500") == 0
+    with open(gateway.log_path) as fh:
+        assert "http.unhandled" not in fh.read()
