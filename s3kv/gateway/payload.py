@@ -285,7 +285,7 @@ class BodyReader:
                 name, _, value = ext.partition(b"=")
                 if name.strip() != b"chunk-signature" or not value:
                     raise self._malformed("a chunk has no chunk-signature")
-                signature = value.strip().decode("ascii", "replace")
+                signature = value.strip()  # bytes: compared as bytes, never decoded
             chunk_hash = hashlib.sha256() if verify else None
             remaining = size
             while remaining > 0:
@@ -299,10 +299,12 @@ class BodyReader:
                 assert chunk_hash is not None
                 expected = self._sign("AWS4-HMAC-SHA256-PAYLOAD", prev, EMPTY_SHA256 + "\n" +
                                       chunk_hash.hexdigest())
-                if not hmac.compare_digest(expected, signature):
+                # as bytes: compare_digest refuses str with non-ASCII characters (a TypeError,
+                # which was a 500 for a chunk-signature carrying a stray byte)
+                if not hmac.compare_digest(expected.encode(), signature):
                     raise RequestError("SignatureDoesNotMatch", "The chunk signature we "
                                        "calculated does not match the one you provided.", 403)
-                prev = signature
+                prev = expected
             if size == 0:
                 break
             if await self._stream.readexactly(2) != b"\r\n":
@@ -342,7 +344,8 @@ class BodyReader:
             canonical = "".join(f"{n}:{v}\n" for n, v in sorted(self._trailers.items()))
             expected = self._sign("AWS4-HMAC-SHA256-TRAILER", prev,
                                   hashlib.sha256(canonical.encode()).hexdigest())
-            if signature is None or not hmac.compare_digest(expected, signature):
+            if signature is None or not hmac.compare_digest(expected.encode(),
+                                                            signature.encode("latin-1")):
                 raise RequestError("SignatureDoesNotMatch", "The trailer signature we "
                                    "calculated does not match the one you provided.", 403)
 

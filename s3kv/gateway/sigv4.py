@@ -360,7 +360,9 @@ class SigV4Verifier:
             sts = "\n".join([ALGORITHM, amz_date, scope,
                              hashlib.sha256(creq.encode()).hexdigest()])
             expected = hmac.new(key, sts.encode(), hashlib.sha256).hexdigest()
-            ok = hmac.compare_digest(expected, signature) or ok
+            # bytes: compare_digest raises TypeError on str with non-ASCII characters
+            ok = hmac.compare_digest(expected.encode(),
+                                     signature.encode("utf-8", "surrogateescape")) or ok
         if not ok or not _SIG_RE.match(signature):
             raise _bad("SignatureDoesNotMatch", "The request signature we calculated does not "
                        "match the signature you provided. Check your key and signing method.",

@@ -95,6 +95,24 @@ async def test_spec_tampered_chunk_and_signature() -> None:
     assert await code_of(SPEC_BODY[:-60], SPEC_HEADERS, spec_context()) == "IncompleteBody"
 
 
+async def test_non_ascii_signatures_are_mismatches_not_crashes() -> None:
+    """A stray byte in a chunk or trailer signature is SignatureDoesNotMatch (it was a TypeError
+    from hmac.compare_digest on non-ASCII str, i.e. a 500; found by the fuzz suite)."""
+    odd_chunk = SPEC_BODY.replace(b"ad80c730", b"ad80c73\x80", 1)
+    assert await code_of(odd_chunk, SPEC_HEADERS, spec_context()) == "SignatureDoesNotMatch"
+    ctx = spec_context()
+    ctx = AuthContext(**{**ctx.__dict__, "payload_mode": PayloadMode.STREAMING_SIGNED_TRAILER})
+    data = os.urandom(100)
+    crc = base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+    headers = {"x-amz-content-sha256": "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER",
+               "Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": "100",
+               "x-amz-trailer": "x-amz-checksum-crc32"}
+    good = _signed_trailer_body(ctx, data, ("x-amz-checksum-crc32", crc))
+    head, _, sig = good.rstrip(b"\r\n").rpartition(b"x-amz-trailer-signature:")
+    odd_trailer = head + b"x-amz-trailer-signature:\xe9" + sig[1:] + b"\r\n\r\n"
+    assert await code_of(odd_trailer, headers, ctx) == "SignatureDoesNotMatch"
+
+
 def _signed_trailer_body(ctx: AuthContext, data: bytes, trailer: tuple[str, str],
                          chunk: int = 3000) -> bytes:
     """STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER framing, signed as the S3 docs describe."""
