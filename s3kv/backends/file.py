@@ -8,6 +8,7 @@ aligned writes, and published by an atomic rename on completion. All file I/O ru
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import time
@@ -224,11 +225,24 @@ class FileBackend:
         await self._run(f"COMPLETE-MULTIPART {key}", self._complete, key, upload_id, list(parts))
 
     def _remove_upload(self, upload_id: str) -> None:
+        # A part write whose task was cancelled may still be finishing in its thread and add
+        # a file while we remove the directory: retry until it is gone (a write that starts
+        # after this finds no upload and fails).
         d = self._upload_dir(upload_id)
-        if d.exists():
-            for f in d.iterdir():
+        for _ in range(50):
+            if not d.exists():
+                return
+            for f in list(d.iterdir()):
                 f.unlink(missing_ok=True)
-            d.rmdir()
+            try:
+                d.rmdir()
+            except FileNotFoundError:
+                return
+            except OSError as exc:
+                if exc.errno != errno.ENOTEMPTY:
+                    raise
+                time.sleep(0.01)
+        raise OSError(errno.ENOTEMPTY, f"upload {upload_id} keeps receiving parts")
 
     async def abort_multipart(self, key: str, upload_id: str) -> None:
         await self._run(f"ABORT-MULTIPART {key}", self._remove_upload, upload_id)
