@@ -353,10 +353,12 @@ class S3Client:
         assert total is not None
         return total
 
-    async def delete_prefix(self, bucket: str, prefix: str, concurrency: int = 8) -> int:
-        """Remove every object under ``prefix``; returns how many were removed."""
-        listing = await self.list_objects(bucket, prefix, keep_keys=True)
-        batches = [listing.keys[i:i + 1000] for i in range(0, len(listing.keys), 1000)]
+    async def delete_prefix(self, bucket: str, prefix: str, concurrency: int = 8,
+                            rounds: int = 4) -> int:
+        """Remove every object under ``prefix``; returns how many were removed.
+
+        Lists again after deleting, a few rounds: a PUT the client stopped waiting for at the
+        end of a phase can still land on the server after the first listing."""
         gate = asyncio.Semaphore(concurrency)
 
         async def one(batch: list[str]) -> int:
@@ -364,7 +366,16 @@ class S3Client:
                 r = await self.delete_objects(bucket, batch)
                 return 0 if r.error else len(batch)
 
-        return sum(await asyncio.gather(*(one(b) for b in batches)))
+        removed = 0
+        for attempt in range(rounds):
+            listing = await self.list_objects(bucket, prefix, keep_keys=True)
+            if not listing.keys:
+                break
+            if attempt:
+                await asyncio.sleep(0.2 * attempt)
+            batches = [listing.keys[i:i + 1000] for i in range(0, len(listing.keys), 1000)]
+            removed += sum(await asyncio.gather(*(one(b) for b in batches)))
+        return removed
 
 
 async def _complete_reader(resp: aiohttp.ClientResponse, res: OpResult) -> str:
