@@ -148,19 +148,24 @@ class S3Client:
                     else:
                         result.error = _error_text(resp.status, await resp.content.read(65536))
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                result.status = 0
-                result.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            if not self._retry(result, attempt):
+                _failed(result, exc)
+            if not await self._again(result, attempt):
                 break
             attempt += 1
-            result.retries = attempt
-            await asyncio.sleep(min(1.0, 0.05 * 2**attempt))
         result.end_ns = now_ns()
         return result
 
     def _retry(self, result: OpResult, attempt: int) -> bool:
         return bool(result.error) and attempt < self.retries and (
             result.status == 0 or result.status in TRANSIENT)
+
+    async def _again(self, result: OpResult, attempt: int) -> bool:
+        """After attempt ``attempt``: whether to try again, after the backoff (counted)."""
+        if not self._retry(result, attempt):
+            return False
+        result.retries = attempt + 1
+        await asyncio.sleep(min(1.0, 0.05 * 2 ** (attempt + 1)))
+        return True
 
     # ---- operations -----------------------------------------------------------------------
     async def create_bucket(self, bucket: str) -> OpResult:
@@ -278,13 +283,10 @@ class S3Client:
                 else:
                     result.error = ""
             except (TimeoutError, OSError, ProtocolError) as exc:
-                result.status = 0
-                result.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            if not self._retry(result, attempt):
+                _failed(result, exc)
+            if not await self._again(result, attempt):
                 break
             attempt += 1
-            result.retries = attempt
-            await asyncio.sleep(min(1.0, 0.05 * 2**attempt))
         result.end_ns = now_ns()
         ok = not result.error or result.error.startswith(VERIFY_PREFIX)
         result.size = h.size if ok else 0
@@ -376,6 +378,12 @@ class S3Client:
             batches = [listing.keys[i:i + 1000] for i in range(0, len(listing.keys), 1000)]
             removed += sum(await asyncio.gather(*(one(b) for b in batches)))
         return removed
+
+
+def _failed(result: OpResult, exc: BaseException) -> None:
+    """A request that got no HTTP answer: status 0, the exception as the error."""
+    result.status = 0
+    result.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 async def _complete_reader(resp: aiohttp.ClientResponse, res: OpResult) -> str:
