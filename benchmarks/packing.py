@@ -395,7 +395,8 @@ async def ceiling_phase(profile: Profile, server: BenchServer, bucket: str,
 
     ``profile.volume`` bytes as objects of ``segment_size`` in parts of ``part_size``, straight
     through S3Backend (no store): the same parts in flight (``max_parts_in_flight``) and
-    segments in flight (``max_open_segments``) as the store's defaults. The store's PUT
+    segments in flight (``max_open_segments``) as the store's defaults; one-part segments
+    (``part_size == segment_size``) as single PUTs, as the store writes them. The store's PUT
     throughput cannot exceed this on the same server; the ratio says how close it gets.
     """
     settings = store_settings(profile)
@@ -409,6 +410,10 @@ async def ceiling_phase(profile: Profile, server: BenchServer, bucket: str,
     async def one_segment(i: int) -> None:
         key = f"ceiling-{tag}/{i}"
         async with seg_slots:
+            if parts_per_seg == 1:  # as the store writes a one-part segment: one PUT
+                async with part_slots:
+                    await backend.put_object(key, part)
+                return
             upload_id = await backend.create_multipart(key, profile.part_size)
 
             async def one_part(n: int) -> tuple[int, str]:
@@ -426,8 +431,10 @@ async def ceiling_phase(profile: Profile, server: BenchServer, bucket: str,
                           nseg * profile.segment_size, server.pid, all_segments)
     finally:
         await backend.close()
-    progress(f"multipart ceiling ({nseg} x {size_label(profile.segment_size)} objects in "
-             f"{size_label(profile.part_size)} parts, no store): {run.mib_s:8.1f} MiB/s")
+    how = (f"{size_label(profile.part_size)} parts" if parts_per_seg > 1
+           else "single PUTs")
+    progress(f"segment-write ceiling ({nseg} x {size_label(profile.segment_size)} objects in "
+             f"{how}, no store): {run.mib_s:8.1f} MiB/s")
     return run
 
 

@@ -28,6 +28,7 @@ from botocore.exceptions import (
 )
 
 from s3kv.backends.base import Buffer, ObjectInfo, UploadInfo
+from s3kv.backends.body import SLICE, SlicedBody
 from s3kv.errors import BackendError, BackendUnavailable, ObjectMissing
 
 T = TypeVar("T")
@@ -63,6 +64,13 @@ def translate(exc: BaseException, what: str) -> BackendError:
     if isinstance(exc, BotoCoreError):
         return BackendUnavailable(f"{what}: {type(exc).__name__}: {exc}")
     return BackendError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _body(data: Buffer) -> bytes | SlicedBody:
+    """A request body: large ones go out in slices of the caller's buffer (no copies)."""
+    if len(data) > SLICE:
+        return SlicedBody(data)
+    return data if isinstance(data, bytes) else bytes(data)
 
 
 class S3Backend:
@@ -113,7 +121,7 @@ class S3Backend:
     # ---- objects ------------------------------------------------------------------------
     async def put_object(self, key: str, data: Buffer) -> None:
         await self._call(f"PUT {key}", lambda c: c.put_object(
-            Bucket=self.loc.bucket, Key=key, Body=bytes(data)))
+            Bucket=self.loc.bucket, Key=key, Body=_body(data)))
 
     async def get_range(self, key: str, start: int, length: int) -> bytes:
         if length <= 0:
@@ -177,7 +185,7 @@ class S3Backend:
     async def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer) -> str:
         resp = await self._call(f"UPLOAD-PART {key}#{part_number}", lambda c: c.upload_part(
             Bucket=self.loc.bucket, Key=key, UploadId=upload_id, PartNumber=part_number,
-            Body=data if isinstance(data, (bytes, bytearray)) else bytes(data)))
+            Body=_body(data)))
         return str(resp["ETag"])
 
     async def complete_multipart(self, key: str, upload_id: str,

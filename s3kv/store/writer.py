@@ -1,7 +1,8 @@
 """The segment writer: appends blocks into the open segment and uploads it part by part.
 
 One segment is open at a time. Blocks are appended at ``block_align`` boundaries; every
-``part_size`` bytes become one multipart part, queued for upload at once. A segment is sealed
+``part_size`` bytes become one multipart part, queued for upload at once (a segment that ends
+within its first part is written with one PUT instead). A segment is sealed
 when the next block would not fit (then it is *full* and ends exactly at ``segment_size``), when
 ``seal_after`` seconds have passed since its first block, or on flush/close (then it is simply
 shorter). Sealing appends the manifest and trailer, completes the upload and writes the sidecar
@@ -30,6 +31,7 @@ from s3kv.errors import BackendError, BackendUnavailable, Backpressure
 from s3kv.log import get_logger
 from s3kv.retry import RetryPolicy
 from s3kv.store import layout
+from s3kv.store.buffers import PartPool
 from s3kv.store.segments import (
     SegmentInfo,
     SegmentState,
@@ -48,12 +50,13 @@ def default_node_id() -> str:
 
 
 class OpenSegment:
-    def __init__(self, info: SegmentInfo, part_size: int, upload: MultipartUpload) -> None:
+    def __init__(self, info: SegmentInfo, pool: PartPool, upload: MultipartUpload) -> None:
         self.info = info
-        self.part_size = part_size
+        self.pool = pool
+        self.part_size = pool.part_size
         self.upload = upload
         self.parts: list[bytearray] = []  # full parts, queued or uploaded; kept for reads
-        self.cur = bytearray(part_size)  # the part being filled, preallocated
+        self.cur = pool.take()  # the part being filled
         self.cur_len = 0
         self.size = 0
         self.entries: list[layout.Entry] = []
@@ -85,7 +88,7 @@ class OpenSegment:
             if self.cur_len == self.part_size:
                 self.parts.append(self.cur)
                 self.queue.put_nowait(self.cur)
-                self.cur = bytearray(self.part_size)
+                self.cur = self.pool.take()
                 self.cur_len = 0
         self.size += len(data)
 
@@ -151,6 +154,7 @@ class SegmentWriter:
         self._lock = asyncio.Lock()
         self._room = asyncio.Condition()
         self._slots = asyncio.Semaphore(settings.max_parts_in_flight)
+        self._pool = PartPool(settings.part_size, settings.segment_size // settings.part_size)
         self._tasks: set[asyncio.Task[None]] = set()
         self.healthy = True
         self._probe: asyncio.Task[None] | None = None
@@ -269,7 +273,7 @@ class SegmentWriter:
         info = self.table.add(name, SegmentState.OPEN)
         upload = MultipartUpload(self.backend, segment_key(self.prefix, name), self.s.part_size,
                                  self.retry, self._slots)
-        seg = OpenSegment(info, self.s.part_size, upload)
+        seg = OpenSegment(info, self._pool, upload)
         seg.uploader = asyncio.create_task(self._upload_loop(seg), context=contextvars.Context())
         seg.uploader.add_done_callback(functools.partial(self._uploader_done, seg))
         self._in_memory[info.seg_id] = seg
@@ -277,12 +281,25 @@ class SegmentWriter:
         return seg
 
     async def _upload_loop(self, seg: OpenSegment) -> None:
+        """Upload the segment's parts as they fill. The multipart upload is created when a
+        second part exists: a segment sealed within its first part (a short one, or any one
+        when part_size == segment_size) goes as one PUT, which saves the Create and Complete
+        round trips and, on servers whose Complete copies the parts, a second pass over the
+        bytes."""
+        first = await seg.queue.get()
+        if first is None:
+            return
+        part = await seg.queue.get()
+        if part is None:
+            key = segment_key(self.prefix, seg.info.name)
+            async with self._slots:
+                await self.retry.run(lambda: self.backend.put_object(key, first))
+            return
         await seg.upload.start()
-        while True:
-            part = await seg.queue.get()
-            if part is None:
-                break
+        await seg.upload.add_part(first)
+        while part is not None:
             await seg.upload.add_part(part)
+            part = await seg.queue.get()
         await seg.upload.complete()
 
     def _uploader_done(self, seg: OpenSegment, task: asyncio.Task[None]) -> None:
@@ -340,7 +357,7 @@ class SegmentWriter:
         self.stats.backend_bytes_written += seg.size + len(body)
         log.info("segment.sealed", segment=info.name, reason=reason, bytes=seg.size,
                  blocks=len(seg.entries))
-        await self._release(seg)
+        await self._release(seg, reuse=True)
         seg.done.set_result(None)
 
     def _fail(self, seg: OpenSegment, exc: BaseException) -> None:
@@ -360,8 +377,12 @@ class SegmentWriter:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _release(self, seg: OpenSegment) -> None:
+    async def _release(self, seg: OpenSegment, reuse: bool = False) -> None:
+        """Forget a segment's bytes; a sealed one's part buffers (uploaded, no longer read:
+        reads copy out of them) go back to the pool."""
         self._in_memory.pop(seg.info.seg_id, None)
+        if reuse:
+            self._pool.give(seg.parts)
         seg.parts.clear()
         async with self._room:
             self._room.notify_all()

@@ -278,3 +278,64 @@ def test_long_chains_split_into_bounded_concurrent_runs() -> None:
     assert sum(len(r.members) for r in runs) == 64
     assert len(runs) == -(-64 * size // (MAX_RUN - MAX_RUN % size))
     assert [r.start for r in runs] == sorted(r.start for r in runs)
+
+
+class _CountingBackend:
+    """The real backend underneath; counts which write calls the store makes."""
+
+    def __init__(self, inner: Backend) -> None:
+        self._inner = inner
+        self.calls: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> object:
+        attr = getattr(self._inner, name)
+        if name in ("put_object", "create_multipart", "upload_part", "complete_multipart"):
+            async def counted(*args: object, **kwargs: object) -> object:
+                what = name
+                if name == "put_object":  # which kind of object: segments/, manifests/, ...
+                    what = f"put_object:{str(args[0]).split('/', 1)[0]}"
+                self.calls[what] = self.calls.get(what, 0) + 1
+                return await attr(*args, **kwargs)
+            return counted
+        return attr
+
+
+async def test_one_part_segments_are_single_puts(backend: Backend) -> None:
+    """A segment that ends within its first part (every segment when part_size equals
+    segment_size, and a short one) is one PUT: no multipart upload is created for it. Segments
+    of several parts still go part by part."""
+    counting = _CountingBackend(backend)
+    written: dict[bytes, bytes] = {}
+    for part_size in (SEG, SEG // 2):
+        store = await open_store(counting, part_size=part_size, seal_after=30)  # type: ignore[arg-type]
+        try:
+            if part_size == SEG:
+                await store.create_namespace("kvns")
+            for i in range(32):  # 32 x 700 KiB: two full segments and a short one
+                key = f"p{part_size}-{i:03d}".encode()
+                written[key] = block(i, 700 * KiB)
+                await store.put("kvns", key, written[key])
+            await store.flush()
+            sealed = store.stats.segments_sealed
+        finally:
+            await store.close()
+        assert sealed == 3
+        segment_puts = counting.calls.pop("put_object:segments", 0)
+        sidecar_puts = counting.calls.pop("put_object:manifests", 0)
+        counting.calls.pop("put_object:namespaces", None)
+        assert sidecar_puts == 3
+        if part_size == SEG:  # all three segments are single PUTs
+            assert segment_puts == 3 and counting.calls == {}, counting.calls
+        else:  # two full segments of two parts each; the short one (< 1 part) is one PUT
+            assert segment_puts == 1
+            assert counting.calls == {"create_multipart": 2, "upload_part": 4,
+                                      "complete_multipart": 2}, counting.calls
+        counting.calls.clear()
+    sizes = await _segments_on_backend(backend)
+    assert sorted(sizes.values()).count(SEG) == 4
+    store = await open_store(backend)
+    try:
+        got = await store.get_many("kvns", list(written))
+        assert [bytes(g) if g is not None else None for g in got] == list(written.values())
+    finally:
+        await store.close()
