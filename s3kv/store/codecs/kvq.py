@@ -124,19 +124,20 @@ class KvqCodec:
         return best, best_err
 
     def _order_and_layout(self, energy: npt.NDArray[np.float64],
-                          ) -> tuple[npt.NDArray[np.intp], tuple[Segment, ...]]:
-        """The channel ranking and the layout for a block's channel energies."""
+                          ) -> tuple[npt.NDArray[np.intp], tuple[Segment, ...], int]:
+        """The channel ranking, the layout for a block's channel energies, and the size of
+        the aligned channel groups the ranking keeps together (1: none)."""
         order = np.argsort(-energy, kind="stable")
         layout, err = self._choose_layout(energy[order])
         if len(layout) == 1:  # uniform: the order is not used
-            return order, layout
+            return order, layout, 1
         for g in GROUPS:
             if len(energy) % (8 * g) == 0:
                 grouped = grouped_order(energy, g)
                 lay, lay_err = self._choose_layout(energy[grouped])
                 if len(lay) > 1 and lay_err <= err * (1.0 + GROUP_TOLERANCE):
-                    return grouped, lay
-        return order, layout
+                    return grouped, lay, g
+        return order, layout, 1
 
     # -- encode ---------------------------------------------------------------------------
     def encode(self, data: bytes | memoryview) -> bytes:
@@ -169,7 +170,7 @@ class KvqCodec:
             if not np.isfinite(part).all():  # bf16 near 2**60 overflows float32 sums
                 part = np.einsum("ij,ij->j", x, x, dtype=np.float64)
             energy += part
-        order, layout = self._order_and_layout(energy)
+        order, layout, group = self._order_and_layout(energy)
         permuted = len(layout) > 1
         if permuted:
             perm = np.concatenate([np.sort(order[s:s + g.channels]) for s, g in
@@ -177,6 +178,8 @@ class KvqCodec:
                                        strict=False)])
         else:
             perm = np.arange(d)
+        # the encoder gathers channels by whole groups: ``group`` float32s as one word
+        wide = {1: np.float32, 2: np.uint64, 4: np.complex128}[group]
         # rotation blocks: (first channel, size, bits, rotation, codebook scale, code offset)
         plan = []
         col = j = off = 0
@@ -201,9 +204,10 @@ class KvqCodec:
             norm = km.scratch("norm", (m,), np.float32)
             inv = km.scratch("inv", (m,), np.float32)
             for j, (col, size, bits, rot, off) in enumerate(plan):
-                if permuted:  # this block's channels, gathered contiguous
-                    xb = np.take(x, perm[col:col + size], axis=1, mode="clip",
-                                 out=km.scratch("xb", (m, size), np.float32))
+                if permuted:  # this block's channels, gathered contiguous (by groups)
+                    xb = km.scratch("xb", (m, size), np.float32)
+                    np.take(x.view(wide), perm[col:col + size:group] // group, axis=1,
+                            mode="clip", out=xb.view(wide))
                 else:
                     xb = x[:, col:col + size]
                 z = np.matmul(xb, rot, out=km.scratch("z", (m, size), np.float32))
