@@ -115,55 +115,80 @@ def decode(data: bytes | memoryview) -> bytes:
         raise _corrupt(f"malformed payload ({exc})") from None
 
 
-def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permuted: bool,
-                    seed: int, n: int) -> bytes:
+#: per rotation block: first channel, size, bits, R^T, codebook levels
+_Block = tuple[int, int, int, npt.NDArray[np.float32], npt.NDArray[np.float32]]
+
+
+@lru_cache(maxsize=64)
+def _static(head: bytes, d: int, n_seg: int, permuted: bool, seed: int,
+            ) -> tuple[tuple[int, npt.NDArray[np.intp]] | None, tuple[_Block, ...], float]:
+    """The part of a payload that does not depend on the number of vectors (channel order,
+    segment table, codebooks), checked and parsed once per distinct one: the un-permutation,
+    the rotation blocks, and the largest sqrt(size) * |level| of any block."""
     pos = 0
-
-    def take(size: int) -> memoryview:
-        nonlocal pos
-        if size < 0 or pos + size > len(payload):
-            raise _corrupt("payload shorter than its sections")
-        out = payload[pos:pos + size]
-        pos += size
-        return out
-
     unperm = None
     if permuted:
-        unperm = _unpermutation(bytes(take(np.dtype(perm_dtype(d)).itemsize * d)), d)
+        width = np.dtype(perm_dtype(d)).itemsize * d
+        unperm = _unpermutation(head[:width], d)
+        pos = width
     layout = []
     for _ in range(n_seg):
-        ch, bits, blocks = struct.unpack("<HBB", take(4))
+        ch, bits, blocks = struct.unpack_from("<HBB", head, pos)
+        pos += 4
         seg = Segment(ch, bits)
         if not 1 <= bits <= 8 or ch == 0 or seg.blocks != blocks:
             raise _corrupt("bad segment table")
         layout.append(seg)
     if sum(g.channels for g in layout) != d:
         raise _corrupt("segments do not cover head_dim")
-    books = [_book(bytes(take(2 << g.bits))) for g in layout]
-    lo, step = struct.unpack("<dd", take(16))
-    n_blocks = sum(g.blocks for g in layout)
-    gcodes = np.frombuffer(take(n * n_blocks), dtype=np.uint8).reshape(n, n_blocks)
-    # one contiguous row of gains per rotation block
-    gains = np.take(_gain_table(lo, step, dtype), gcodes.T,
-                    out=km.scratch("gains", (n_blocks, n), np.float32))
-    plan = []
+    plan: list[_Block] = []
     col = j = 0
-    for seg, book in zip(layout, books, strict=True):
+    reach = 0.0
+    for seg in layout:
+        levels, top = _book(head[pos:pos + (2 << seg.bits)])
+        pos += 2 << seg.bits
         size = seg.block_size
+        reach = max(reach, math.sqrt(size) * top)
         for _ in range(seg.blocks):
-            start = pos
-            take(n * size * seg.bits // 8)
-            plan.append((col, size, seg.bits, km.rotation(seed, size, j).T, book[0], start))
+            plan.append((col, size, seg.bits, km.rotation(seed, size, j).T, levels))
             col += size
             j += 1
-    if pos != len(payload):
-        raise _corrupt(f"{len(payload) - pos} trailing payload bytes")
-    # |y| <= |v| <= sqrt(n) max|level| max gain: fp16 overflow is checked only where possible
-    top_gain = gains.max(axis=1, initial=0.0).tolist()
-    check = dtype == "float16" and any(
-        math.sqrt(size) * book_max * top >= km.F16_SAFE
-        for (_, size, *_), book_max, top in zip(plan, _books_per_block(layout, books), top_gain,
-                                                  strict=True))
+    if pos != len(head):
+        raise _corrupt("codebooks do not match the segment table")
+    return unperm, tuple(plan), reach
+
+
+def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permuted: bool,
+                    seed: int, n: int) -> bytes:
+    # the fixed-size sections: channel order, segment table (bits at byte 2 of each entry)
+    # and one codebook of 2**bits float16 levels per segment
+    pos = np.dtype(perm_dtype(d)).itemsize * d if permuted else 0
+    if pos + 4 * n_seg > len(payload):
+        raise _corrupt("payload shorter than its sections")
+    seg_bits = [payload[pos + 4 * i + 2] for i in range(n_seg)]
+    if not all(1 <= b <= 8 for b in seg_bits):
+        raise _corrupt("bad segment table")
+    pos += 4 * n_seg + sum(2 << b for b in seg_bits)
+    if pos + 16 > len(payload):
+        raise _corrupt("payload shorter than its sections")
+    unperm, plan, reach = _static(bytes(payload[:pos]), d, n_seg, permuted, seed)
+    lo, step = struct.unpack_from("<dd", payload, pos)
+    pos += 16
+    n_blocks = len(plan)
+    starts = []
+    end = pos + n * n_blocks
+    for _, size, bits, *_ in plan:
+        starts.append(end)
+        end += n * size * bits // 8
+    if end != len(payload):
+        raise _corrupt(f"payload is {len(payload)} bytes, its sections {end}")
+    gcodes = np.frombuffer(payload[pos:pos + n * n_blocks], dtype=np.uint8).reshape(n, n_blocks)
+    table = _gain_table(lo, step, dtype)
+    # one contiguous row of gains per rotation block
+    gains = np.take(table, gcodes.T, out=km.scratch("gains", (n_blocks, n), np.float32))
+    # |y| <= |v| <= sqrt(size) max|level| gain (gains grow with their codes): fp16 overflow
+    # is checked only where it is possible
+    check = dtype == "float16" and n > 0 and reach * float(table[gcodes.max()]) >= km.F16_SAFE
     rows = max(1, min(km.chunk_rows(d), n))
     src = np.frombuffer(payload, dtype=np.uint8)
     # the whole decoded block in a per-thread buffer: the returned bytes are the one fresh
@@ -175,10 +200,11 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
     ybuf = km.scratch("y", (rows, d), np.float32)
     sign = km.scratch("sign", (rows, d), np.uint16)
     vbufs = {size: km.scratch(f"vals{size}", (rows, size), np.float32) for _, size, *_ in plan}
+    blocks = [(*block, start) for block, start in zip(plan, starts, strict=True)]
     for r0 in range(0, n, rows):
         m = min(rows, n - r0)
         y = ybuf[:m]
-        for j, (col, size, bits, rot_t, levels, start) in enumerate(plan):
+        for j, (col, size, bits, rot_t, levels, start) in enumerate(blocks):
             vals = km.dequantize(src, start + r0 * size * bits // 8, m, size, bits, levels,
                                  out=vbufs[size][:m])
             vals *= gains[j, r0:r0 + m, None]
@@ -196,9 +222,3 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
 
 
 _WORD_TYPES = {1: np.uint16, **dict(_WORDS)}
-
-
-def _books_per_block(layout: list[Segment], books: list[tuple[npt.NDArray[np.float32], float]],
-                     ) -> list[float]:
-    """Each rotation block's largest codebook magnitude."""
-    return [book[1] for seg, book in zip(layout, books, strict=True) for _ in range(seg.blocks)]
