@@ -39,7 +39,7 @@ import urllib.request
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -313,6 +313,8 @@ async def run(server: BenchServer, profile: Profile, args: argparse.Namespace,
         await admin.create_bucket(Bucket=direct_bucket)
     max_block = max(2 * MiB, block_bytes(MODEL, BLOCK_TOKENS))
     results: dict[str, Any] = {"server": server.name, "model": MODEL,
+                               "segment_size": profile.segment_size,
+                               "part_size": profile.part_size,
                                "kv_bytes_per_token": kv_bytes_per_token(MODEL),
                                "profile": "quick" if args.quick else "full",
                                "payload": args.payload}
@@ -365,8 +367,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="keys per native batch-get request [default: 64]")
     parser.add_argument("--restore-concurrency", type=int, default=2, metavar="N",
                         help="batch-get requests in flight during the restore [default: 2]")
+    parser.add_argument("--segment-size", metavar="SIZE", default=None,
+                        help=f"the gateway's --segment-size [default: {FULL.segment_size}; "
+                        f"--quick {QUICK.segment_size}]")
+    parser.add_argument("--part-size", metavar="SIZE", default=None,
+                        help=f"the gateway's --part-size; equal to the segment size, every "
+                        f"segment is one PUT [default: {FULL.part_size}; --quick "
+                        f"{QUICK.part_size}]")
     args = parser.parse_args(argv)
     profile = QUICK if args.quick else FULL
+    profile = replace(profile, segment_size=args.segment_size or profile.segment_size,
+                      part_size=args.part_size or profile.part_size)
     say = Progress(not args.json)
     try:
         with server_from_args(args) as server:
@@ -378,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(results, sort_keys=True))
     else:
-        print(f"\nserver: {results['server']} ({results['profile']} profile)")
+        print(f"\nserver: {results['server']} ({results['profile']} profile; segments "
+              f"{results['segment_size']} in {results['part_size']} parts)")
         for key in SUMMARY_KEYS:
             ok = "ok" if results[key] >= TARGETS[key] else "below target"
             print(f"  {key:24s} {results[key]:6.2f}  (target >= {TARGETS[key]}: {ok})")
