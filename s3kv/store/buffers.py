@@ -4,7 +4,8 @@ A fresh ``part_size`` bytearray is zeroed memory the kernel maps in page by page
 writer fills it (a fault per 4 KiB: ~20 ms per 64 MiB here), every time a segment opens.
 Buffers of sealed segments come back here instead. Reuse never raises the writer's memory
 bound: a buffer is only allocated when none is free, so the buffers alive never outnumber the
-most the writer held at once; at most ``keep`` idle ones are kept after a burst.
+most the writer held at once (``max_open_segments`` segments of parts), and at most ``keep``
+idle ones stay after a burst.
 """
 
 from __future__ import annotations

@@ -154,7 +154,9 @@ class SegmentWriter:
         self._lock = asyncio.Lock()
         self._room = asyncio.Condition()
         self._slots = asyncio.Semaphore(settings.max_parts_in_flight)
-        self._pool = PartPool(settings.part_size, settings.segment_size // settings.part_size)
+        # as many idle buffers as the writer may hold at once: reuse never raises the bound
+        self._pool = PartPool(settings.part_size, settings.max_open_segments
+                              * (settings.segment_size // settings.part_size))
         self._tasks: set[asyncio.Task[None]] = set()
         self.healthy = True
         self._probe: asyncio.Task[None] | None = None
