@@ -7,6 +7,7 @@ import math
 import struct
 import zlib
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -24,8 +25,11 @@ from s3kv.store.codecs.kvq_format import (
     perm_dtype,
 )
 
-#: the un-permutation moves the widest words whose channel groups the order keeps together
-_WORDS = ((4, np.uint64), (2, np.uint32))
+#: the un-permutation moves the widest words (of up to this many channels) whose channel
+#: groups the order keeps together
+_WIDEST = 4
+_WORD_TYPES: dict[int, type[np.unsignedinteger[Any]]] = {1: np.uint16, 2: np.uint32,
+                                                         4: np.uint64}
 
 
 @lru_cache(maxsize=64)
@@ -61,23 +65,24 @@ def _unpermutation(raw: bytes, d: int) -> tuple[int, npt.NDArray[np.intp]]:
     g*k .. g*k+g-1) is stored group index[k]. g is 4 or 2 when the order moves only aligned
     groups of that many channels, in order (one gather of 64- or 32-bit words undoes it), else
     1 (a gather of the 16-bit words)."""
-    perm = np.frombuffer(raw, dtype=perm_dtype(d))
-    if perm.size != d or int(perm.max(initial=0)) >= d:
-        raise _corrupt("channel order is not a permutation")
+    perm = np.frombuffer(raw, dtype=perm_dtype(d)).astype(np.intp)
     inverse = np.full(d, -1, dtype=np.intp)
-    inverse[perm] = np.arange(d)
-    if int(inverse.min()) < 0:
+    inverse[perm] = np.arange(d)  # an entry >= d is an IndexError: corrupt
+    if len(perm) != d or int(inverse.min()) < 0:
         raise _corrupt("channel order is not a permutation")
-    for g, _ in _WORDS:
-        if d % g == 0:
-            grouped = inverse.reshape(-1, g)
-            first = grouped[:, :1]
-            if not (first % g).any() and (grouped == first + np.arange(g)).all():
-                out: npt.NDArray[np.intp] = grouped[:, 0] // g
-                out.setflags(write=False)
-                return g, out
-    inverse.setflags(write=False)
-    return 1, inverse
+    best, out = 1, inverse
+    for g in (2, 4):  # an order grouped by 4 is grouped by 2 too
+        if g > _WIDEST or d % g:
+            break
+        rows = perm.reshape(-1, g)  # each an aligned group, in order?
+        if not (rows == (rows[:, :1] & -g) + _STEPS[g]).all():
+            break
+        best, out = g, inverse[::g] >> (g // 2)
+    out.setflags(write=False)
+    return best, out
+
+
+_STEPS = {g: np.arange(g) for g in (2, 4)}
 
 
 def _corrupt(what: str) -> IntegrityError:
@@ -120,17 +125,11 @@ _Block = tuple[int, int, int, npt.NDArray[np.float32], npt.NDArray[np.float32]]
 
 
 @lru_cache(maxsize=64)
-def _static(head: bytes, d: int, n_seg: int, permuted: bool, seed: int,
-            ) -> tuple[tuple[int, npt.NDArray[np.intp]] | None, tuple[_Block, ...], float]:
-    """The part of a payload that does not depend on the number of vectors (channel order,
-    segment table, codebooks), checked and parsed once per distinct one: the un-permutation,
-    the rotation blocks, and the largest sqrt(size) * |level| of any block."""
+def _static(head: bytes, d: int, n_seg: int, seed: int) -> tuple[tuple[_Block, ...], float]:
+    """The segment table and codebooks (the part of a payload after the channel order that
+    does not depend on the number of vectors), checked and parsed once per distinct one: the
+    rotation blocks, and the largest sqrt(size) * |level| of any block."""
     pos = 0
-    unperm = None
-    if permuted:
-        width = np.dtype(perm_dtype(d)).itemsize * d
-        unperm = _unpermutation(head[:width], d)
-        pos = width
     layout = []
     for _ in range(n_seg):
         ch, bits, blocks = struct.unpack_from("<HBB", head, pos)
@@ -155,23 +154,24 @@ def _static(head: bytes, d: int, n_seg: int, permuted: bool, seed: int,
             j += 1
     if pos != len(head):
         raise _corrupt("codebooks do not match the segment table")
-    return unperm, tuple(plan), reach
+    return tuple(plan), reach
 
 
 def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permuted: bool,
                     seed: int, n: int) -> bytes:
     # the fixed-size sections: channel order, segment table (bits at byte 2 of each entry)
     # and one codebook of 2**bits float16 levels per segment
-    pos = np.dtype(perm_dtype(d)).itemsize * d if permuted else 0
-    if pos + 4 * n_seg > len(payload):
+    first = np.dtype(perm_dtype(d)).itemsize * d if permuted else 0
+    if first + 4 * n_seg > len(payload):
         raise _corrupt("payload shorter than its sections")
-    seg_bits = [payload[pos + 4 * i + 2] for i in range(n_seg)]
+    seg_bits = [payload[first + 4 * i + 2] for i in range(n_seg)]
     if not all(1 <= b <= 8 for b in seg_bits):
         raise _corrupt("bad segment table")
-    pos += 4 * n_seg + sum(2 << b for b in seg_bits)
+    pos = first + 4 * n_seg + sum(2 << b for b in seg_bits)
     if pos + 16 > len(payload):
         raise _corrupt("payload shorter than its sections")
-    unperm, plan, reach = _static(bytes(payload[:pos]), d, n_seg, permuted, seed)
+    unperm = _unpermutation(bytes(payload[:first]), d) if permuted else None
+    plan, reach = _static(bytes(payload[first:pos]), d, n_seg, seed)
     lo, step = struct.unpack_from("<dd", payload, pos)
     pos += 16
     n_blocks = len(plan)
@@ -220,5 +220,3 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
                     out=result[r0:r0 + m].view(wide))
     return result.tobytes()
 
-
-_WORD_TYPES = {1: np.uint16, **dict(_WORDS)}
