@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import aiohttp
-from aiohttp.abc import AbstractStreamWriter
 from yarl import URL
 
+from s3kv.backends.body import SlicedBody
 from warp.clock import now_ns
 from warp.fastget import GetPool, ProtocolError
 from warp.payload import Expected, Hasher, PayloadSource
@@ -49,26 +49,7 @@ class OpResult:
     keys: list[str] = field(default_factory=list)
 
 
-class SlicePayload(aiohttp.payload.Payload):
-    """A body written as views of a shared buffer: nothing is copied before the socket."""
-
-    def __init__(self, views: Iterable[memoryview], size: int) -> None:
-        super().__init__(views, content_type="application/octet-stream")
-        self._size = size
-
-    async def write(self, writer: AbstractStreamWriter) -> None:
-        for view in self._value:
-            await writer.write(view)
-
-    async def write_with_length(self, writer: AbstractStreamWriter,
-                                content_length: int | None) -> None:
-        await self.write(writer)
-
-    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
-        raise TypeError("a streamed payload has no text form")
-
-
-Body = bytes | SlicePayload | None
+Body = bytes | SlicedBody | None
 # reads a successful response's body into the result; returns an error text ("" when fine)
 Reader = Callable[[aiohttp.ClientResponse, OpResult], Awaitable[str]]
 
@@ -177,7 +158,7 @@ class S3Client:
     async def put_object(self, bucket: str, key: str, variant: int, size: int,
                          endpoint: str = "") -> OpResult:
         def body() -> Body:
-            return SlicePayload(self.payload.slices(variant, 0, size), size)
+            return SlicedBody(self.payload.slices(variant, 0, size), size)
 
         r = await self.request("PUT", bucket, key, body=body, endpoint=endpoint,
                                headers={"Content-Length": str(size)})
@@ -213,7 +194,7 @@ class S3Client:
 
         async def part(number: int, offset: int, length: int) -> OpResult:
             def body() -> Body:
-                return SlicePayload(self.payload.slices(variant, offset, length), length)
+                return SlicedBody(self.payload.slices(variant, offset, length), length)
 
             async with gate:
                 if total.error:

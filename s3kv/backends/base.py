@@ -37,7 +37,7 @@ class Backend(Protocol):
 
     async def put_object(self, key: str, data: Buffer) -> None: ...
 
-    async def get_range(self, key: str, start: int, length: int) -> bytes:
+    async def get_range(self, key: str, start: int, length: int) -> bytes | bytearray:
         """Bytes [start, start+length) of the object; fewer only at the object's end."""
         ...
 

@@ -1,18 +1,21 @@
-"""Request bodies for the S3 backend that go out in slices.
+"""Request bodies that go out as views of the caller's buffers, in slices.
 
 Python 3.11's asyncio socket transport copies whatever one ``write()`` could not send at once
 into a bytearray and trims it from the front after every later send (a memmove of all that
 is left, each time). A 64 MiB segment handed to aiohttp whole therefore costs the client
 several copies of itself (aiohttp joins it with the headers, the transport buffers the rest,
-then trims it send by send). :class:`SlicedBody` writes the bytes in ``SLICE``-sized views
-of the caller's buffer and waits for the socket between them, so nothing is copied but the
-slice the kernel did not take yet.
+then trims it send by send). :class:`SlicedBody` writes its buffers in views of at most
+``SLICE`` bytes and waits for the socket between them, so nothing is copied but the slice the
+kernel did not take yet.
 
-botocore sees a file-like object (``read``/``seek``/``tell``/``len``); aiohttp sees a
-:class:`aiohttp.payload.Payload` and uses it as it is.
+Used by the S3 backend (through botocore, which sees a file-like object: ``read``, ``seek``,
+``tell``, ``len``) and by the load generator's own S3 client (which hands it to aiohttp
+directly; aiohttp uses any :class:`aiohttp.payload.Payload` as it is).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.payload import Payload
@@ -24,26 +27,39 @@ SLICE = 1 << 20
 
 
 class SlicedBody(Payload):
-    def __init__(self, data: Buffer) -> None:
-        view = memoryview(data).cast("B")
-        super().__init__(view, content_type="binary/octet-stream")
-        self._view = view
-        self._size = len(view)
+    """One buffer, or several sent back to back (``size``: their total, if known)."""
+
+    def __init__(self, data: Buffer | Iterable[Buffer], size: int | None = None) -> None:
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            views = [memoryview(data).cast("B")]
+        else:
+            views = [memoryview(v).cast("B") for v in data]
+        super().__init__(views, content_type="application/octet-stream")
+        self._views = views
+        self._size = sum(len(v) for v in views) if size is None else size
         self._pos = 0
+        self._joined: bytes | None = None
 
     def __len__(self) -> int:
-        return len(self._view) - self._pos
+        return (self._size or 0) - self._pos
 
     # -- the file-like side botocore looks at (length, the Expect header, stream resets) ------
+    def _bytes(self) -> bytes:
+        if self._joined is None:
+            self._joined = b"".join(self._views)
+        return self._joined
+
     def read(self, size: int = -1) -> bytes:
-        end = len(self._view) if size < 0 else min(len(self._view), self._pos + size)
-        out = bytes(self._view[self._pos:end])
-        self._pos = end
+        data = self._bytes()
+        end = len(data) if size < 0 else min(len(data), self._pos + size)
+        out = data[self._pos:end]
+        self._pos = max(self._pos, end)
         return out
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._pos, 2: len(self._view)}[whence]
-        self._pos = max(0, min(len(self._view), base + offset))
+        total = self._size or 0
+        base = {0: 0, 1: self._pos, 2: total}[whence]
+        self._pos = max(0, min(total, base + offset))
         return self._pos
 
     def tell(self) -> int:
@@ -51,18 +67,23 @@ class SlicedBody(Payload):
 
     # -- the aiohttp side ----------------------------------------------------------------------
     def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
-        return bytes(self._view).decode(encoding, errors)
+        return self._bytes().decode(encoding, errors)
 
     async def write(self, writer: AbstractStreamWriter) -> None:
         await self.write_with_length(writer, None)
 
     async def write_with_length(self, writer: AbstractStreamWriter,
                                 content_length: int | None) -> None:
-        end = len(self._view)
-        if content_length is not None:
-            end = min(end, content_length)
-        for start in range(0, end, SLICE):
-            await writer.write(self._view[start:min(end, start + SLICE)])
+        left = content_length if content_length is not None else -1
+        for view in self._views:
+            for start in range(0, len(view), SLICE):
+                piece = view[start:start + SLICE]
+                if left >= 0:
+                    if left == 0:
+                        return
+                    piece = piece[:left]
+                    left -= len(piece)
+                await writer.write(piece)
 
     def __repr__(self) -> str:
-        return f"<SlicedBody {len(self._view)} bytes>"
+        return f"<SlicedBody {self._size} bytes>"

@@ -29,7 +29,9 @@ from botocore.exceptions import (
 
 from s3kv.backends.base import Buffer, ObjectInfo, UploadInfo
 from s3kv.backends.body import SLICE, SlicedBody
-from s3kv.errors import BackendError, BackendUnavailable, ObjectMissing
+from s3kv.backends.ranged import RangedReader
+from s3kv.errors import BackendError, BackendUnavailable, ConfigError, ObjectMissing
+from warp.sigv4 import Credentials
 
 T = TypeVar("T")
 
@@ -75,8 +77,11 @@ def _body(data: Buffer) -> bytes | SlicedBody:
 
 class S3Backend:
     def __init__(self, location: S3Location, *, max_connections: int = 32,
-                 timeout: float = 30.0, connect_timeout: float = 3.0) -> None:
+                 timeout: float = 30.0, connect_timeout: float = 3.0,
+                 fast_reads: bool = True) -> None:
         self.loc = location
+        self._fast_reads = fast_reads
+        self._ranged: RangedReader | None = None
         self.description = (f"s3://{location.bucket}/{location.prefix} @ "
                             f"{','.join(location.endpoints)}")
         self._timeout = timeout
@@ -103,6 +108,13 @@ class S3Backend:
                 "s3", endpoint_url=endpoint, region_name=self.loc.region, config=self._config))
             self._clients.append(client)
         self._rr = itertools.cycle(range(len(self._clients)))
+        if self._fast_reads:
+            try:  # the same credential chain as botocore's (environment, then its own)
+                creds = Credentials.from_environment(self.loc.region)
+            except ConfigError:
+                creds = None  # anonymous access: leave ranged reads to botocore
+            if creds is not None:
+                self._ranged = RangedReader(self.loc.bucket, creds)
         return self
 
     def _client(self) -> Any:
@@ -123,9 +135,17 @@ class S3Backend:
         await self._call(f"PUT {key}", lambda c: c.put_object(
             Bucket=self.loc.bucket, Key=key, Body=_body(data)))
 
-    async def get_range(self, key: str, start: int, length: int) -> bytes:
+    async def get_range(self, key: str, start: int, length: int) -> bytes | bytearray:
         if length <= 0:
             return b""
+        if self._ranged is not None:
+            assert self._rr is not None
+            endpoint = self.loc.endpoints[next(self._rr)]
+            try:
+                async with asyncio.timeout(self._timeout):
+                    return await self._ranged.read(endpoint, key, start, length)
+            except TimeoutError as exc:
+                raise translate(exc, f"GET {key} [{start}+{length}]") from exc
 
         async def op(c: Any) -> bytes:
             resp = await c.get_object(Bucket=self.loc.bucket, Key=key,
@@ -226,5 +246,8 @@ class S3Backend:
                 Bucket=self.loc.bucket))
 
     async def close(self) -> None:
+        if self._ranged is not None:
+            self._ranged.close()
+            self._ranged = None
         await self._stack.aclose()
         self._clients.clear()

@@ -26,11 +26,12 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from s3kv.backends.body import SlicedBody
 from s3kv.errors import ConfigError
 from warp.clock import now_ns
 from warp.payload import Hasher, PayloadSource, variant_of
 from warp.records import Record, RecordWriter
-from warp.s3 import OpResult, S3Client, SlicePayload
+from warp.s3 import OpResult, S3Client
 from warp.sigv4 import Credentials
 
 FRAMES = "application/x-s3kv-frames"
@@ -262,8 +263,8 @@ class GatewayTarget(Target):
         size = len(prefix) + len(keys) * self.block_bytes
         stored: dict[str, int] = {}
 
-        def body() -> SlicePayload:
-            return SlicePayload([memoryview(prefix), *self.views(keys)], size)
+        def body() -> SlicedBody:
+            return SlicedBody([memoryview(prefix), *self.views(keys)], size)
 
         async def read_json(resp: aiohttp.ClientResponse) -> None:
             stored.update(json.loads(await resp.read()))

@@ -146,7 +146,7 @@ def encode_trailer(manifest_offset: int, manifest: bytes) -> bytes:
     return head[:-4] + struct.pack("<I", crc)
 
 
-def decode_trailer(data: bytes) -> tuple[int, int, int]:
+def decode_trailer(data: bytes | bytearray) -> tuple[int, int, int]:
     """Parse a trailer; returns (manifest offset, manifest length, manifest crc)."""
     if len(data) != TRAILER_SIZE:
         raise IntegrityError("trailer has the wrong size")

@@ -70,7 +70,7 @@ class Recovery:
             trailer = await self.backend.get_range(key, seg.size - layout.TRAILER_SIZE,
                                                    layout.TRAILER_SIZE)
             moff, mlen, mcrc = layout.decode_trailer(trailer)
-            body = await self.backend.get_range(key, moff, mlen)
+            body = bytes(await self.backend.get_range(key, moff, mlen))  # keys: hashable
             if layout.checksum(body) != mcrc:
                 raise IntegrityError("footer manifest checksum mismatch")
             manifest = layout.Manifest.decode(body)

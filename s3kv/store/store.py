@@ -346,7 +346,7 @@ class BlockStore:
                 self.stats.misses += 1
         return out
 
-    async def _read_run(self, seg_id: int, start: int, end: int) -> bytes | None:
+    async def _read_run(self, seg_id: int, start: int, end: int) -> bytes | bytearray | None:
         info = self.segments.get(seg_id)
         if info is None or info.state is SegmentState.EVICTING:
             return None

@@ -7,11 +7,12 @@ import os
 
 import pytest
 
-from s3kv.backends import Backend, parse_s3_url
+from s3kv.backends import Backend, S3Backend, S3Location, parse_s3_url
 from s3kv.backends.multipart import MultipartUpload
 from s3kv.errors import BackendError, ConfigError, ObjectMissing
 from s3kv.retry import RetryPolicy
 from s3kv.sizes import MiB
+from tests.support.s3server import MotoServer
 
 
 async def test_put_get_range_head_list_delete(backend: Backend) -> None:
@@ -79,6 +80,39 @@ async def test_multipart_failure_aborts(backend: Backend) -> None:
 
 async def test_check(backend: Backend) -> None:
     await backend.check()
+
+
+async def test_get_range_errors(backend: Backend) -> None:
+    """A missing object is ObjectMissing (a miss), on every backend and read path."""
+    with pytest.raises(ObjectMissing):
+        await backend.get_range("no/such/object", 0, 10)
+    await backend.put_object("small", b"0123456789")
+    assert await backend.get_range("small", 4, 100) == b"456789"  # short at the end
+
+
+async def test_s3_ranged_reads_without_botocore(s3_server: MotoServer, bucket: str) -> None:
+    """The S3 backend's fast ranged GETs (no botocore) read what botocore reads, and translate
+    errors the same way: a missing bucket is a BackendError, not a miss."""
+    fast = await S3Backend(S3Location(bucket, "", (s3_server.endpoint,))).open()
+    slow = await S3Backend(S3Location(bucket, "", (s3_server.endpoint,)),
+                           fast_reads=False).open()
+    gone = await S3Backend(S3Location("no-such-bucket-here", "", (s3_server.endpoint,))).open()
+    assert fast._ranged is not None and slow._ranged is None  # the path under test is taken
+    try:
+        data = os.urandom(3 * MiB + 17)
+        await fast.put_object("obj", data)
+        for start, length in ((0, 1), (5, 4096), (MiB - 3, 2 * MiB), (3 * MiB, 100)):
+            got = await fast.get_range("obj", start, length)
+            assert got == await slow.get_range("obj", start, length)
+            assert got == data[start:start + length]
+        with pytest.raises(ObjectMissing):
+            await fast.get_range("missing", 0, 10)
+        with pytest.raises(BackendError) as err:
+            await gone.get_range("obj", 0, 10)
+        assert not isinstance(err.value, ObjectMissing) and not err.value.transient
+    finally:
+        for b in (fast, slow, gone):
+            await b.close()
 
 
 def test_parse_s3_url() -> None:

@@ -1,0 +1,70 @@
+"""Ranged GETs of the S3 backend without botocore: the store's hot read path.
+
+Every block read is one ranged GET of a segment. Through aiobotocore one costs the gateway
+~2.3 ms of CPU for 256 KiB and ~5.3 ms for 2 MiB here (request building, signing through the
+event system, response parsing, a bytes object per socket read and a join), about twice what
+the GET itself costs. This path signs with SigV4 (warp.sigv4), sends the request on a
+keep-alive connection of warp.fastget's pool and copies the body from the connection's reused
+receive buffer into one buffer of the requested length: ~0.9 and ~2.5 ms.
+
+Errors are translated onto s3kv.errors as S3Backend.translate does for botocore's.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+from s3kv.errors import BackendError, BackendUnavailable, ObjectMissing
+from warp.fastget import GetPool, ProtocolError
+from warp.sigv4 import EMPTY_SHA256, Credentials, Signer, quote_path
+
+_CODE = re.compile(rb"<Code>([^<]{1,64})</Code>")
+_TRANSIENT_CODES = {b"SlowDown", b"ServiceUnavailable", b"InternalError", b"RequestTimeout",
+                    b"XMinioServerNotInitialized"}
+
+
+class RangedReader:
+    def __init__(self, bucket: str, creds: Credentials) -> None:
+        self.bucket = bucket
+        self._signer = Signer(creds)
+        self._pool = GetPool()
+
+    async def read(self, endpoint: str, key: str, start: int, length: int) -> bytearray:
+        """Bytes [start, start + length) of ``key`` (fewer if the object ends first)."""
+        what = f"GET {key} [{start}+{length}]"
+        path = quote_path(f"/{self.bucket}/{key}")
+        headers = {"range": f"bytes={start}-{start + length - 1}"}
+        self._signer.sign("GET", urlsplit(endpoint).netloc, path, "", headers,
+                          payload_hash=EMPTY_SHA256)
+        buf = bytearray(length)
+        got = 0
+
+        def sink(view: memoryview) -> None:
+            nonlocal got
+            n = min(len(view), length - got)
+            buf[got:got + n] = view[:n]
+            got += n
+
+        try:
+            resp = await self._pool.get(endpoint, path, headers, sink)
+        except (ProtocolError, OSError) as exc:  # ConnectionError is an OSError
+            raise BackendUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
+        if resp.status == 206 or (resp.status == 200 and resp.size == length):
+            if got < length:
+                del buf[got:]
+            return buf
+        if resp.status == 200:
+            raise BackendError(f"{what}: the server ignored the Range header", transient=False,
+                               status=200)
+        m = _CODE.search(resp.error_body)
+        code = m.group(1) if m else b""
+        msg = f"{what}: {code.decode(errors='replace') or resp.status}"
+        if resp.status == 404 and code != b"NoSuchBucket":
+            raise ObjectMissing(msg)
+        if resp.status >= 500 or resp.status == 429 or code in _TRANSIENT_CODES:
+            raise BackendUnavailable(msg, status=resp.status)
+        raise BackendError(msg, transient=False, status=resp.status)
+
+    def close(self) -> None:
+        self._pool.close()
