@@ -24,6 +24,7 @@ from s3kv.gateway import ops
 from s3kv.gateway.access import check_namespace, require_unrestricted
 from s3kv.gateway.bodies import read_body, read_small
 from s3kv.gateway.requests import durability, validate_key
+from s3kv.gateway.s3_objects import SLICE
 from s3kv.gateway.state import GatewayState, state_of
 from s3kv.store.codecs import codec_from_headers
 
@@ -114,8 +115,8 @@ async def batch_get(request: web.Request) -> web.StreamResponse:
     resp.content_length = total
     await resp.prepare(request)
     for part in parts:
-        for i in range(0, len(part), 4 * 1024 * 1024):
-            await resp.write(memoryview(part)[i:i + 4 * 1024 * 1024])
+        for i in range(0, len(part), SLICE):
+            await resp.write(memoryview(part)[i:i + SLICE])
     await resp.write_eof()
     return resp
 

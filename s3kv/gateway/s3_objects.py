@@ -16,8 +16,10 @@ from s3kv.gateway.state import GatewayState
 from s3kv.store.codecs import codec_from_headers
 from s3kv.store.store import BlockMeta
 
-#: bodies larger than this are written in slices of this size (aiohttp is far faster so)
-SLICE = 4 * 1024 * 1024
+#: bodies larger than this are written in slices of this size: what one socket write leaves
+#: unsent, Python 3.11's transport copies and then trims send by send, so a whole 2 MiB body
+#: in one write costs several copies of itself (see s3kv/backends/body.py)
+SLICE = 1024 * 1024
 
 
 async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
