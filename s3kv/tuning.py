@@ -3,7 +3,8 @@
 A *layout* is (segment size S, part size P, concurrency C). For each layout measured:
 
 - **PUT**: segment-sized objects written as multipart uploads of P-sized parts (as the gateway
-  writes segments), C parts in flight in total: one upload at a time with C parts in flight
+  writes segments; P = S, one part, is one PUT as the gateway then writes it), C parts in
+  flight in total: one upload at a time with C parts in flight
   when an object has at least C parts, else ceil(C / parts) uploads at once. New objects start
   until the PUT phase's time is up; uploads in flight finish. Throughput = bytes of completed
   objects / wall time of the phase.
@@ -266,8 +267,12 @@ class Tuner:
             while True:
                 seq += 1
                 key = f"{self._row_prefix(row)}obj-{seq:05d}"
-                r = await client.multipart_put(self.spec.bucket, key, variant_of(key),
-                                               row.segment_size, row.part_size, in_flight)
+                if parts == 1:  # as the gateway writes a one-part segment: one PUT
+                    r = await client.put_object(self.spec.bucket, key, variant_of(key),
+                                                row.segment_size)
+                else:
+                    r = await client.multipart_put(self.spec.bucket, key, variant_of(key),
+                                                   row.segment_size, row.part_size, in_flight)
                 if r.error:
                     row.errors += 1
                     row.first_error = row.first_error or r.error
