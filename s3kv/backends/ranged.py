@@ -13,6 +13,7 @@ Errors are translated onto s3kv.errors as S3Backend.translate does for botocore'
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from s3kv.errors import BackendError, BackendUnavailable, ObjectMissing
@@ -24,18 +25,31 @@ _TRANSIENT_CODES = {b"SlowDown", b"ServiceUnavailable", b"InternalError", b"Requ
                     b"XMinioServerNotInitialized"}
 
 
+#: the current credentials, from botocore's provider chain (refreshed by it when they expire:
+#: web identity, instance roles), so that this path signs with what botocore would
+CredentialSource = Callable[[], Awaitable[Credentials]]
+
+
 class RangedReader:
-    def __init__(self, bucket: str, creds: Credentials) -> None:
+    def __init__(self, bucket: str, credentials: CredentialSource) -> None:
         self.bucket = bucket
-        self._signer = Signer(creds)
+        self._credentials = credentials
+        self._signer: Signer | None = None
         self._pool = GetPool()
+
+    async def _current_signer(self) -> Signer:
+        creds = await self._credentials()
+        if self._signer is None or self._signer.creds != creds:
+            self._signer = Signer(creds)  # its signing key is derived once per day
+        return self._signer
 
     async def read(self, endpoint: str, key: str, start: int, length: int) -> bytearray:
         """Bytes [start, start + length) of ``key`` (fewer if the object ends first)."""
         what = f"GET {key} [{start}+{length}]"
         path = quote_path(f"/{self.bucket}/{key}")
         headers = {"range": f"bytes={start}-{start + length - 1}"}
-        self._signer.sign("GET", urlsplit(endpoint).netloc, path, "", headers,
+        signer = await self._current_signer()
+        signer.sign("GET", urlsplit(endpoint).netloc, path, "", headers,
                           payload_hash=EMPTY_SHA256)
         buf = bytearray(length)
         got = 0

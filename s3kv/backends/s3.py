@@ -30,7 +30,7 @@ from botocore.exceptions import (
 from s3kv.backends.base import Buffer, ObjectInfo, UploadInfo
 from s3kv.backends.body import SLICE, SlicedBody
 from s3kv.backends.ranged import RangedReader
-from s3kv.errors import BackendError, BackendUnavailable, ConfigError, ObjectMissing
+from s3kv.errors import BackendError, BackendUnavailable, ObjectMissing
 from warp.sigv4 import Credentials
 
 T = TypeVar("T")
@@ -108,13 +108,16 @@ class S3Backend:
                 "s3", endpoint_url=endpoint, region_name=self.loc.region, config=self._config))
             self._clients.append(client)
         self._rr = itertools.cycle(range(len(self._clients)))
-        if self._fast_reads:
-            try:  # the same credential chain as botocore's (environment, then its own)
-                creds = Credentials.from_environment(self.loc.region)
-            except ConfigError:
-                creds = None  # anonymous access: leave ranged reads to botocore
-            if creds is not None:
-                self._ranged = RangedReader(self.loc.bucket, creds)
+        chain = await session.get_credentials() if self._fast_reads else None
+        if chain is not None:  # None: anonymous access, ranged reads stay with botocore
+            region = self.loc.region
+
+            async def current() -> Credentials:
+                frozen = await chain.get_frozen_credentials()
+                return Credentials(frozen.access_key, frozen.secret_key, frozen.token or "",
+                                   region)
+
+            self._ranged = RangedReader(self.loc.bucket, current)
         return self
 
     def _client(self) -> Any:
