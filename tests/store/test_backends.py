@@ -92,7 +92,8 @@ async def test_get_range_errors(backend: Backend) -> None:
 
 async def test_s3_ranged_reads_without_botocore(s3_server: MotoServer, bucket: str) -> None:
     """The S3 backend's fast ranged GETs (no botocore) read what botocore reads, and translate
-    errors the same way: a missing bucket is a BackendError, not a miss. Credentials come from botocore's chain."""
+    errors the same way: a missing bucket is a BackendError, not a miss. Credentials come
+    from botocore's chain."""
     fast = await S3Backend(S3Location(bucket, "", (s3_server.endpoint,))).open()
     slow = await S3Backend(S3Location(bucket, "", (s3_server.endpoint,)),
                            fast_reads=False).open()
