@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -333,14 +334,26 @@ async def run(server: BenchServer, profile: Profile, args: argparse.Namespace,
 
             gw = S3Side("gateway", gwc, ns, flush)
             direct = S3Side("direct", dc, direct_bucket)
-            for size, n in ((256 * KiB, profile.blocks_256k), (2 * MiB, profile.blocks_2m)):
-                tag = "256KiB" if size < MiB else "2MiB"
-                for c in (1, 8):
-                    r = await throughput(gw, direct, size, n, c, say)
-                    for k, v in r.items():
-                        results[f"{k}_{tag}_c{c}"] = v
-            results.update(await restore(gw_url, gw, direct, profile.session_tokens,
+            rounds: list[dict[str, float]] = []
+            for r in range(args.repeats):
+                if args.repeats > 1:
+                    say(f"repeat {r + 1} of {args.repeats}")
+                one: dict[str, float] = {}
+                for size, n in ((256 * KiB, profile.blocks_256k), (2 * MiB, profile.blocks_2m)):
+                    tag = "256KiB" if size < MiB else "2MiB"
+                    for c in (1, 8):
+                        got = await throughput(gw, direct, size, n, c, say)
+                        one.update({f"{k}_{tag}_c{c}": v for k, v in got.items()})
+                one.update(await restore(gw_url, gw, direct, profile.session_tokens,
                                          args.restore_batch, args.restore_concurrency, say))
+                rounds.append(one)
+            # every figure is the median over the repeats (each ratio's own median); the
+            # repeats' values are kept beside it
+            for key in rounds[0]:
+                results[key] = statistics.median(one[key] for one in rounds)
+            results["repeats"] = args.repeats
+            if args.repeats > 1:
+                results["per_repeat"] = {k: [one[k] for one in rounds] for k in SUMMARY_KEYS}
             results["gateway_put_slowdowns"] = gw.slowdowns
             results["direct_put_slowdowns"] = direct.slowdowns
     return results
@@ -367,6 +380,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="keys per native batch-get request [default: 64]")
     parser.add_argument("--restore-concurrency", type=int, default=2, metavar="N",
                         help="batch-get requests in flight during the restore [default: 2]")
+    parser.add_argument("--repeats", type=int, default=1, metavar="N",
+                        help="run every phase N times (fresh keys each time, one gateway) and "
+                        "report each figure's median, the per-repeat ratios beside them "
+                        "[default: 1]")
     parser.add_argument("--segment-size", metavar="SIZE", default=None,
                         help=f"the gateway's --segment-size [default: {FULL.segment_size}; "
                         f"--quick {QUICK.segment_size}]")
@@ -375,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"segment is one PUT [default: {FULL.part_size}; --quick "
                         f"{QUICK.part_size}]")
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be >= 1")
     profile = QUICK if args.quick else FULL
     profile = replace(profile, segment_size=args.segment_size or profile.segment_size,
                       part_size=args.part_size or profile.part_size)
@@ -391,9 +410,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"\nserver: {results['server']} ({results['profile']} profile; segments "
               f"{results['segment_size']} in {results['part_size']} parts)")
+        per = results.get("per_repeat", {})
         for key in SUMMARY_KEYS:
             ok = "ok" if results[key] >= TARGETS[key] else "below target"
-            print(f"  {key:24s} {results[key]:6.2f}  (target >= {TARGETS[key]}: {ok})")
+            runs = f"  repeats: {', '.join(f'{v:.2f}' for v in per[key])}" if key in per else ""
+            print(f"  {key:24s} {results[key]:6.2f}  (target >= {TARGETS[key]}: {ok}){runs}")
     return 0
 
 
