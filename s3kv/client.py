@@ -11,6 +11,7 @@ NamespaceNotFound, TooLarge, InvalidInput, or RequestError for the rest.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
 from collections.abc import Mapping, Sequence
@@ -37,18 +38,18 @@ def _frames(items: Sequence[tuple[str, bytes]]) -> bytes:
     return b"".join([_LEN.pack(len(head)), head, *[d for _, d in items]])
 
 
-def _unframe(body: bytes) -> list[tuple[str, bytes | None]]:
-    (n,) = _LEN.unpack_from(body, 0)
-    index = json.loads(body[4:4 + n])["blocks"]
-    pos = 4 + n
+async def _read_frames(stream: aiohttp.StreamReader) -> list[tuple[str, bytes | None]]:
+    """A framed batch-get response (docs/api.md), block by block off the stream."""
+    (n,) = _LEN.unpack(await stream.readexactly(_LEN.size))
+    index = json.loads(await stream.readexactly(n))["blocks"]
     out: list[tuple[str, bytes | None]] = []
     for b in index:
         if b.get("missing"):
-            out.append((b["key"], None))
-            continue
-        length = int(b["length"])
-        out.append((b["key"], body[pos:pos + length]))
-        pos += length
+            out.append((str(b["key"]), None))
+        else:
+            out.append((str(b["key"]), await stream.readexactly(int(b["length"]))))
+    if not stream.at_eof() and await stream.read(1):
+        raise ValueError("bytes after the last block")
     return out
 
 
@@ -77,16 +78,26 @@ class S3KVClient:
             self._session = None
 
     async def _request(self, method: str, path: str, *, data: bytes | None = None,
-                       json_body: Any = None, headers: Mapping[str, str] | None = None) -> bytes:
+                       json_body: Any = None, headers: Mapping[str, str] | None = None,
+                       frames: bool = False) -> Any:
+        """The response body (bytes), or with ``frames`` the framed blocks it carries, read
+        block by block off the stream (each block's bytes copied once, no whole-body
+        buffer)."""
         if self._session is None:
             raise RuntimeError("use `async with S3KVClient(...)`")
         try:
             async with self._session.request(method, self.endpoint + path, data=data,
                                              json=json_body, headers=headers) as resp:
-                body = await resp.read()
                 if resp.status >= 400:
+                    body = await resp.read()
                     raise _error(resp.status, body, resp.headers.get("Retry-After"))
-                return body
+                if not frames:
+                    return await resp.read()
+                try:
+                    return await _read_frames(resp.content)
+                except (asyncio.IncompleteReadError, ValueError, KeyError, TypeError) as exc:
+                    raise RequestError("MalformedFrames", f"bad framed response from "
+                                       f"{self.endpoint}: {exc}", 502) from exc
         except aiohttp.ClientError as exc:
             raise BackendUnavailable(f"gateway {self.endpoint} unreachable: {exc}") from exc
 
@@ -101,9 +112,9 @@ class S3KVClient:
         return (await self.lookup(namespace, keys))[0]
 
     async def get_many(self, namespace: str, keys: Sequence[str]) -> list[bytes | None]:
-        body = await self._request("POST", f"/v1/{namespace}/batch-get",
-                                   json_body={"keys": list(keys)})
-        got = dict(_unframe(body))
+        frames = await self._request("POST", f"/v1/{namespace}/batch-get",
+                                     json_body={"keys": list(keys)}, frames=True)
+        got = dict(frames)
         return [got.get(k) for k in keys]
 
     async def put_many(self, namespace: str, blocks: Mapping[str, bytes] | Sequence[
