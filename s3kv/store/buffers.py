@@ -22,7 +22,7 @@ class PartPool:
         return self._free.pop() if self._free else bytearray(self.part_size)
 
     def give(self, buffers: list[bytearray]) -> None:
-        """Buffers no longer read nor uploaded; a trimmed (short) last part is dropped."""
+        """Buffers no longer read nor uploaded (whole: the writer never resizes one)."""
         for buf in buffers:
             if len(buf) == self.part_size and len(self._free) < self.keep:
                 self._free.append(buf)

@@ -55,16 +55,20 @@ class OpenSegment:
         self.pool = pool
         self.part_size = pool.part_size
         self.upload = upload
-        self.parts: list[bytearray] = []  # full parts, queued or uploaded; kept for reads
+        self.parts: list[bytearray | memoryview] = []  # queued or uploaded; kept for reads
         self.cur = pool.take()  # the part being filled
         self.cur_len = 0
+        # every buffer taken from the pool, given back whole when the segment is released: a
+        # buffer is never resized (a view of it may outlive its upload, in an HTTP library's
+        # request objects, until they are collected; resizing would then fail)
+        self.buffers = [self.cur]
         self.size = 0
         self.entries: list[layout.Entry] = []
         self.namespaces: set[str] = set()
         self.manifest_bytes = layout.manifest_overhead(info.name)
         self.first_at = 0.0
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.queue: asyncio.Queue[bytearray | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[bytearray | memoryview | None] = asyncio.Queue()
         self.uploader: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.sealing = False
@@ -89,14 +93,14 @@ class OpenSegment:
                 self.parts.append(self.cur)
                 self.queue.put_nowait(self.cur)
                 self.cur = self.pool.take()
+                self.buffers.append(self.cur)
                 self.cur_len = 0
         self.size += len(data)
 
     def finish_last_part(self) -> None:
         """Queue the partly filled last part (sealing)."""
         if self.cur_len:
-            last = self.cur
-            del last[self.cur_len:]
+            last = memoryview(self.cur)[:self.cur_len]
             self.parts.append(last)
             self.queue.put_nowait(last)
             self.cur = bytearray()
@@ -383,9 +387,10 @@ class SegmentWriter:
         """Forget a segment's bytes; a sealed one's part buffers (uploaded, no longer read:
         reads copy out of them) go back to the pool."""
         self._in_memory.pop(seg.info.seg_id, None)
-        if reuse:
-            self._pool.give(seg.parts)
         seg.parts.clear()
+        if reuse:
+            self._pool.give(seg.buffers)
+        seg.buffers = []
         async with self._room:
             self._room.notify_all()
 
