@@ -32,6 +32,7 @@ MAX_PRESIGN_EXPIRES = 7 * 24 * 3600
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 _AMZ_DATE_FMT = "%Y%m%dT%H%M%SZ"
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
+_STAMP = re.compile(r"([0-9]{4})([0-9]{2})([0-9]{2})T([0-9]{2})([0-9]{2})([0-9]{2})Z")
 _SIG_RE = re.compile(r"^[0-9a-f]{64}$")
 _SPACES = re.compile(r" +")
 
@@ -150,9 +151,19 @@ def canonical_headers(headers: Mapping[str, str], signed: list[str]) -> str:
     return "".join(lines)
 
 
+def parse_stamp(text: str) -> datetime:
+    """YYYYMMDDTHHMMSSZ as an aware UTC datetime (ValueError if it is not one); what
+    ``strptime`` does, in under half its time (it runs on every request)."""
+    m = _STAMP.fullmatch(text)
+    if m is None:
+        raise ValueError(f"not a YYYYMMDDTHHMMSSZ stamp: {text!r}")
+    y, mo, d, h, mi, s = (int(g) for g in m.groups())
+    return datetime(y, mo, d, h, mi, s, tzinfo=UTC)
+
+
 def _parse_amz_date(text: str, what: str) -> datetime:
     try:
-        return datetime.strptime(text, _AMZ_DATE_FMT).replace(tzinfo=UTC)
+        return parse_stamp(text)
     except ValueError:
         raise _bad("AccessDenied", f"invalid {what} {text!r}: expected YYYYMMDDTHHMMSSZ",
                    403) from None
@@ -287,7 +298,7 @@ class SigV4Verifier:
         access_key, date, region = self._check_credential(one("X-Amz-Credential"), code)
         amz_date = one("X-Amz-Date")
         try:
-            when = datetime.strptime(amz_date, _AMZ_DATE_FMT).replace(tzinfo=UTC)
+            when = parse_stamp(amz_date)
         except ValueError:
             raise _bad(code, "X-Amz-Date must be in the ISO8601 Long Format "
                        "\"yyyyMMdd'T'HHmmss'Z'\"") from None

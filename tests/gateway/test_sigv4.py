@@ -204,3 +204,16 @@ def test_aws_streaming_example_seed_signature() -> None:
     ctx = spec_context()
     assert ctx.payload_mode is PayloadMode.STREAMING_SIGNED
     assert ctx.seed_signature == SPEC_HEADERS["Authorization"].rsplit("=", 1)[1]
+
+
+def test_parse_stamp_matches_strptime_and_rejects_the_rest() -> None:
+    from datetime import UTC, datetime
+
+    from s3kv.gateway.sigv4 import parse_stamp
+
+    for text in ("20261130T120000Z", "20240229T235959Z", "19700101T000000Z"):
+        assert parse_stamp(text) == datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    for bad in ("20261130T120000", "2026113T120000Z", "20261340T120000Z", "20261130T250000Z",
+                "", "\uff12\uff10\uff12\uff161130T120000Z", "20261130t120000z"):  # fullwidth digits
+        with pytest.raises(ValueError):
+            parse_stamp(bad)
