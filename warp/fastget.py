@@ -195,9 +195,10 @@ def _dechunk(data: bytes) -> bytes:
 class GetPool:
     """Keep-alive connections per endpoint, one exchange at a time on each."""
 
-    def __init__(self) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        """``ssl_context``: for https endpoints (default: the system's trust store)."""
         self._idle: dict[str, list[_GetProtocol]] = {}
-        self._ssl: ssl.SSLContext | None = None
+        self._ssl: ssl.SSLContext | None = ssl_context
 
     async def _connect(self, endpoint: str) -> _GetProtocol:
         u = urlsplit(endpoint)

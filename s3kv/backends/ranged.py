@@ -13,6 +13,7 @@ Errors are translated onto s3kv.errors as S3Backend.translate does for botocore'
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
@@ -31,11 +32,12 @@ CredentialSource = Callable[[], Awaitable[Credentials]]
 
 
 class RangedReader:
-    def __init__(self, bucket: str, credentials: CredentialSource) -> None:
+    def __init__(self, bucket: str, credentials: CredentialSource, ca_file: str) -> None:
+        """``ca_file``: the CA bundle botocore verifies https endpoints with."""
         self.bucket = bucket
         self._credentials = credentials
         self._signer: Signer | None = None
-        self._pool = GetPool()
+        self._pool = GetPool(ssl.create_default_context(cafile=ca_file))
 
     async def _current_signer(self) -> Signer:
         creds = await self._credentials()

@@ -26,6 +26,7 @@ from botocore.exceptions import (
     EndpointConnectionError,
     ReadTimeoutError,
 )
+from botocore.httpsession import get_cert_path
 
 from s3kv.backends.base import Buffer, ObjectInfo, UploadInfo
 from s3kv.backends.body import SLICE, SlicedBody
@@ -117,7 +118,10 @@ class S3Backend:
                 return Credentials(frozen.access_key, frozen.secret_key, frozen.token or "",
                                    region)
 
-            self._ranged = RangedReader(self.loc.bucket, current)
+            # TLS trusts what botocore trusts: AWS_CA_BUNDLE / a profile's ca_bundle, else
+            # botocore's own bundle
+            ca_file = session.get_config_variable("ca_bundle") or get_cert_path(True)
+            self._ranged = RangedReader(self.loc.bucket, current, str(ca_file))
         return self
 
     def _client(self) -> Any:
