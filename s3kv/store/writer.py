@@ -32,6 +32,7 @@ from s3kv.log import get_logger
 from s3kv.retry import RetryPolicy
 from s3kv.store import layout
 from s3kv.store.buffers import PartPool
+from s3kv.store.open_segment import OpenSegment
 from s3kv.store.segments import (
     SegmentInfo,
     SegmentState,
@@ -47,95 +48,6 @@ log = get_logger(__name__)
 def default_node_id() -> str:
     host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())
     return f"{host[:40] or 'node'}-{os.urandom(3).hex()}"
-
-
-class OpenSegment:
-    def __init__(self, info: SegmentInfo, pool: PartPool, upload: MultipartUpload) -> None:
-        self.info = info
-        self.pool = pool
-        self.part_size = pool.part_size
-        self.upload = upload
-        self.parts: list[bytearray | memoryview] = []  # queued or uploaded; kept for reads
-        self.cur = pool.take()  # the part being filled
-        self.cur_len = 0
-        # every buffer taken from the pool, given back whole when the segment is released: a
-        # buffer is never resized (a view of it may outlive its upload, in an HTTP library's
-        # request objects, until they are collected; resizing would then fail)
-        self.buffers = [self.cur]
-        self.size = 0
-        self.entries: list[layout.Entry] = []
-        self.namespaces: set[str] = set()
-        self.manifest_bytes = layout.manifest_overhead(info.name)
-        self.first_at = 0.0
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.queue: asyncio.Queue[bytearray | memoryview | None] = asyncio.Queue()
-        self.uploader: asyncio.Task[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.sealing = False
-
-    def room_for(self, namespace: str, key: bytes, length: int, align: int,
-                 segment_size: int) -> bool:
-        start = layout.align_up(self.size, align)
-        ns_new = namespace if namespace not in self.namespaces else None
-        manifest = self.manifest_bytes + layout.entry_bytes(ns_new, key)
-        return start + length + manifest + layout.TRAILER_SIZE <= segment_size
-
-    def _write(self, data: bytes | memoryview) -> None:
-        """Copy into the current part (the only copy of a block's bytes on the write path);
-        a full part is queued for upload as it is and never written again."""
-        view = memoryview(data)
-        while view:
-            take = min(self.part_size - self.cur_len, len(view))
-            self.cur[self.cur_len:self.cur_len + take] = view[:take]
-            self.cur_len += take
-            view = view[take:]
-            if self.cur_len == self.part_size:
-                self.parts.append(self.cur)
-                self.queue.put_nowait(self.cur)
-                self.cur = self.pool.take()
-                self.buffers.append(self.cur)
-                self.cur_len = 0
-        self.size += len(data)
-
-    def finish_last_part(self) -> None:
-        """Queue the partly filled last part (sealing)."""
-        if self.cur_len:
-            last = memoryview(self.cur)[:self.cur_len]
-            self.parts.append(last)
-            self.queue.put_nowait(last)
-            self.cur = bytearray()
-            self.cur_len = 0
-
-    def append(self, data: bytes | memoryview, align: int) -> int:
-        pad = layout.align_up(self.size, align) - self.size
-        if pad:
-            self._write(bytes(pad))
-        offset = self.size
-        self._write(data)
-        return offset
-
-    def add_entry(self, entry: layout.Entry) -> None:
-        ns_new = entry.namespace if entry.namespace not in self.namespaces else None
-        self.manifest_bytes += layout.entry_bytes(ns_new, entry.key)
-        self.namespaces.add(entry.namespace)
-        self.entries.append(entry)
-
-    def read(self, offset: int, length: int) -> bytes:
-        out = bytearray()
-        end = offset + length
-        pos = offset
-        while pos < end:
-            idx, inner = divmod(pos, self.part_size)
-            if idx < len(self.parts):
-                src, filled = self.parts[idx], len(self.parts[idx])
-            else:
-                src, filled = self.cur, self.cur_len
-            take = min(end - pos, filled - inner)
-            if take <= 0:
-                raise ValueError("read past the end of the open segment")
-            out += src[inner:inner + take]
-            pos += take
-        return bytes(out)
 
 
 class SegmentWriter:
