@@ -29,15 +29,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import statistics
-import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -47,8 +44,24 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script: make `benchmarks` and `s3kv` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from aiobotocore.session import get_session
 
+from benchmarks.packing_index import index_phase
+from benchmarks.packing_report import build_report, render_text
+from benchmarks.packing_runs import (
+    FULL,
+    QUICK,
+    Comparison,
+    Direct,
+    Profile,
+    Progress,
+    Run,
+    block_key,
+    payloads,
+    run_concurrently,
+    size_label,
+    summarize,
+    timed,
+)
 from benchmarks.servers import (
     BenchServer,
     ServerError,
@@ -59,226 +72,12 @@ from s3kv.backends import S3Backend, S3Location
 from s3kv.config import Settings
 from s3kv.errors import Backpressure, S3KVError
 from s3kv.log import configure_logging
-from s3kv.sizes import KiB, MiB, format_size, parse_size
+from s3kv.sizes import MiB, parse_size
 from s3kv.store.store import BlockStore
 
 NAMESPACE = "bench"
-KEY_BYTES = 64
-TARGETS = {  # issue 2; reported, never asserted
-    "put_ratio_256KiB": (">=", 2.0),
-    "put_ratio_2MiB": (">=", 1.0),
-    "chain_read_ratio": (">=", 2.0),
-    "index_bytes_per_entry": ("<=", 160.0),
-    "write_amplification": ("<=", 1.02),
-}
 
 
-@dataclass(frozen=True)
-class Profile:
-    volume: int  # block bytes per timed PUT run (per block size and concurrency)
-    segment_size: int
-    part_size: int
-    chains: int
-    chain_length: int
-    index_entries: int
-    concurrency: tuple[int, ...] = (1, 8)
-    block_sizes: tuple[int, ...] = (256 * KiB, 2 * MiB)
-    chain_block: int = 256 * KiB
-
-
-FULL = Profile(volume=256 * MiB, segment_size=64 * MiB, part_size=16 * MiB, chains=8,
-               chain_length=64, index_entries=1_000_000)
-# Small enough for moto in CI (< 40 s): moto wants parts >= 5 MiB and reads a whole object
-# per ranged GET, so segments stay small.
-QUICK = Profile(volume=4 * MiB, segment_size=10 * MiB, part_size=5 * MiB, chains=2,
-                chain_length=16, index_entries=20_000)
-
-
-def _proc_cpu(pid: int) -> float | None:
-    """CPU seconds (user + system) of a process, from /proc; None where unavailable."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields_ = fh.read().rsplit(")", 1)[1].split()
-        return (int(fields_[11]) + int(fields_[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-@dataclass
-class Run:
-    """One timed run: bytes moved in seconds at a concurrency, and the CPU it cost."""
-
-    what: str
-    concurrency: int
-    nbytes: int
-    seconds: float
-    client_cpu: float = 0.0  # this process, all threads
-    server_cpu: float | None = None  # the S3 server process (None: external endpoint)
-
-    @property
-    def mib_s(self) -> float:
-        return self.nbytes / MiB / self.seconds if self.seconds > 0 else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        gib = self.nbytes / (1024 * MiB)
-        return {"mib_s": round(self.mib_s, 2), "seconds": round(self.seconds, 3),
-                "client_cpu_s_per_gib": round(self.client_cpu / gib, 2) if gib else None,
-                "server_cpu_s_per_gib": (round(self.server_cpu / gib, 2)
-                                         if gib and self.server_cpu is not None else None)}
-
-
-async def timed(what: str, concurrency: int, nbytes: int, server_pid: int | None,
-                fn: Callable[[], Awaitable[object]]) -> Run:
-    s0 = _proc_cpu(server_pid) if server_pid else None
-    c0 = time.process_time()
-    t0 = time.perf_counter()
-    await fn()
-    secs = time.perf_counter() - t0
-    c1 = time.process_time()
-    s1 = _proc_cpu(server_pid) if server_pid else None
-    scpu = s1 - s0 if s0 is not None and s1 is not None else None
-    return Run(what, concurrency, nbytes, secs, c1 - c0, scpu)
-
-
-@dataclass
-class Comparison:
-    """Store against direct in one repeat: the better concurrency counts on each side."""
-
-    name: str
-    store: list[Run] = field(default_factory=list)
-    direct: list[Run] = field(default_factory=list)
-
-    @staticmethod
-    def best(runs: list[Run]) -> Run:
-        return max(runs, key=lambda r: r.mib_s)
-
-    @property
-    def ratio(self) -> float:
-        d = self.best(self.direct).mib_s
-        return self.best(self.store).mib_s / d if d else math.inf
-
-    def as_dict(self) -> dict[str, Any]:
-        bs, bd = self.best(self.store), self.best(self.direct)
-        return {
-            "store_mib_s": round(bs.mib_s, 2), "store_best_concurrency": bs.concurrency,
-            "direct_mib_s": round(bd.mib_s, 2), "direct_best_concurrency": bd.concurrency,
-            "ratio": round(self.ratio, 3),
-            "runs": {f"{r.what}_c{r.concurrency}": r.as_dict() for r in self.store + self.direct},
-        }
-
-
-def summarize(series: list[Comparison]) -> dict[str, Any]:
-    """Median over repeats (the ratio of each repeat, then the median of those)."""
-    return {
-        "ratio": statistics.median(c.ratio for c in series),
-        "store_mib_s": round(statistics.median(c.best(c.store).mib_s for c in series), 2),
-        "direct_mib_s": round(statistics.median(c.best(c.direct).mib_s for c in series), 2),
-        "store_best_concurrency": [c.best(c.store).concurrency for c in series],
-        "direct_best_concurrency": [c.best(c.direct).concurrency for c in series],
-        "ratios": [round(c.ratio, 3) for c in series],
-        "repeats": [c.as_dict() for c in series],
-    }
-
-
-class Progress:
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.started = time.monotonic()
-
-    def __call__(self, msg: str) -> None:
-        if self.enabled:
-            print(f"[{time.monotonic() - self.started:6.1f}s] {msg}", file=sys.stderr, flush=True)
-
-
-def size_label(n: int) -> str:
-    return format_size(n).replace(" ", "")
-
-
-def payloads(n: int, size: int, seed: int) -> list[bytes]:
-    rng = np.random.default_rng(seed)
-    return [rng.bytes(size) for _ in range(n)]
-
-
-def block_key(tag: str, i: int) -> bytes:
-    """64-byte keys, like the prefix-chain hashes clients use (hex of a 256-bit digest)."""
-    return uuid.uuid5(uuid.NAMESPACE_OID, f"{tag}/{i}").hex.encode() * 2
-
-
-async def run_concurrently(n: int, concurrency: int,
-                           op: Callable[[int], Awaitable[None]]) -> None:
-    """op(0..n-1), ``concurrency`` at a time, each worker taking the next index."""
-    it = iter(range(n))
-
-    async def worker() -> None:
-        for i in it:
-            await op(i)
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-
-
-# ---- the direct baseline: one object per block, aiobotocore, the store's own Config ------------
-class Direct:
-    def __init__(self, server: BenchServer, bucket: str) -> None:
-        self.server = server
-        self.bucket = bucket
-        # identical botocore settings (pool, timeouts, no payload signing/checksums, path style)
-        self.config = S3Backend(S3Location(bucket, "", (server.url,)))._config
-        self._cm: Any = None
-        self.client: Any = None
-
-    async def __aenter__(self) -> Direct:
-        self._cm = get_session().create_client(
-            "s3", endpoint_url=self.server.url, region_name=self.server.region,
-            config=self.config)
-        self.client = await self._cm.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._cm.__aexit__(None, None, None)
-
-    async def put(self, key: str, data: bytes) -> None:
-        await self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
-
-    async def get(self, key: str) -> int:
-        resp = await self.client.get_object(Bucket=self.bucket, Key=key)
-        async with resp["Body"] as body:
-            data: bytes = await body.read()
-        return len(data)
-
-    async def warm(self, concurrency: int) -> None:
-        """Open the pool's connections before anything is timed."""
-        await asyncio.gather(*(self.put(f"warm/{i}", b"x") for i in range(concurrency)))
-        await asyncio.gather(*(self.get(f"warm/{i}") for i in range(concurrency)))
-
-    async def put_all(self, prefix: str, blocks: Sequence[bytes], concurrency: int) -> float:
-        async def op(i: int) -> None:
-            await self.put(f"{prefix}/{i}", blocks[i])
-
-        t0 = time.perf_counter()
-        await run_concurrently(len(blocks), concurrency, op)
-        return time.perf_counter() - t0
-
-    async def get_all(self, keys: Sequence[str], size: int, concurrency: int) -> float:
-        async def op(i: int) -> None:
-            n = await self.get(keys[i])
-            if n != size:
-                raise RuntimeError(f"direct GET {keys[i]}: {n} bytes, expected {size}")
-
-        t0 = time.perf_counter()
-        await run_concurrently(len(keys), concurrency, op)
-        return time.perf_counter() - t0
-
-    async def delete_prefix(self, prefix: str) -> None:
-        paginator = self.client.get_paginator("list_objects_v2")
-        keys: list[str] = []
-        async for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
-            keys.extend(item["Key"] for item in page.get("Contents", []))
-        for i in range(0, len(keys), 1000):
-            await self.client.delete_objects(Bucket=self.bucket, Delete={
-                "Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
-
-
-# ---- the store side -------------------------------------------------------------------------
 def store_settings(profile: Profile) -> Settings:
     return Settings.load({
         "segment_size": profile.segment_size, "part_size": profile.part_size,
@@ -483,49 +282,6 @@ async def chain_phase(profile: Profile, server: BenchServer, bucket: str, direct
     return comp, {"backend_gets_per_chain": gets}
 
 
-_INDEX_CHILD = r"""
-import gc, hashlib, json, sys
-from s3kv.store.index import BlockIndex, Location
-
-def rss():
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
-
-n, klen = int(sys.argv[1]), int(sys.argv[2])
-def key(i):
-    return hashlib.blake2b(i.to_bytes(8, "little"), digest_size=klen // 2).hexdigest().encode()
-gc.collect()
-idx = BlockIndex()
-before = rss()
-for i in range(n):
-    idx.put(1, key(i), Location(1 + i // 1000, (i % 1000) * 262144, 262144, 262144,
-                                i & 0xFFFFFFFF, 0, 1.7e9 + i))
-gc.collect()
-after = rss()
-assert len(idx) == n and idx.get(1, key(n // 2)).crc == (n // 2) & 0xFFFFFFFF
-print(json.dumps({"rss_delta": after - before, "entries": n, "key_bytes": len(key(0)),
-                  "array_bytes": idx.memory_bytes()}))
-"""
-
-
-def index_phase(entries: int, progress: Progress) -> dict[str, Any]:
-    progress(f"index: {entries:,} entries with {KEY_BYTES}-byte keys in a fresh subprocess")
-    out = subprocess.run([sys.executable, "-c", _INDEX_CHILD, str(entries), str(KEY_BYTES)],
-                         capture_output=True, text=True, check=False, timeout=900,
-                         cwd=str(Path(__file__).resolve().parent.parent))
-    if out.returncode != 0:
-        raise RuntimeError(f"index subprocess failed:\n{out.stderr[-2000:]}")
-    res: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    res["bytes_per_entry"] = res["rss_delta"] / entries
-    res["array_bytes_per_entry"] = res["array_bytes"] / entries
-    progress(f"index: {res['bytes_per_entry']:.1f} B/entry RSS delta "
-             f"({res['array_bytes_per_entry']:.1f} B/entry in its arrays)")
-    return res
-
-
 # ---- the run --------------------------------------------------------------------------------
 COMPARISONS = ("put_256KiB", "get_256KiB", "put_2MiB", "get_2MiB", "chain_read")
 
@@ -569,113 +325,6 @@ async def measure(server: BenchServer, profile: Profile, bucket: str, repeats: i
             "store": stores, "chain": chain_extra,
             "multipart_ceiling": {"mib_s": round(ceiling, 2),
                                   "repeats": [r.as_dict() for r in ceilings]}}
-
-
-def build_report(server: BenchServer, profile: Profile, repeats: int,
-                 measured: dict[str, Any], index: dict[str, Any],
-                 elapsed: float) -> dict[str, Any]:
-    comps: dict[str, Any] = measured["comparisons"]
-    small = size_label(profile.block_sizes[0])
-    large = size_label(profile.block_sizes[-1])
-    was = [s["write_amplification"] for s in measured["store"][small]]
-    out: dict[str, Any] = {
-        "put_ratio_256KiB": comps[f"put_{small}"]["ratio"],
-        "put_ratio_2MiB": comps[f"put_{large}"]["ratio"],
-        "chain_read_ratio": comps["chain_read"]["ratio"],
-        "index_bytes_per_entry": index["bytes_per_entry"],
-        "write_amplification": statistics.median(was),
-        "get_ratio_256KiB": comps[f"get_{small}"]["ratio"],
-        "get_ratio_2MiB": comps[f"get_{large}"]["ratio"],
-        "multipart_ceiling_mib_s": measured["multipart_ceiling"]["mib_s"],
-        "store_put_256KiB_vs_ceiling": (comps[f"put_{small}"]["store_mib_s"]
-                                        / measured["multipart_ceiling"]["mib_s"]),
-        "store_put_2MiB_vs_ceiling": (comps[f"put_{large}"]["store_mib_s"]
-                                      / measured["multipart_ceiling"]["mib_s"]),
-        "server": server.name,
-        "endpoint": server.url,
-        "repeats": repeats,
-        "profile": {**asdict(profile),
-                    "segment_size_h": size_label(profile.segment_size),
-                    "part_size_h": size_label(profile.part_size),
-                    "volume_h": size_label(profile.volume)},
-        "comparisons": comps,
-        "store": measured["store"],
-        "chain": measured["chain"],
-        "multipart_ceiling": measured["multipart_ceiling"],
-        "index": index,
-        "targets": {k: f"{op} {v:g}" for k, (op, v) in TARGETS.items()},
-        "elapsed_s": round(elapsed, 1),
-    }
-    for key in (*TARGETS, "get_ratio_256KiB", "get_ratio_2MiB", "store_put_256KiB_vs_ceiling",
-                "store_put_2MiB_vs_ceiling"):
-        out[key] = round(float(out[key]), 4)
-    return out
-
-
-def meets(key: str, value: float) -> str:
-    op, target = TARGETS[key]
-    ok = value >= target if op == ">=" else value <= target
-    return f"{op} {target:g}  {'ok' if ok else 'MISSED'}"
-
-
-def _cpu_note(comp: dict[str, Any]) -> str:
-    """Server CPU s/GiB of the best store and direct runs of the median repeat."""
-    reps = comp["repeats"]
-    rep = sorted(reps, key=lambda c: c["ratio"])[len(reps) // 2]
-    s = rep["runs"][f"store_c{rep['store_best_concurrency']}"]["server_cpu_s_per_gib"]
-    d = rep["runs"][f"direct_c{rep['direct_best_concurrency']}"]["server_cpu_s_per_gib"]
-    return "" if s is None or d is None else f"{s:>7.1f} /{d:>5.1f}"
-
-
-def render_text(report: dict[str, Any]) -> str:
-    p = report["profile"]
-    reps = report["repeats"]
-    lines = [
-        f"s3kv block store packing benchmark - server {report['server']} at "
-        f"{report['endpoint']}",
-        f"segments {p['segment_size_h']}, parts {p['part_size_h']}, {p['volume_h']} of blocks "
-        f"per timed PUT run, concurrency {'/'.join(map(str, p['concurrency']))} (the better "
-        f"counts on each side), chains {p['chains']} x {p['chain_length']} blocks"
-        + (f"; median of {reps} repeats" if reps > 1 else ""),
-        "",
-        f"{'':27}{'store MiB/s':>12}{'direct MiB/s':>13}{'ratio':>8}  {'server CPU s/GiB':>16}"
-        f"  target",
-        f"{'':27}{'':>12}{'':>13}{'':>8}  {'store / direct':>16}",
-    ]
-    rows = [("put_256KiB", "PUT 256 KiB (incl. flush)", "put_ratio_256KiB"),
-            ("get_256KiB", "GET 256 KiB", None),
-            ("put_2MiB", "PUT 2 MiB (incl. flush)", "put_ratio_2MiB"),
-            ("get_2MiB", "GET 2 MiB", None),
-            ("chain_read", f"chain read {p['chain_length']} x 256 KiB", "chain_read_ratio")]
-    for comp_key, title, target_key in rows:
-        c = report["comparisons"].get(comp_key)
-        if c is None:
-            continue
-        target = meets(target_key, report[target_key]) if target_key else ""
-        lines.append(f"{title:27}{c['store_mib_s']:>12.1f}{c['direct_mib_s']:>13.1f}"
-                     f"{c['ratio']:>8.2f}  {_cpu_note(c):>16}  {target}")
-        if reps > 1:
-            lines.append(f"{'':27}ratios per repeat: {', '.join(map(str, c['ratios']))}")
-    idx = report["index"]
-    ceiling = report["multipart_ceiling"]
-    cpu = ceiling["repeats"][0]["server_cpu_s_per_gib"]
-    lines += [
-        "",
-        f"server multipart ceiling   {ceiling['mib_s']:8.1f} MiB/s   ({p['segment_size_h']} objects"
-        f" in {p['part_size_h']} parts, no store"
-        + (f"; server CPU {cpu} s/GiB" if cpu is not None else "") + "); store PUT reaches "
-        f"{report['store_put_256KiB_vs_ceiling']:.2f} (256 KiB) and "
-        f"{report['store_put_2MiB_vs_ceiling']:.2f} (2 MiB) of it",
-        f"index bytes per entry      {report['index_bytes_per_entry']:8.1f}   "
-        f"({idx['entries']:,} entries, {idx['key_bytes']}-byte keys, RSS delta; "
-        f"{idx['array_bytes_per_entry']:.1f} in its arrays)   "
-        f"{meets('index_bytes_per_entry', report['index_bytes_per_entry'])}",
-        f"write amplification        {report['write_amplification']:8.4f}   "
-        f"(256 KiB blocks, backend bytes / block bytes after flush)   "
-        f"{meets('write_amplification', report['write_amplification'])}",
-        f"elapsed {report['elapsed_s']} s",
-    ]
-    return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
