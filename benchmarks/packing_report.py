@@ -108,10 +108,12 @@ def render_text(report: dict[str, Any]) -> str:
     idx = report["index"]
     ceiling = report["multipart_ceiling"]
     cpu = ceiling["repeats"][0]["server_cpu_s_per_gib"]
+    how = ("one PUT each" if p["part_size"] == p["segment_size"]
+           else f"{p['part_size_h']} parts")
     lines += [
         "",
-        f"server multipart ceiling   {ceiling['mib_s']:8.1f} MiB/s   ({p['segment_size_h']} objects"
-        f" in {p['part_size_h']} parts, no store"
+        f"segment-write ceiling      {ceiling['mib_s']:8.1f} MiB/s   ({p['segment_size_h']} objects"
+        f" in {how}, no store"
         + (f"; server CPU {cpu} s/GiB" if cpu is not None else "") + "); store PUT reaches "
         f"{report['store_put_256KiB_vs_ceiling']:.2f} (256 KiB) and "
         f"{report['store_put_2MiB_vs_ceiling']:.2f} (2 MiB) of it",
