@@ -158,7 +158,7 @@ class S3Client:
     async def put_object(self, bucket: str, key: str, variant: int, size: int,
                          endpoint: str = "") -> OpResult:
         def body() -> Body:
-            return SlicedBody(self.payload.slices(variant, 0, size), size)
+            return SlicedBody(self.payload.slices(variant, 0, size))
 
         r = await self.request("PUT", bucket, key, body=body, endpoint=endpoint,
                                headers={"Content-Length": str(size)})
@@ -194,7 +194,7 @@ class S3Client:
 
         async def part(number: int, offset: int, length: int) -> OpResult:
             def body() -> Body:
-                return SlicedBody(self.payload.slices(variant, offset, length), length)
+                return SlicedBody(self.payload.slices(variant, offset, length))
 
             async with gate:
                 if total.error:

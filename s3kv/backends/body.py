@@ -27,16 +27,16 @@ SLICE = 1 << 20
 
 
 class SlicedBody(Payload):
-    """One buffer, or several sent back to back (``size``: their total, if known)."""
+    """One buffer, or several sent back to back."""
 
-    def __init__(self, data: Buffer | Iterable[Buffer], size: int | None = None) -> None:
+    def __init__(self, data: Buffer | Iterable[Buffer]) -> None:
         if isinstance(data, (bytes, bytearray, memoryview)):
             views = [memoryview(data).cast("B")]
         else:
             views = [memoryview(v).cast("B") for v in data]
         super().__init__(views, content_type="application/octet-stream")
         self._views = views
-        self._size = sum(len(v) for v in views) if size is None else size
+        self._size = sum(len(v) for v in views)
         self._pos = 0
         self._joined: bytes | None = None
 

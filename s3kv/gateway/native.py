@@ -24,7 +24,7 @@ from s3kv.gateway import ops
 from s3kv.gateway.access import check_namespace, require_unrestricted
 from s3kv.gateway.bodies import read_body, read_small
 from s3kv.gateway.requests import durability, validate_key
-from s3kv.gateway.s3_objects import SLICE
+from s3kv.gateway.s3_objects import stream_response
 from s3kv.gateway.state import GatewayState, state_of
 from s3kv.store.codecs import codec_from_headers
 
@@ -109,16 +109,9 @@ async def batch_get(request: web.Request) -> web.StreamResponse:
     names = _keys(await _json(request, st))
     blocks = await st.store.get_many(ns, [validate_key(k) for k in names])
     parts = encode_frames(list(zip(names, blocks, strict=True)))
-    total = sum(len(p) for p in parts)
-    st.metrics.bytes_out.inc(total)
-    resp = web.StreamResponse(headers={"Content-Type": FRAMES})
-    resp.content_length = total
-    await resp.prepare(request)
-    for part in parts:
-        for i in range(0, len(part), SLICE):
-            await resp.write(memoryview(part)[i:i + SLICE])
-    await resp.write_eof()
-    return resp
+    st.metrics.bytes_out.inc(sum(len(p) for p in parts))
+    return await stream_response(request, web.StreamResponse(headers={"Content-Type": FRAMES}),
+                                 parts)
 
 
 async def batch_put(request: web.Request) -> web.StreamResponse:

@@ -7,6 +7,7 @@ from email.utils import formatdate
 
 from aiohttp import web
 
+from s3kv.backends.body import SLICE
 from s3kv.errors import RequestError
 from s3kv.gateway import multipart
 from s3kv.gateway.bodies import read_body
@@ -15,11 +16,6 @@ from s3kv.gateway.s3_buckets import etag_of
 from s3kv.gateway.state import GatewayState
 from s3kv.store.codecs import codec_from_headers
 from s3kv.store.store import BlockMeta
-
-#: bodies larger than this are written in slices of this size: what one socket write leaves
-#: unsent, Python 3.11's transport copies and then trims send by send, so a whole 2 MiB body
-#: in one write costs several copies of itself (see s3kv/backends/body.py)
-SLICE = 1024 * 1024
 
 
 async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
@@ -96,10 +92,20 @@ async def get_object(request: web.Request, st: GatewayState, t: Target, *,
     st.metrics.bytes_out.inc(len(view))
     if len(view) <= SLICE:
         return web.Response(status=status, body=view, headers=headers)
-    resp = web.StreamResponse(status=status, headers=headers)
-    resp.content_length = len(view)
+    return await stream_response(request, web.StreamResponse(status=status, headers=headers),
+                                 [view])
+
+
+async def stream_response(request: web.Request, resp: web.StreamResponse,
+                          parts: list[bytes | memoryview]) -> web.StreamResponse:
+    """Send ``parts`` back to back as the body, in views of at most SLICE bytes: what one
+    socket write leaves unsent, Python 3.11's transport copies and then trims send by send
+    (see s3kv/backends/body.py)."""
+    resp.content_length = sum(len(p) for p in parts)
     await resp.prepare(request)
-    for i in range(0, len(view), SLICE):
-        await resp.write(view[i:i + SLICE])
+    for part in parts:
+        view = memoryview(part)
+        for i in range(0, len(view), SLICE):
+            await resp.write(view[i:i + SLICE])
     await resp.write_eof()
     return resp

@@ -264,7 +264,7 @@ class GatewayTarget(Target):
         stored: dict[str, int] = {}
 
         def body() -> SlicedBody:
-            return SlicedBody([memoryview(prefix), *self.views(keys)], size)
+            return SlicedBody([memoryview(prefix), *self.views(keys)])
 
         async def read_json(resp: aiohttp.ClientResponse) -> None:
             stored.update(json.loads(await resp.read()))

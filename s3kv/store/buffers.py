@@ -23,9 +23,7 @@ class PartPool:
 
     def give(self, buffers: list[bytearray]) -> None:
         """Buffers no longer read nor uploaded (whole: the writer never resizes one)."""
-        for buf in buffers:
-            if len(buf) == self.part_size and len(self._free) < self.keep:
-                self._free.append(buf)
+        self._free.extend(buffers[:max(0, self.keep - len(self._free))])
 
     @property
     def idle_bytes(self) -> int:
