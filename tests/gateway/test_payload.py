@@ -100,17 +100,23 @@ async def test_non_ascii_signatures_are_mismatches_not_crashes() -> None:
     from hmac.compare_digest on non-ASCII str, i.e. a 500; found by the fuzz suite)."""
     odd_chunk = SPEC_BODY.replace(b"ad80c730", b"ad80c73\x80", 1)
     assert await code_of(odd_chunk, SPEC_HEADERS, spec_context()) == "SignatureDoesNotMatch"
-    ctx = spec_context()
-    ctx = AuthContext(**{**ctx.__dict__, "payload_mode": PayloadMode.STREAMING_SIGNED_TRAILER})
-    data = os.urandom(100)
-    crc = base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
-    headers = {"x-amz-content-sha256": "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER",
-               "Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": "100",
-               "x-amz-trailer": "x-amz-checksum-crc32"}
+    ctx, data, crc, headers = _trailer_request(100)
     good = _signed_trailer_body(ctx, data, ("x-amz-checksum-crc32", crc))
     head, _, sig = good.rstrip(b"\r\n").rpartition(b"x-amz-trailer-signature:")
     odd_trailer = head + b"x-amz-trailer-signature:\xe9" + sig[1:] + b"\r\n\r\n"
     assert await code_of(odd_trailer, headers, ctx) == "SignatureDoesNotMatch"
+
+
+def _trailer_request(size: int) -> tuple[AuthContext, bytes, str, dict[str, str]]:
+    """A signed-trailer upload of ``size`` random bytes: context, data, its CRC32, headers."""
+    ctx = spec_context()
+    ctx = AuthContext(**{**ctx.__dict__, "payload_mode": PayloadMode.STREAMING_SIGNED_TRAILER})
+    data = os.urandom(size)
+    crc = base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+    headers = {"x-amz-content-sha256": "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER",
+               "Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": str(size),
+               "x-amz-trailer": "x-amz-checksum-crc32"}
+    return ctx, data, crc, headers
 
 
 def _signed_trailer_body(ctx: AuthContext, data: bytes, trailer: tuple[str, str],
@@ -133,13 +139,7 @@ def _signed_trailer_body(ctx: AuthContext, data: bytes, trailer: tuple[str, str]
 
 
 async def test_signed_trailer_mode() -> None:
-    ctx = spec_context()
-    ctx = AuthContext(**{**ctx.__dict__, "payload_mode": PayloadMode.STREAMING_SIGNED_TRAILER})
-    data = os.urandom(10000)
-    crc = base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
-    headers = {"x-amz-content-sha256": "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER",
-               "Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": "10000",
-               "x-amz-trailer": "x-amz-checksum-crc32"}
+    ctx, data, crc, headers = _trailer_request(10000)
     body, result = await read(_signed_trailer_body(ctx, data, ("x-amz-checksum-crc32", crc)),
                               headers, ctx)
     assert body == data and result.checksums == {"crc32": crc}
