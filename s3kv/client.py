@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import struct
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -28,29 +27,13 @@ from s3kv.errors import (
     RequestError,
     TooLarge,
 )
-
-FRAMES = "application/x-s3kv-frames"
-_LEN = struct.Struct("<I")
+from s3kv.frames import FRAMES, encode_frames, read_records
 
 
-def _frames(items: Sequence[tuple[str, bytes]]) -> bytes:
-    head = json.dumps({"blocks": [{"key": k, "length": len(d)} for k, d in items]}).encode()
-    return b"".join([_LEN.pack(len(head)), head, *[d for _, d in items]])
-
-
-async def _read_frames(stream: aiohttp.StreamReader) -> list[tuple[str, bytes | None]]:
-    """A framed batch-get response (docs/api.md), block by block off the stream."""
-    (n,) = _LEN.unpack(await stream.readexactly(_LEN.size))
-    index = json.loads(await stream.readexactly(n))["blocks"]
-    out: list[tuple[str, bytes | None]] = []
-    for b in index:
-        if b.get("missing"):
-            out.append((str(b["key"]), None))
-        else:
-            out.append((str(b["key"]), await stream.readexactly(int(b["length"]))))
-    if not stream.at_eof() and await stream.read(1):
-        raise ValueError("bytes after the last block")
-    return out
+async def _read_blocks(stream: aiohttp.StreamReader) -> list[tuple[str, bytes | None]]:
+    """A batch-get response stream (s3kv/frames.py), block by block as it arrives."""
+    return [(key, None if length is None else await stream.readexactly(length))
+            async for key, length in read_records(stream)]
 
 
 class S3KVClient:
@@ -94,7 +77,7 @@ class S3KVClient:
                 if not frames:
                     return await resp.read()
                 try:
-                    return await _read_frames(resp.content)
+                    return await _read_blocks(resp.content)
                 except (asyncio.IncompleteReadError, ValueError, KeyError, TypeError) as exc:
                     raise RequestError("MalformedFrames", f"bad framed response from "
                                        f"{self.endpoint}: {exc}", 502) from exc
@@ -123,8 +106,8 @@ class S3KVClient:
         headers = {"Content-Type": FRAMES}
         if durable:
             headers["x-s3kv-durability"] = "sealed"
-        body = await self._request("POST", f"/v1/{namespace}/batch-put", data=_frames(items),
-                                   headers=headers)
+        body = await self._request("POST", f"/v1/{namespace}/batch-put",
+                                   data=b"".join(encode_frames(items)), headers=headers)
         return int(json.loads(body)["stored"])
 
     async def flush(self) -> None:

@@ -6,61 +6,30 @@
 - ``POST /v1/flush``           seal open segments now -> {"sealed": true}
 - ``GET  /v1/stats``           store counters -> JSON
 
-Framing (both directions), ``application/x-s3kv-frames``: a 4-byte little-endian length N,
-N bytes of JSON ``{"blocks": [{"key": k, "length": n} | {"key": k, "missing": true}, ...]}``,
-then the blocks' bytes back to back in that order (missing ones take no bytes).
+Bodies: batch-put takes ``application/x-s3kv-frames`` (lengths first); batch-get answers
+``application/x-s3kv-stream``, one record per key sent as soon as that block is read and
+verified (s3kv/frames.py, docs/api.md).
 """
 
 from __future__ import annotations
 
 import json
-import struct
+from contextlib import aclosing
 from typing import Any
 
 from aiohttp import web
 
 from s3kv.errors import RequestError
+from s3kv.frames import STREAM, block_record, decode_frames, end_record
 from s3kv.gateway import ops
 from s3kv.gateway.access import check_namespace, require_unrestricted
 from s3kv.gateway.bodies import read_body, read_small
 from s3kv.gateway.requests import durability, validate_key
-from s3kv.gateway.s3_objects import stream_response
+from s3kv.gateway.s3_objects import write_sliced
 from s3kv.gateway.state import GatewayState, state_of
 from s3kv.store.codecs import codec_from_headers
 
-FRAMES = "application/x-s3kv-frames"
 MAX_BATCH_KEYS = 4096
-_LEN = struct.Struct("<I")
-
-
-def encode_frames(items: list[tuple[str, bytes | memoryview | None]]
-                  ) -> list[bytes | memoryview]:
-    """Header and bodies of a framed message, as separate buffers (no big concatenation)."""
-    index = [{"key": k, "length": len(d)} if d is not None else {"key": k, "missing": True}
-             for k, d in items]
-    head = json.dumps({"blocks": index}).encode()
-    return [_LEN.pack(len(head)) + head, *[d for _, d in items if d is not None]]
-
-
-def decode_frames(body: memoryview) -> list[tuple[str, memoryview]]:
-    """Parse a framed batch-put body; raises RequestError on any inconsistency."""
-    try:
-        (n,) = _LEN.unpack_from(body, 0)
-        index = json.loads(bytes(body[4:4 + n]))
-        blocks = index["blocks"]
-        pos = 4 + n
-        out: list[tuple[str, memoryview]] = []
-        for b in blocks:
-            key, length = str(b["key"]), int(b["length"])
-            if length < 0 or pos + length > len(body):
-                raise ValueError("block lengths exceed the body")
-            out.append((key, body[pos:pos + length]))
-            pos += length
-    except (struct.error, ValueError, KeyError, TypeError) as exc:
-        raise RequestError("MalformedFrames", f"invalid batch framing: {exc}") from None
-    if pos != len(body):
-        raise RequestError("MalformedFrames", "trailing bytes after the last block")
-    return out
 
 
 def _keys(doc: Any) -> list[str]:
@@ -107,11 +76,23 @@ async def batch_get(request: web.Request) -> web.StreamResponse:
     st = _auth(request)
     ns = request.match_info["ns"]
     names = _keys(await _json(request, st))
-    blocks = await st.store.get_many(ns, [validate_key(k) for k in names])
-    parts = encode_frames(list(zip(names, blocks, strict=True)))
-    st.metrics.bytes_out.inc(sum(len(p) for p in parts))
-    return await stream_response(request, web.StreamResponse(headers={"Content-Type": FRAMES}),
-                                 parts)
+    blocks = st.store.iter_many(ns, [validate_key(k) for k in names])  # raises NoSuchBucket
+    resp = web.StreamResponse(headers={"Content-Type": STREAM})
+    resp.enable_chunked_encoding()  # the length is known only once every block is verified
+    await resp.prepare(request)
+    sent = 0
+    async with aclosing(blocks):
+        names_left = iter(names)
+        async for block in blocks:
+            head = block_record(next(names_left), None if block is None else len(block))
+            await resp.write(head)
+            if block is not None:
+                await write_sliced(resp, block)
+                sent += len(block)
+    await resp.write(end_record(len(names)))
+    await resp.write_eof()
+    st.metrics.bytes_out.inc(sent)
+    return resp
 
 
 async def batch_put(request: web.Request) -> web.StreamResponse:

@@ -104,8 +104,13 @@ async def stream_response(request: web.Request, resp: web.StreamResponse,
     resp.content_length = sum(len(p) for p in parts)
     await resp.prepare(request)
     for part in parts:
-        view = memoryview(part)
-        for i in range(0, len(view), SLICE):
-            await resp.write(view[i:i + SLICE])
+        await write_sliced(resp, part)
     await resp.write_eof()
     return resp
+
+
+async def write_sliced(resp: web.StreamResponse, data: bytes | memoryview) -> None:
+    """Write ``data`` in views of at most SLICE bytes (see stream_response)."""
+    view = memoryview(data)
+    for i in range(0, len(view), SLICE):
+        await resp.write(view[i:i + SLICE])

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import struct
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -28,14 +27,13 @@ import aiohttp
 
 from s3kv.backends.body import SlicedBody
 from s3kv.errors import ConfigError
+from s3kv.frames import FRAMES, frames_head, read_records
 from warp.clock import now_ns
 from warp.payload import Hasher, PayloadSource, variant_of
 from warp.records import Record, RecordWriter
 from warp.s3 import OpResult, S3Client
 from warp.sigv4 import Credentials
 
-FRAMES = "application/x-s3kv-frames"
-_LEN = struct.Struct("<I")
 #: the gateway answers at most this many keys per native request
 MAX_BATCH_KEYS = 4096
 READ_SLICE = 1 << 20
@@ -223,19 +221,17 @@ class GatewayTarget(Target):
         r = OpResult(endpoint=self.endpoint, start_ns=now_ns())
 
         async def frames(resp: aiohttp.ClientResponse) -> None:
-            (n,) = _LEN.unpack(await resp.content.readexactly(4))
-            index = json.loads(await resp.content.readexactly(n))["blocks"]
-            for entry, key in zip(index, keys, strict=True):
-                if entry.get("missing"):
+            async for _key, length in read_records(resp.content):
+                if length is None:
                     out.missing += 1
                     continue
-                left = int(entry["length"])
+                left = length
                 h = Hasher()
                 while left > 0:
                     piece = await resp.content.readexactly(min(left, READ_SLICE))
                     h.update(piece)
                     left -= len(piece)
-                want = self.payload.expected(variant_of(key), 0, self.block_bytes)
+                want = self.payload.expected(variant_of(_key), 0, self.block_bytes)
                 if h.size != want.length or h.digest() != want.checksum:
                     out.verify_failures += 1
                 else:
@@ -258,13 +254,13 @@ class GatewayTarget(Target):
     async def _put(self, user: int, keys: list[str]) -> IoResult:
         out = IoResult()
         r = OpResult(endpoint=self.endpoint, start_ns=now_ns())
-        head = json.dumps({"blocks": [{"key": k, "length": self.block_bytes} for k in keys]})
-        prefix = _LEN.pack(len(head)) + head.encode()
-        size = len(prefix) + len(keys) * self.block_bytes
+        parts = [memoryview(frames_head([(k, self.block_bytes) for k in keys])),
+                 *self.views(keys)]
+        size = sum(len(p) for p in parts)
         stored: dict[str, int] = {}
 
         def body() -> SlicedBody:
-            return SlicedBody([memoryview(prefix), *self.views(keys)])
+            return SlicedBody(parts)
 
         async def read_json(resp: aiohttp.ClientResponse) -> None:
             stored.update(json.loads(await resp.read()))

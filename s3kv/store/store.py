@@ -10,7 +10,7 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 
 from s3kv.backends import open_backend
@@ -19,36 +19,27 @@ from s3kv.config import Settings
 from s3kv.errors import (
     BackendError,
     BackendUnavailable,
-    IntegrityError,
     InvalidInput,
     InvalidNamespace,
     NamespaceExists,
     NamespaceNotEmpty,
     NamespaceNotFound,
-    ObjectMissing,
     TooLarge,
 )
 from s3kv.log import get_logger
 from s3kv.store import layout
-from s3kv.store.codecs import NONE_ID, CodecSpec, codec_for, decode_any, parse_codec_spec
+from s3kv.store.codecs import NONE_ID, CodecSpec, codec_for, parse_codec_spec
 from s3kv.store.dram import DramCache
+from s3kv.store.fetch import Block, BlockFetcher, checksum_async
 from s3kv.store.index import BlockIndex, Location
-from s3kv.store.reader import plan_reads
 from s3kv.store.recovery import Recovery
-from s3kv.store.segments import SegmentInfo, SegmentState, SegmentTable, segment_key
+from s3kv.store.segments import SegmentInfo, SegmentState, SegmentTable
 from s3kv.store.stats import StoreStats
 from s3kv.store.writer import SegmentWriter
 
 log = get_logger(__name__)
 
 _NS_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-#: checksums of blocks larger than this are computed off the event loop
-THREAD_THRESHOLD = 1024 * 1024
-
-#: a block's bytes as reads return them: blocks read from the backend are zero-copy views into
-#: the ranged GET that fetched them (the view keeps that buffer alive, nothing more)
-Block = bytes | memoryview
-READ_CONCURRENCY = 8
 
 
 @dataclass(frozen=True)
@@ -71,12 +62,6 @@ def validate_namespace(name: str) -> None:
             "and hyphens, starting and ending with a letter or digit")
 
 
-async def checksum_async(data: bytes | memoryview) -> int:
-    if len(data) > THREAD_THRESHOLD:
-        return await asyncio.to_thread(layout.checksum, data)
-    return layout.checksum(data)
-
-
 class BlockStore:
     def __init__(self, backend: Backend, prefix: str, settings: Settings) -> None:
         self.backend = backend
@@ -92,7 +77,8 @@ class BlockStore:
         self.writer = SegmentWriter(backend, prefix, settings, self.segments, self.stats,
                                     self._segment_failed)
         self.ready = False
-        self._read_slots = asyncio.Semaphore(READ_CONCURRENCY)
+        self.fetcher = BlockFetcher(backend, prefix, self.index, self.segments, self.dram,
+                                    self.writer, self.stats, self.forget_segment, self._dead)
         self._background: list[asyncio.Task[None]] = []
         self._recovery: Recovery | None = None
         self._owns_backend = False
@@ -306,94 +292,13 @@ class BlockStore:
         """Several blocks; adjacent blocks of one segment come from one ranged GET.
 
         ``decode=False`` returns the stored (encoded) bytes, verified (for compaction)."""
-        nid = self.ns_id(namespace)
-        out: list[Block | None] = [None] * len(keys)
-        wanted: list[tuple[int, Location]] = []
-        for pos, key in enumerate(keys):
-            self.stats.gets += 1
-            loc = self.index.get(nid, key)
-            if loc is None:
-                continue
-            cached = self.dram.get(nid, key) if self.dram.enabled and decode else None
-            if cached is not None:
-                self.stats.dram_hits += 1
-                out[pos] = cached
-                continue
-            if self.dram.enabled:
-                self.stats.dram_misses += 1
-            mem = self.writer.read(loc.segment, loc.offset, loc.length)
-            if mem is not None:
-                out[pos] = await self._verified(nid, key, loc, mem, decode)
-            else:
-                wanted.append((pos, loc))
-        if wanted:
-            runs = plan_reads(wanted)
-            chunks = await asyncio.gather(*(self._read_run(r.segment, r.start, r.end)
-                                            for r in runs))
-            for run, chunk in zip(runs, chunks, strict=True):
-                if chunk is None:
-                    continue
-                view = memoryview(chunk)
-                for pos, loc in run.members:
-                    start = loc.offset - run.start
-                    block = view[start:start + loc.length]
-                    out[pos] = await self._verified(nid, keys[pos], loc, block, decode)
-        for pos, key in enumerate(keys):
-            if out[pos] is not None:
-                self.stats.hits += 1
-                self.index.touch(nid, key)
-            else:
-                self.stats.misses += 1
-        return out
+        return [b async for b in self.iter_many(namespace, keys, decode=decode)]
 
-    async def _read_run(self, seg_id: int, start: int, end: int) -> bytes | bytearray | None:
-        info = self.segments.get(seg_id)
-        if info is None or info.state is SegmentState.EVICTING:
-            return None
-        key = segment_key(self.prefix, info.name)
-        try:
-            async with self._read_slots:
-                data = await self.writer.retry.run(
-                    lambda: self.backend.get_range(key, start, end - start))
-        except ObjectMissing:
-            log.warning("segment.missing", segment=info.name)
-            self.forget_segment(seg_id)
-            return None
-        except BackendError as exc:
-            self.stats.backend_errors += 1
-            log.warning("store.read_failed", segment=info.name, error=str(exc))
-            return None
-        self.stats.backend_reads += 1
-        self.stats.backend_read_bytes += len(data)
-        info.last_access = time.time()
-        return data
-
-    async def _verified(self, nid: int, key: bytes, loc: Location, data: Block,
-                        decode: bool = True) -> Block | None:
-        """Checksum, then decode: any mismatch is a miss (logged, counted), never data."""
-        problem = ""
-        if len(data) != loc.length or await checksum_async(data) != loc.crc:
-            problem = "checksum mismatch"
-        elif decode and loc.codec != NONE_ID:
-            try:
-                data = await asyncio.to_thread(decode_any, loc.codec, data)
-            except IntegrityError as exc:
-                problem = f"undecodable: {exc}"
-            else:
-                if len(data) != loc.raw_length:
-                    problem = "decoded length mismatch"
-        if problem:
-            self.stats.checksum_failures += 1
-            log.error("block.corrupt", key=key[:80], segment=loc.segment, offset=loc.offset,
-                      problem=problem)
-            if self.index.get(nid, key) == loc:
-                self.index.remove(nid, key)
-                self._dead(loc)
-            return None
-        if self.dram.enabled and decode:
-            data = bytes(data)  # the tier keeps its own copy, not a view of a whole GET
-            self.dram.put(nid, key, data)
-        return data
+    def iter_many(self, namespace: str, keys: Sequence[bytes], *,
+                  decode: bool = True) -> AsyncGenerator[Block | None, None]:
+        """The blocks in request order as they arrive (None for a miss), reading a bounded
+        window ahead (s3kv/store/fetch.py). Close it with ``contextlib.aclosing``."""
+        return self.fetcher.iter_many(self.ns_id(namespace), keys, decode=decode)
 
     async def get_range(self, namespace: str, key: bytes, start: int,
                         end: int) -> Block | None:

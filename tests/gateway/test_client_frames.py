@@ -1,5 +1,6 @@
-"""The native client's framed-response reader against a real HTTP server that sends broken
-frames (a gateway cannot be made to send them, so a tiny aiohttp app stands in for it)."""
+"""The native client's batch-get stream reader (s3kv/frames.py) against a real HTTP server that
+sends well-formed and broken record streams (a gateway cannot be made to send broken ones, so a
+tiny aiohttp app stands in for it)."""
 
 from __future__ import annotations
 
@@ -11,23 +12,32 @@ from aiohttp import web
 
 from s3kv.client import S3KVClient
 from s3kv.errors import RequestError
+from s3kv.frames import STREAM, block_record, end_record
 
 
-def _frames(index: list[dict[str, object]], payload: bytes) -> bytes:
-    head = json.dumps({"blocks": index}).encode()
-    return struct.pack("<I", len(head)) + head + payload
+def _raw(doc: object) -> bytes:
+    head = json.dumps(doc).encode()
+    return struct.pack("<I", len(head)) + head
+
+
+GOOD = block_record("a", 3) + b"xyz" + block_record("b", None) + end_record(2)
 
 
 @pytest.mark.parametrize("body, ok", [
-    (_frames([{"key": "a", "length": 3}, {"key": "b", "missing": True}], b"xyz"), True),
-    (_frames([{"key": "a", "length": 5}], b"xyz"), False),         # truncated block
-    (_frames([{"key": "a", "length": 3}], b"xyz!"), False),        # bytes after the last
-    (struct.pack("<I", 99) + b"{}", False),                        # truncated index
-    (_frames([{"key": "a"}], b""), False),                         # no length
+    (GOOD, True),
+    (block_record("a", 5) + b"xyz", False),                          # truncated block
+    (block_record("a", 3) + b"xyz", False),                          # no end record
+    (block_record("a", 3) + b"xyz" + end_record(2), False),          # end counts 2, 1 sent
+    (GOOD + b"!", False),                                            # bytes after the end
+    (struct.pack("<I", 99) + b"{}", False),                          # truncated header
+    (struct.pack("<I", 1 << 30), False),                             # absurd header length
+    (_raw({"key": "a"}) + end_record(1), False),                     # no length
+    (_raw({"key": "a", "length": -1}) + end_record(1), False),       # negative length
+    (_raw(["not", "an", "object"]), False),
 ])
-async def test_framed_response(body: bytes, ok: bool, unused_tcp_port: int) -> None:
+async def test_batch_get_stream(body: bytes, ok: bool, unused_tcp_port: int) -> None:
     async def handler(_request: web.Request) -> web.Response:
-        return web.Response(body=body, content_type="application/x-s3kv-frames")
+        return web.Response(body=body, content_type=STREAM)
 
     app = web.Application()
     app.router.add_post("/v1/ns/batch-get", handler)

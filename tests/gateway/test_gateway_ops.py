@@ -209,10 +209,10 @@ def test_client_gone_mid_response_is_not_an_error(gateway: Gateway, gw_bucket: s
     logged as http.client_gone, never as an unhandled 500."""
     import socket
 
-    from s3kv.client import _frames
+    from s3kv.frames import encode_frames
 
     token = "s3kvgatewaytest:gw/secret+key0123456789"
-    body = _frames([(f"gone/{i}", os.urandom(300_000)) for i in range(8)])
+    body = b"".join(encode_frames([(f"gone/{i}", os.urandom(300_000)) for i in range(8)]))
     r = send("POST", f"{gateway.endpoint}/v1/{gw_bucket}/batch-put", body=body,
              headers={"Authorization": "Bearer " + token})
     assert r.status == 200

@@ -28,6 +28,7 @@ from botocore.config import Config
 
 from s3kv.config import Settings
 from s3kv.errors import ConfigError
+from s3kv.frames import encode_frames
 from tests.reliability.conftest import Report
 from tests.support import rawhttp
 from tests.support.gateway import (
@@ -319,11 +320,7 @@ def _complete_xml(etag: str) -> bytes:
 
 
 def _frames(key: str, data: bytes) -> bytes:
-    import json
-    import struct
-
-    head = json.dumps({"blocks": [{"key": key, "length": len(data)}]}).encode()
-    return struct.pack("<I", len(head)) + head + data
+    return b"".join(encode_frames([(key, data)]))
 
 
 Op = tuple[str, str, str, bytes, dict[str, str]]

@@ -1,0 +1,115 @@
+"""The native API's two body formats (docs/api.md, "Framing"), written and parsed here only.
+
+``application/x-s3kv-frames`` (batch-put requests): lengths first, so the gateway knows every
+block's size before it stores any::
+
+    u32 N (LE) | N bytes of JSON {"blocks": [{"key": K, "length": L}, ...]} | the blocks' bytes
+
+``application/x-s3kv-stream`` (batch-get responses): one record per requested key, in request
+order, each sent as soon as its block is read and verified, then an end record::
+
+    record := u32 N (LE) | N bytes of JSON | L bytes (only for a block)
+    JSON    = {"key": K, "length": L} | {"key": K, "missing": true} | {"end": true, "count": C}
+
+Anything after the end record, a missing end record or a count that differs from the records
+sent is malformed.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol
+
+from s3kv.errors import RequestError
+
+FRAMES = "application/x-s3kv-frames"
+STREAM = "application/x-s3kv-stream"
+#: a record's JSON header never legitimately needs more (keys are at most 1 KiB)
+MAX_HEADER = 64 * 1024
+_LEN = struct.Struct("<I")
+
+
+class Readable(Protocol):
+    """What the parser needs of a response stream (aiohttp's StreamReader has it)."""
+
+    async def readexactly(self, n: int) -> bytes: ...
+
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+# ---- batch-put bodies ----------------------------------------------------------------------
+def frames_head(sizes: Sequence[tuple[str, int]]) -> bytes:
+    """The head of a framed batch-put body for blocks of these (key, length)."""
+    head = json.dumps({"blocks": [{"key": k, "length": n} for k, n in sizes]}).encode()
+    return _LEN.pack(len(head)) + head
+
+
+def encode_frames(items: Sequence[tuple[str, bytes | memoryview]]) -> list[bytes | memoryview]:
+    """Head and blocks of a framed batch-put body, as separate buffers (no concatenation)."""
+    return [frames_head([(k, len(d)) for k, d in items]), *[d for _, d in items]]
+
+
+def decode_frames(body: memoryview) -> list[tuple[str, memoryview]]:
+    """Parse a framed batch-put body; raises RequestError on any inconsistency."""
+    try:
+        (n,) = _LEN.unpack_from(body, 0)
+        blocks = json.loads(bytes(body[4:4 + n]))["blocks"]
+        pos = 4 + n
+        out: list[tuple[str, memoryview]] = []
+        for b in blocks:
+            key, length = str(b["key"]), int(b["length"])
+            if length < 0 or pos + length > len(body):
+                raise ValueError("block lengths exceed the body")
+            out.append((key, body[pos:pos + length]))
+            pos += length
+    except (struct.error, ValueError, KeyError, TypeError) as exc:
+        raise RequestError("MalformedFrames", f"invalid batch framing: {exc}") from None
+    if pos != len(body):
+        raise RequestError("MalformedFrames", "trailing bytes after the last block")
+    return out
+
+
+# ---- batch-get responses -------------------------------------------------------------------
+def _record(doc: dict[str, object]) -> bytes:
+    head = json.dumps(doc, separators=(",", ":")).encode()
+    return _LEN.pack(len(head)) + head
+
+
+def block_record(key: str, length: int | None) -> bytes:
+    """The header of one block's record (``length`` None: the key is missing)."""
+    return _record({"key": key, "missing": True} if length is None
+                   else {"key": key, "length": length})
+
+
+def end_record(count: int) -> bytes:
+    return _record({"end": True, "count": count})
+
+
+async def read_records(stream: Readable) -> AsyncIterator[tuple[str, int | None]]:
+    """(key, length or None) of each record of a batch-get stream, in order. After each
+    block's header the caller reads exactly ``length`` bytes before asking for the next.
+    Raises ValueError (or asyncio.IncompleteReadError) on a malformed or truncated stream."""
+    count = 0
+    while True:
+        (n,) = _LEN.unpack(await stream.readexactly(_LEN.size))
+        if n > MAX_HEADER:
+            raise ValueError(f"record header of {n} bytes")
+        doc = json.loads(await stream.readexactly(n))
+        if not isinstance(doc, dict):
+            raise ValueError("record header is not an object")
+        if doc.get("end") is True:
+            if doc.get("count") != count:
+                raise ValueError(f"end record counts {doc.get('count')}, {count} received")
+            if await stream.read(1):
+                raise ValueError("bytes after the end record")
+            return
+        count += 1
+        if doc.get("missing") is True:
+            yield str(doc["key"]), None
+            continue
+        length = int(doc["length"])
+        if length < 0:
+            raise ValueError("negative block length")
+        yield str(doc["key"]), length

@@ -1,0 +1,195 @@
+"""The store's read path: index -> open segment / DRAM tier / coalesced ranged GET -> checksum
+-> codec, yielding blocks in request order as they arrive.
+
+Blocks that need the backend are grouped into coalesced ranged reads (``plan_reads``). The
+reads run ahead of the consumer by at most ``window`` runs, so a long prefix chain streams
+through with at most ``window`` x ``MAX_RUN`` bytes of it in memory, and the first block is
+handed out while later ones are still being read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass
+
+from s3kv.backends.base import Backend
+from s3kv.errors import BackendError, IntegrityError, ObjectMissing
+from s3kv.log import get_logger
+from s3kv.store import layout
+from s3kv.store.codecs import NONE_ID, decode_any
+from s3kv.store.dram import DramCache
+from s3kv.store.index import BlockIndex, Location
+from s3kv.store.reader import ReadRun, plan_reads
+from s3kv.store.segments import SegmentState, SegmentTable, segment_key
+from s3kv.store.stats import StoreStats
+from s3kv.store.writer import SegmentWriter
+
+log = get_logger(__name__)
+
+#: a block's bytes as reads return them: blocks read from the backend are zero-copy views into
+#: the ranged GET that fetched them (the view keeps that buffer alive, nothing more)
+Block = bytes | memoryview
+#: ranged GETs in flight at once, all requests together
+READ_CONCURRENCY = 8
+#: coalesced reads a single request runs ahead of the block it is handing out
+READ_WINDOW = 4
+#: checksums of blocks larger than this are computed off the event loop
+THREAD_THRESHOLD = 1024 * 1024
+
+
+async def checksum_async(data: bytes | memoryview) -> int:
+    if len(data) > THREAD_THRESHOLD:
+        return await asyncio.to_thread(layout.checksum, data)
+    return layout.checksum(data)
+
+
+@dataclass
+class _Run:
+    plan: ReadRun
+    remaining: int  # members not yet handed out; the buffer is dropped at 0
+    task: asyncio.Task[bytes | bytearray | None] | None = None
+
+
+class BlockFetcher:
+    """Reads blocks for the store; knows the store's parts, not the store."""
+
+    def __init__(self, backend: Backend, prefix: str, index: BlockIndex,
+                 segments: SegmentTable, dram: DramCache, writer: SegmentWriter,
+                 stats: StoreStats, forget_segment: Callable[[int], int],
+                 dead: Callable[[Location], None]) -> None:
+        self.backend = backend
+        self.prefix = prefix
+        self.index = index
+        self.segments = segments
+        self.dram = dram
+        self.writer = writer
+        self.stats = stats
+        self._forget_segment = forget_segment
+        self._dead = dead
+        self._slots = asyncio.Semaphore(READ_CONCURRENCY)
+
+    async def iter_many(self, nid: int, keys: Sequence[bytes], *, decode: bool = True,
+                        window: int = READ_WINDOW) -> AsyncGenerator[Block | None, None]:
+        """One item per key, in order: the block's bytes, or None on a miss (absent, evicted,
+        corrupt, backend down). Close the iterator (``contextlib.aclosing``) when stopping
+        early: that cancels the reads still running."""
+        locs: list[Location | None] = []
+        near: dict[int, tuple[Block, bool]] = {}  # DRAM tier (verified) or open segment
+        wanted: list[tuple[int, Location]] = []
+        for pos, key in enumerate(keys):
+            self.stats.gets += 1
+            loc = self.index.get(nid, key)
+            locs.append(loc)
+            if loc is None:
+                continue
+            cached = self.dram.get(nid, key) if self.dram.enabled and decode else None
+            if cached is not None:
+                self.stats.dram_hits += 1
+                near[pos] = (cached, True)
+                continue
+            if self.dram.enabled:
+                self.stats.dram_misses += 1
+            mem = self.writer.read(loc.segment, loc.offset, loc.length)  # a copy
+            if mem is not None:
+                near[pos] = (mem, False)
+            else:
+                wanted.append((pos, loc))
+        runs = [_Run(r, len(r.members)) for r in plan_reads(wanted)]
+        runs.sort(key=lambda r: min(p for p, _ in r.plan.members))
+        run_of = {pos: i for i, run in enumerate(runs) for pos, _ in run.plan.members}
+        started = 0
+        try:
+            for pos, key in enumerate(keys):
+                loc = locs[pos]
+                raw: Block | None = None
+                block: Block | None = None
+                if loc is None:
+                    pass
+                elif pos in near:
+                    raw, verified = near.pop(pos)
+                    block = raw if verified else None
+                else:
+                    i = run_of[pos]
+                    while started < len(runs) and started <= i + window:
+                        runs[started].task = asyncio.create_task(
+                            self._read_run(runs[started].plan))
+                        started += 1
+                    raw = await self._member(loc, runs[i])
+                if loc is not None and raw is not None and block is None:
+                    block = await self._verified(nid, key, loc, raw, decode)
+                self._count(nid, key, block is not None)
+                yield block
+        finally:
+            for run in runs:
+                if run.task is not None and not run.task.done():
+                    run.task.cancel()
+
+    async def _member(self, loc: Location, run: _Run) -> Block | None:
+        """The raw (unverified) bytes of one member of a coalesced read."""
+        assert run.task is not None
+        chunk = await run.task
+        run.remaining -= 1
+        if run.remaining == 0:
+            run.task = None  # the last member's view keeps the buffer alive, nothing else
+        if chunk is None:
+            return None
+        start = loc.offset - run.plan.start
+        return memoryview(chunk)[start:start + loc.length]
+
+    def _count(self, nid: int, key: bytes, hit: bool) -> None:
+        if hit:
+            self.stats.hits += 1
+            self.index.touch(nid, key)
+        else:
+            self.stats.misses += 1
+
+    async def _read_run(self, run: ReadRun) -> bytes | bytearray | None:
+        info = self.segments.get(run.segment)
+        if info is None or info.state is SegmentState.EVICTING:
+            return None
+        key = segment_key(self.prefix, info.name)
+        try:
+            async with self._slots:
+                data = await self.writer.retry.run(
+                    lambda: self.backend.get_range(key, run.start, run.end - run.start))
+        except ObjectMissing:
+            log.warning("segment.missing", segment=info.name)
+            self._forget_segment(run.segment)
+            return None
+        except BackendError as exc:
+            self.stats.backend_errors += 1
+            log.warning("store.read_failed", segment=info.name, error=str(exc))
+            return None
+        self.stats.backend_reads += 1
+        self.stats.backend_read_bytes += len(data)
+        info.last_access = time.time()
+        return data
+
+    async def _verified(self, nid: int, key: bytes, loc: Location, data: Block,
+                        decode: bool = True) -> Block | None:
+        """Checksum, then decode: any mismatch is a miss (logged, counted), never data."""
+        problem = ""
+        if len(data) != loc.length or await checksum_async(data) != loc.crc:
+            problem = "checksum mismatch"
+        elif decode and loc.codec != NONE_ID:
+            try:
+                data = await asyncio.to_thread(decode_any, loc.codec, data)
+            except IntegrityError as exc:
+                problem = f"undecodable: {exc}"
+            else:
+                if len(data) != loc.raw_length:
+                    problem = "decoded length mismatch"
+        if problem:
+            self.stats.checksum_failures += 1
+            log.error("block.corrupt", key=key[:80], segment=loc.segment, offset=loc.offset,
+                      problem=problem)
+            if self.index.get(nid, key) == loc:
+                self.index.remove(nid, key)
+                self._dead(loc)
+            return None
+        if self.dram.enabled and decode:
+            data = bytes(data)  # the tier keeps its own copy, not a view of a whole GET
+            self.dram.put(nid, key, data)
+        return data
