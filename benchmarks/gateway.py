@@ -10,8 +10,10 @@ path-style, one connection per concurrent request):
   timed PUT phase ends with ``POST /v1/flush``, so every byte is on the server when the clock
   stops; its GETs are served from the server (the DRAM tier is off);
 - the time to restore a 10K-token session (Qwen2.5-7B geometry: 56 KiB per token, 16-token
-  blocks of 896 KiB, 625 blocks) as a prefix chain: one native prefix lookup plus native batch
-  gets (``S3KVClient.get_many``, ``--restore-batch`` keys per request) against per-block GETs
+  blocks of 896 KiB, 625 blocks) as a prefix chain: one native prefix lookup plus streamed
+  native batch gets (``S3KVClient.iter_many``, ``--restore-batch`` keys per request, by default
+  the whole chain in one; every block is checked as it arrives and dropped, as the per-block
+  side does) against per-block GETs
   of one object per block at concurrency 8 (and, for reference, per-block GETs through the
   gateway's S3 front at concurrency 8).
 
@@ -276,17 +278,22 @@ async def restore(gw_url: str, gw: S3Side, direct: S3Side, tokens: int, batch: i
                           timeout=600) as kv:
         t0 = time.perf_counter()
         present = await kv.lookup_prefix(ns, chain)
-        got: list[bytes | None] = [None] * n
         starts = list(range(0, present, batch))
+        bad: list[str] = []
 
-        async def one(j: int) -> None:
-            s = starts[j]
-            got[s:s + batch] = await kv.get_many(ns, chain[s:s + batch])
+        async def one(j: int) -> None:  # each block is checked as it arrives, then dropped,
+            s = starts[j]                # as the per-block side does
+            pos = s
+            async for key, block in kv.iter_many(ns, chain[s:s + batch]):
+                if block != blocks[pos]:
+                    bad.append(key)
+                pos += 1
 
         await run_pool(len(starts), batch_concurrency, one)
         batch_s = time.perf_counter() - t0
-    if present != n or got != blocks:
-        raise RuntimeError(f"batch restore read back wrong data ({present}/{n} present)")
+    if present != n or bad:
+        raise RuntimeError(f"batch restore read back wrong data ({present}/{n} present, "
+                           f"{len(bad)} blocks wrong)")
     per_block_s = await direct.get_all(chain, blocks, 8)
     gw_per_block_s = await gw.get_all(chain, blocks, 8)
     out = {
@@ -376,10 +383,12 @@ def main(argv: list[str] | None = None) -> int:
                         "SHA-256 payload signature and CRC32 checksum, botocore's default over "
                         "plain HTTP; unsigned = UNSIGNED-PAYLOAD, no checksum, like Warp's "
                         "--disable-sha256-payload [default: signed]")
-    parser.add_argument("--restore-batch", type=int, default=64, metavar="N",
-                        help="keys per native batch-get request [default: 64]")
-    parser.add_argument("--restore-concurrency", type=int, default=2, metavar="N",
-                        help="batch-get requests in flight during the restore [default: 2]")
+    parser.add_argument("--restore-batch", type=int, default=SESSION_TOKENS // BLOCK_TOKENS,
+                        metavar="N",
+                        help="keys per native batch-get request [default: the whole chain, "
+                        f"{SESSION_TOKENS // BLOCK_TOKENS} keys, in one streamed request]")
+    parser.add_argument("--restore-concurrency", type=int, default=1, metavar="N",
+                        help="batch-get requests in flight during the restore [default: 1]")
     parser.add_argument("--repeats", type=int, default=1, metavar="N",
                         help="run every phase N times (fresh keys each time, one gateway) and "
                         "report each figure's median, the per-repeat ratios beside them "

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any
 
@@ -28,12 +29,6 @@ from s3kv.errors import (
     TooLarge,
 )
 from s3kv.frames import FRAMES, encode_frames, read_records
-
-
-async def _read_blocks(stream: aiohttp.StreamReader) -> list[tuple[str, bytes | None]]:
-    """A batch-get response stream (s3kv/frames.py), block by block as it arrives."""
-    return [(key, None if length is None else await stream.readexactly(length))
-            async for key, length in read_records(stream)]
 
 
 class S3KVClient:
@@ -60,12 +55,11 @@ class S3KVClient:
             await self._session.close()
             self._session = None
 
-    async def _request(self, method: str, path: str, *, data: bytes | None = None,
-                       json_body: Any = None, headers: Mapping[str, str] | None = None,
-                       frames: bool = False) -> Any:
-        """The response body (bytes), or with ``frames`` the framed blocks it carries, read
-        block by block off the stream (each block's bytes copied once, no whole-body
-        buffer)."""
+    @asynccontextmanager
+    async def _open(self, method: str, path: str, *, data: bytes | None = None,
+                    json_body: Any = None, headers: Mapping[str, str] | None = None
+                    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """A successful response, its body not read yet; errors become s3kv.errors."""
         if self._session is None:
             raise RuntimeError("use `async with S3KVClient(...)`")
         try:
@@ -74,15 +68,16 @@ class S3KVClient:
                 if resp.status >= 400:
                     body = await resp.read()
                     raise _error(resp.status, body, resp.headers.get("Retry-After"))
-                if not frames:
-                    return await resp.read()
-                try:
-                    return await _read_blocks(resp.content)
-                except (asyncio.IncompleteReadError, ValueError, KeyError, TypeError) as exc:
-                    raise RequestError("MalformedFrames", f"bad framed response from "
-                                       f"{self.endpoint}: {exc}", 502) from exc
+                yield resp
         except aiohttp.ClientError as exc:
             raise BackendUnavailable(f"gateway {self.endpoint} unreachable: {exc}") from exc
+
+    async def _request(self, method: str, path: str, *, data: bytes | None = None,
+                       json_body: Any = None, headers: Mapping[str, str] | None = None
+                       ) -> bytes:
+        async with self._open(method, path, data=data, json_body=json_body,
+                              headers=headers) as resp:
+            return await resp.read()
 
     async def lookup(self, namespace: str, keys: Sequence[str]) -> tuple[int, list[bool]]:
         """(number of leading keys present, presence of each key)."""
@@ -95,10 +90,30 @@ class S3KVClient:
         return (await self.lookup(namespace, keys))[0]
 
     async def get_many(self, namespace: str, keys: Sequence[str]) -> list[bytes | None]:
-        frames = await self._request("POST", f"/v1/{namespace}/batch-get",
-                                     json_body={"keys": list(keys)}, frames=True)
-        got = dict(frames)
-        return [got.get(k) for k in keys]
+        """The blocks (None for a miss), in the order of ``keys``."""
+        return [block async for _, block in self.iter_many(namespace, keys)]
+
+    async def iter_many(self, namespace: str, keys: Sequence[str]
+                        ) -> AsyncGenerator[tuple[str, bytes | None], None]:
+        """(key, block or None) in the order of ``keys``, each as soon as it arrives: the
+        gateway streams a batch get, so a connector can place the first blocks of a chain
+        while later ones are still on their way, holding one block at a time."""
+        want = list(keys)
+        async with self._open("POST", f"/v1/{namespace}/batch-get",
+                              json_body={"keys": want}) as resp:
+            stream, i = resp.content, 0
+            try:
+                async for key, length in read_records(stream):
+                    if i >= len(want) or key != want[i]:
+                        raise ValueError(f"record {i} is for key {key!r}, not the one asked")
+                    block = None if length is None else await stream.readexactly(length)
+                    i += 1
+                    yield key, block
+                if i != len(want):
+                    raise ValueError(f"{i} records for {len(want)} keys")
+            except (asyncio.IncompleteReadError, ValueError, KeyError, TypeError) as exc:
+                raise RequestError("MalformedFrames", f"bad batch-get stream from "
+                                   f"{self.endpoint}: {exc}", 502) from exc
 
     async def put_many(self, namespace: str, blocks: Mapping[str, bytes] | Sequence[
             tuple[str, bytes]], *, durable: bool = False) -> int:

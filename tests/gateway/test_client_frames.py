@@ -4,6 +4,7 @@ tiny aiohttp app stands in for it)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
 
@@ -20,7 +21,8 @@ def _raw(doc: object) -> bytes:
     return struct.pack("<I", len(head)) + head
 
 
-GOOD = block_record("a", 3) + b"xyz" + block_record("b", None) + end_record(2)
+GOOD = (block_record("a", 3) + b"xyz" + block_record("b", None) + block_record("c", None)
+        + end_record(3))
 
 
 @pytest.mark.parametrize("body, ok", [
@@ -28,6 +30,8 @@ GOOD = block_record("a", 3) + b"xyz" + block_record("b", None) + end_record(2)
     (block_record("a", 5) + b"xyz", False),                          # truncated block
     (block_record("a", 3) + b"xyz", False),                          # no end record
     (block_record("a", 3) + b"xyz" + end_record(2), False),          # end counts 2, 1 sent
+    (block_record("z", 3) + b"xyz" + end_record(1), False),          # not the key asked
+    (end_record(0), False),                                          # no record for "a"
     (GOOD + b"!", False),                                            # bytes after the end
     (struct.pack("<I", 99) + b"{}", False),                          # truncated header
     (struct.pack("<I", 1 << 30), False),                             # absurd header length
@@ -53,5 +57,35 @@ async def test_batch_get_stream(body: bytes, ok: bool, unused_tcp_port: int) -> 
                 with pytest.raises(RequestError) as err:
                     await kv.get_many("ns", ["a"])
                 assert err.value.code == "MalformedFrames"
+    finally:
+        await runner.cleanup()
+
+
+async def test_blocks_arrive_before_the_stream_ends(unused_tcp_port: int) -> None:
+    """iter_many hands out a block as soon as its record is in, not when the response ends."""
+    first_seen = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": STREAM})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        await resp.write(block_record("a", 3) + b"xyz")
+        await asyncio.wait_for(first_seen.wait(), 10)  # the client has "a" before "b" is sent
+        await resp.write(block_record("b", 2) + b"hi" + end_record(2))
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/ns/batch-get", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
+    try:
+        async with S3KVClient(f"http://127.0.0.1:{unused_tcp_port}") as kv:
+            got = []
+            async for key, block in kv.iter_many("ns", ["a", "b"]):
+                got.append((key, block))
+                first_seen.set()
+            assert got == [("a", b"xyz"), ("b", b"hi")]
     finally:
         await runner.cleanup()
