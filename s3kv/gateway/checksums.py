@@ -1,7 +1,7 @@
 """The checksums S3 clients send: MD5, SHA-1, SHA-256, CRC32, CRC32C, CRC64/NVME.
 
 Each is an incremental object with ``update(bytes)`` and ``digest() -> bytes`` (big-endian for
-the CRCs, as S3 base64-encodes them). MD5/SHA come from hashlib and CRC32 from zlib (C, and they
+the CRCs, as S3 base64-encodes them). MD5/SHA come from hashlib and CRC32 from zlib-ng (C, and they
 release the GIL on large inputs). CRC32C and CRC64/NVME come from ``awscrt`` when it is installed
 (hardware accelerated, the same code botocore uses); otherwise from a numpy implementation that
 runs many lanes of a table-driven CRC in parallel and folds them together with the CRC's
@@ -12,13 +12,13 @@ rare client that picks these algorithms, and no native dependency.
 from __future__ import annotations
 
 import hashlib
-import zlib
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
+from zlib_ng import zlib_ng
 
 try:  # pragma: no cover - depends on the environment
     from awscrt import checksums as _crt  # type: ignore[import-not-found, unused-ignore]
@@ -36,7 +36,7 @@ class _Crc32:
         self._crc = 0
 
     def update(self, data: bytes | memoryview) -> None:
-        self._crc = zlib.crc32(data, self._crc)
+        self._crc = zlib_ng.crc32(data, self._crc)  # zlib's CRC-32, ~3x faster
 
     def digest(self) -> bytes:
         return self._crc.to_bytes(4, "big")

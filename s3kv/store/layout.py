@@ -12,8 +12,9 @@ All integers little-endian. Checksums are CRC-32 (zlib polynomial).
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass, field
+
+from zlib_ng import zlib_ng
 
 from s3kv.errors import IntegrityError
 
@@ -41,7 +42,10 @@ def align_up(n: int, align: int) -> int:
 
 
 def checksum(data: bytes | bytearray | memoryview) -> int:
-    return zlib.crc32(data) & 0xFFFFFFFF
+    """CRC-32 (zlib's polynomial). zlib-ng computes the same values as zlib.crc32 with
+    carry-less multiplication, ~9 GB/s here against the system zlib's ~3 (docs/performance.md):
+    every block is checksummed on every put and every read."""
+    return zlib_ng.crc32(data) & 0xFFFFFFFF
 
 
 @dataclass(frozen=True)
