@@ -296,11 +296,32 @@ static void quantize_pack(const qp_args *a)
 __attribute__((target("avx2")))
 static void quantize_pack_avx2(const qp_args *a)
 {
-    /* the same arithmetic 8 lanes at a time; the table lookups stay scalar */
+    /* The same arithmetic 8 lanes at a time. The table (from sorted thresholds) never
+     * decreases, so code(i) = table[0] + the number of steps B with i >= B: that count is
+     * 2 instructions per step for 8 lanes, faster than 8 scalar lookups up to 15 steps
+     * (4 bits). A table with more steps, or one that decreases, is looked up. */
     const int bits = a->bits;
+    int32_t steps[16];
+    int nsteps = 0, lookup = 0;
+    for (Py_ssize_t i = 1; i < a->tlen && !lookup; i++) {
+        if (a->table[i] < a->table[i - 1])
+            lookup = 1;
+        for (int k = a->table[i - 1]; k < a->table[i] && !lookup; k++) {
+            if (nsteps == 16)
+                lookup = 1;
+            else
+                steps[nsteps++] = (int32_t)i - 1;  /* i >= B  <=>  i > B - 1 */
+        }
+    }
+    __m256i bound[16];
+    for (int k = 0; k < nsteps; k++)
+        bound[k] = _mm256_set1_epi32(steps[k]);
+    const __m256i base = _mm256_set1_epi32(a->table[0]);
     const __m256 off = _mm256_set1_ps(a->offset);
     const __m256i last = _mm256_set1_epi32((int)(a->tlen - 1));
     const __m256 lim = _mm256_set1_ps((float)a->tlen);
+    const __m256i shifts = _mm256_setr_epi32(0, bits, 2 * bits, 3 * bits,
+                                             0, bits, 2 * bits, 3 * bits);
     uint8_t *p = a->out;
     int32_t ix[8];
     for (Py_ssize_t r = 0; r < a->rows; r++) {
@@ -312,10 +333,23 @@ static void quantize_pack_avx2(const qp_args *a)
             __m256i i = _mm256_cvttps_epi32(_mm256_max_ps(t, _mm256_setzero_ps()));
             const __m256 big = _mm256_cmp_ps(t, lim, _CMP_NLT_UQ);
             i = _mm256_blendv_epi8(i, last, _mm256_castps_si256(big));
-            _mm256_storeu_si256((__m256i *)ix, i);
             uint64_t w = 0;
-            for (int k = 0; k < 8; k++)
-                w |= (uint64_t)a->table[ix[k]] << (k * bits);
+            if (lookup) {
+                _mm256_storeu_si256((__m256i *)ix, i);
+                for (int k = 0; k < 8; k++)
+                    w |= (uint64_t)a->table[ix[k]] << (k * bits);
+            } else {
+                __m256i code = base;
+                for (int k = 0; k < nsteps; k++)
+                    code = _mm256_sub_epi32(code, _mm256_cmpgt_epi32(i, bound[k]));
+                /* codes 0-3 and 4-7 each or'ed into one 32-bit lane */
+                __m256i x = _mm256_sllv_epi32(code, shifts);
+                x = _mm256_or_si256(x, _mm256_shuffle_epi32(x, 0x4E));
+                x = _mm256_or_si256(x, _mm256_shuffle_epi32(x, 0xB1));
+                const uint32_t lo = (uint32_t)_mm256_cvtsi256_si32(x);
+                const uint32_t hi = (uint32_t)_mm_cvtsi128_si32(_mm256_extracti128_si256(x, 1));
+                w = lo | (uint64_t)hi << (4 * bits);
+            }
             store_group(p, w, bits);
         }
     }
