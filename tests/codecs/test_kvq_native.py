@@ -117,25 +117,28 @@ def test_dequantize_kernel(nat: Native, bits: int) -> None:
 @pytest.mark.parametrize("g", [1, 2, 4])
 def test_narrow_and_widen_kernels(nat: Native, dtype: str, g: int) -> None:
     """narrow = from_f32(prescaled, truncate) then the un-permutation's gather, for every
-    word; widen = to_f32 for every finite word."""
+    word and any channel order; widen = to_f32 for every finite word."""
     f16 = dtype == "float16"
     words = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-    words = words[(words & 0x7FFF) < (0x7C00 if f16 else 0x7F80)][:8 * 4096 - 40]
+    words = words[(words & 0x7FFF) < (0x7C00 if f16 else 0x7F80)][:64 * 500]
     x = km.to_f32(words, dtype)
     got = np.empty_like(x)
     nat.widen(words, f16, got)
     assert np.array_equal(got.view(np.uint32), x.view(np.uint32))
-    y = (x * km.F16_SCALE if f16 else x).reshape(-1, 8)
+    y = (x * km.F16_SCALE if f16 else x).reshape(-1, 64)
     expected = km.from_f32(y.copy(), dtype, prescaled=True, truncate=True)
     out = np.empty_like(expected)
-    nat.narrow(y, y.shape[0], 8, f16, out, None, 1)
+    nat.narrow(y, y.shape[0], 64, f16, out, None, 1)
     assert np.array_equal(out, expected)
-    index = np.random.default_rng(g).permutation(8 // g).astype(np.intp)
+    rng = np.random.default_rng(g)
     wide = {1: np.uint16, 2: np.uint32, 4: np.uint64}[g]
-    nat.narrow(y, y.shape[0], 8, f16, out, index, g)
-    assert np.array_equal(out, np.take(expected.view(wide), index, axis=1).view(np.uint16))
+    split = rng.permutation(64 // g)  # an encoder's order: two ascending runs, or any
+    for index in (rng.permutation(64 // g), np.argsort(np.concatenate(
+            [np.sort(split[:16 // g]), np.sort(split[16 // g:])])), np.arange(64 // g)):
+        nat.narrow(y, y.shape[0], 64, f16, out, index.astype(np.intp), g)
+        assert np.array_equal(out, np.take(expected.view(wide), index, axis=1).view(np.uint16))
     with pytest.raises(ValueError):
-        nat.narrow(y, y.shape[0], 8, f16, out, index[:-1], g)
+        nat.narrow(y, y.shape[0], 64, f16, out, index[:-1].astype(np.intp), g)
 
 
 def test_decode_in_threads(nat: Native) -> None:

@@ -192,7 +192,62 @@ typedef struct {
     const int32_t *index;      /* NULL, or output group k = stored group index[k] */
     int g;                     /* channels per group: 1, 2 or 4 */
     uint16_t *tmp;             /* d words */
+    struct shuf_entry_s *ent;  /* g = 1 with AVX2: room for d shuffles, else NULL */
+    int32_t *count;            /* d / 8 */
 } nw_args;
+
+#if KVQ_X86
+/* The un-permutation of 16-bit words (g = 1) as byte shuffles: output lane L (8 words) is
+ * the or of pshufb(stored lane S, shuffle) over the stored lanes S it draws from. An
+ * encoder's order keeps each segment's channels ascending, so a lane draws from a few
+ * stored lanes: a handful of shuffles per 8 words instead of 8 scalar loads and stores.
+ * Built per call; a lane has at most 8 entries, so ``ent`` needs room for d. */
+typedef struct shuf_entry_s {
+    int32_t src;       /* stored lane */
+    uint8_t shuf[16];
+} shuf_entry;
+
+static Py_ssize_t build_shuffles(const int32_t *ix, Py_ssize_t d, shuf_entry *ent,
+                                 int32_t *count)
+{
+    const Py_ssize_t lanes = d / 8;
+    Py_ssize_t n = 0;
+    for (Py_ssize_t L = 0; L < lanes; L++) {
+        count[L] = 0;
+        for (Py_ssize_t k = 0; k < 8; k++) {
+            const int32_t S = ix[8 * L + k] / 8, at = ix[8 * L + k] % 8;
+            Py_ssize_t e = n;
+            for (Py_ssize_t f = n - count[L]; f < n; f++)
+                if (ent[f].src == S)
+                    e = f;
+            if (e == n) {
+                ent[n].src = S;
+                memset(ent[n].shuf, 0x80, 16);
+                n++;
+                count[L]++;
+            }
+            ent[e].shuf[2 * k] = (uint8_t)(2 * at);
+            ent[e].shuf[2 * k + 1] = (uint8_t)(2 * at + 1);
+        }
+    }
+    return n;
+}
+
+__attribute__((target("avx2")))
+static void unpermute_avx2(const uint16_t *tmp, uint16_t *w, const shuf_entry *ent,
+                           const int32_t *count, Py_ssize_t d)
+{
+    for (Py_ssize_t L = 0; L < d / 8; L++) {
+        __m128i acc = _mm_setzero_si128();
+        for (int32_t e = 0; e < count[L]; e++, ent++) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)(tmp + 8 * ent->src));
+            acc = _mm_or_si128(acc, _mm_shuffle_epi8(
+                v, _mm_loadu_si128((const __m128i *)ent->shuf)));
+        }
+        _mm_storeu_si128((__m128i *)(w + 8 * L), acc);
+    }
+}
+#endif
 
 static void narrow_rows(const nw_args *a)
 {
@@ -200,6 +255,16 @@ static void narrow_rows(const nw_args *a)
         narrow(a->y, a->out, a->rows * a->d, a->f16);
         return;
     }
+#if KVQ_X86
+    if (use_simd && a->g == 1 && a->ent != NULL) {
+        build_shuffles(a->index, a->d, a->ent, a->count);
+        for (Py_ssize_t r = 0; r < a->rows; r++) {
+            narrow(a->y + r * a->d, a->tmp, a->d, a->f16);
+            unpermute_avx2(a->tmp, a->out + r * a->d, a->ent, a->count, a->d);
+        }
+        return;
+    }
+#endif
     const Py_ssize_t groups = a->d / a->g;
     for (Py_ssize_t r = 0; r < a->rows; r++) {
         narrow(a->y + r * a->d, a->tmp, a->d, a->f16);
@@ -427,8 +492,9 @@ static PyObject *py_narrow(PyObject *self, PyObject *args)
     PyObject *res = NULL;
     Py_buffer index = {0};
     int have_index = 0;
-    int32_t *ix = NULL;
+    int32_t *ix = NULL, *count = NULL;
     uint16_t *tmp = NULL;
+    struct shuf_entry_s *ent = NULL;
     if (rows < 0 || d <= 0 || (g != 1 && g != 2 && g != 4) || d % g) {
         bad("narrow: bad shape");
         goto done;
@@ -455,8 +521,18 @@ static PyObject *py_narrow(PyObject *self, PyObject *args)
         const int64_t *src = index.buf;
         for (Py_ssize_t k = 0; k < groups; k++)  /* numpy's take(mode="clip") */
             ix[k] = (int32_t)(src[k] < 0 ? 0 : src[k] >= groups ? groups - 1 : src[k]);
+#if KVQ_X86
+        if (g == 1 && use_simd) {
+            ent = PyMem_Malloc(d * sizeof(shuf_entry));
+            count = PyMem_Malloc(d / 8 * sizeof(int32_t));
+            if (ent == NULL || count == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+        }
+#endif
     }
-    const nw_args a = {y.buf, out.buf, rows, d, f16, ix, g, tmp};
+    const nw_args a = {y.buf, out.buf, rows, d, f16, ix, g, tmp, ent, count};
     Py_BEGIN_ALLOW_THREADS
     narrow_rows(&a);
     Py_END_ALLOW_THREADS
@@ -465,6 +541,8 @@ static PyObject *py_narrow(PyObject *self, PyObject *args)
 done:
     PyMem_Free(ix);
     PyMem_Free(tmp);
+    PyMem_Free(ent);
+    PyMem_Free(count);
     if (have_index)
         PyBuffer_Release(&index);
     PyBuffer_Release(&y);
