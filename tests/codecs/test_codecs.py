@@ -18,6 +18,7 @@ from s3kv.store.codecs import (
     codec_for,
     codec_from_headers,
     decode_any,
+    kvq_native,
     parse_codec_spec,
 )
 from s3kv.store.codecs.kvq import bound
@@ -25,6 +26,17 @@ from s3kv.store.codecs.synth import from_words, synthetic_blocks, to_words
 
 BITS = (2.0, 2.5, 3.0, 3.5, 4.0)
 DTYPES = ("float16", "bfloat16")
+
+
+@pytest.fixture(params=["native", "numpy"], autouse=True)
+def kvq_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs with kvq's compiled loops (``_kvq_native``) and on the numpy
+    path that stands in where the extension is not built."""
+    built = kvq_native.load()
+    if request.param == "native" and built is None:
+        pytest.skip("the kvq extension is not built")
+    monkeypatch.setattr(kvq_native, "native", built if request.param == "native" else None)
+    return str(request.param)
 
 
 def _blob(n: int, seed: int = 1) -> bytes:

@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from s3kv.errors import InvalidInput
 from s3kv.store.codecs import kvq_math as km
+from s3kv.store.codecs import kvq_native
 from s3kv.store.codecs.kvq_decode import decode
 from s3kv.store.codecs.kvq_format import (
     CODEC_ID,
@@ -158,9 +159,19 @@ class KvqCodec:
         # that would hold more than KEEP_FLOAT_ELEMS floats per thread
         keep = n * d <= km.KEEP_FLOAT_ELEMS
         xfull = km.scratch("x", (n if keep else rows, d), np.float32)
+        nat = kvq_native.native
+        f16 = self.dtype == "float16"
+
+        def to_f32(w: npt.NDArray[np.uint16], out: npt.NDArray[np.float32],
+                   ) -> npt.NDArray[np.float32]:
+            if nat is None:
+                return km.to_f32(w, self.dtype, out=out)
+            nat.widen(w, f16, out)
+            return out
+
         for r0 in range(0, n, rows):
-            x = km.to_f32(words[r0:r0 + rows], self.dtype,
-                          out=xfull[r0:r0 + rows] if keep else xfull[:len(words[r0:r0 + rows])])
+            x = to_f32(words[r0:r0 + rows],
+                       xfull[r0:r0 + rows] if keep else xfull[:len(words[r0:r0 + rows])])
             top, bottom = float(x.max()), float(x.min())
             if not (top < limit and bottom > -limit):
                 if self.dtype == "float16" or not (math.isfinite(top) and math.isfinite(bottom)):
@@ -199,7 +210,7 @@ class KvqCodec:
                 x = xfull[r0:r0 + rows]
             else:
                 w = words[r0:r0 + rows]
-                x = km.to_f32(w, self.dtype, out=xfull[:len(w)])
+                x = to_f32(w, xfull[:len(w)])
             m = x.shape[0]
             norm = km.scratch("norm", (m,), np.float32)
             inv = km.scratch("inv", (m,), np.float32)
@@ -219,9 +230,14 @@ class KvqCodec:
                 # the least norm whose inverse stays finite
                 np.maximum(norm, np.float32(2e-36), out=inv)
                 np.divide(np.float32(scale * km.GRID), inv, out=inv)
-                codes = km.quantize(z, inv, size, bits, km.scratch("codes", (m, size), np.uint8))
                 start = off + r0 * size * bits // 8
-                km.pack_into(codes, bits, codes_out[start:start + m * size * bits // 8])
+                packed = codes_out[start:start + m * size * bits // 8]
+                if nat is not None:
+                    table, offset = km.code_table(size, bits)
+                    nat.quantize_pack(z, inv, size, offset, table, bits, packed)
+                    continue
+                codes = km.quantize(z, inv, size, bits, km.scratch("codes", (m, size), np.uint8))
+                km.pack_into(codes, bits, packed)
         gain_codes, lo, step = _code_gains(gains)
         head = [perm.astype(perm_dtype(d)).tobytes()] if permuted else []
         head.append(b"".join(struct.pack("<HBB", g.channels, g.bits, g.blocks) for g in layout))

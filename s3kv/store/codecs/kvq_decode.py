@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from s3kv.errors import IntegrityError
 from s3kv.store.codecs import kvq_math as km
+from s3kv.store.codecs import kvq_native
 from s3kv.store.codecs.kvq_format import (
     DTYPE_NAMES,
     FLAG_PERMUTED,
@@ -184,8 +185,10 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
         raise _corrupt(f"payload is {len(payload)} bytes, its sections {end}")
     gcodes = np.frombuffer(payload[pos:pos + n * n_blocks], dtype=np.uint8).reshape(n, n_blocks)
     table = _gain_table(lo, step, dtype)
-    # one contiguous row of gains per rotation block
-    gains = np.take(table, gcodes.T, out=km.scratch("gains", (n_blocks, n), np.float32))
+    nat = kvq_native.native
+    # one contiguous row of gains per rotation block (the C kernel reads the codes itself)
+    gains = None if nat is not None else np.take(
+        table, gcodes.T, out=km.scratch("gains", (n_blocks, n), np.float32))
     # |y| <= |v| <= sqrt(size) max|level| gain (gains grow with their codes): fp16 overflow
     # is checked only where it is possible
     check = dtype == "float16" and n > 0 and reach * float(table[gcodes.max()]) >= km.F16_SAFE
@@ -205,10 +208,20 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
         m = min(rows, n - r0)
         y = ybuf[:m]
         for j, (col, size, bits, rot_t, levels, start) in enumerate(blocks):
-            vals = km.dequantize(src, start + r0 * size * bits // 8, m, size, bits, levels,
-                                 out=vbufs[size][:m])
-            vals *= gains[j, r0:r0 + m, None]
+            vals = vbufs[size][:m]
+            first = start + r0 * size * bits // 8
+            if gains is None:
+                assert nat is not None
+                nat.dequantize(src, first, m, size, bits, levels, gcodes, r0 * n_blocks + j,
+                               n_blocks, table, vals)
+            else:
+                km.dequantize(src, first, m, size, bits, levels, out=vals)
+                vals *= gains[j, r0:r0 + m, None]
             np.matmul(vals, rot_t, out=y[:, col:col + size])
+        if nat is not None and not check:  # one pass: words, in channel order
+            g, index = unperm if unperm is not None else (1, None)
+            nat.narrow(y, m, d, dtype == "float16", result[r0:r0 + m], index, g)
+            continue
         # channels in stored (for a permuted block: permuted) order
         words = stored[:m] if unperm is not None else result[r0:r0 + m]
         km.from_f32(y, dtype, prescaled=True, out=words, check=check, truncate=True,
@@ -219,4 +232,3 @@ def _decode_payload(payload: memoryview, dtype: str, d: int, n_seg: int, permute
             np.take(words.view(wide), index, axis=1, mode="clip",
                     out=result[r0:r0 + m].view(wide))
     return result.tobytes()
-
