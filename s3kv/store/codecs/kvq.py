@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import struct
-import zlib
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +34,7 @@ from s3kv.store.codecs.kvq_format import (
     perm_dtype,
 )
 from s3kv.store.codecs.spec import CodecSpec
+from s3kv.store.layout import checksum
 
 __all__ = ["CODEC_ID", "KvqCodec", "Segment", "bound", "decode", "expected_error",
            "layouts_for"]
@@ -248,9 +248,9 @@ class KvqCodec:
         bits2 = int(self.bits * 2)
         fields = (MAGIC, VERSION, DTYPES[self.dtype], d, bits2, len(layout),
                   FLAG_PERMUTED if permuted else 0, 0, 0, self.seed, len(mv), len(payload),
-                  zlib.crc32(payload))
+                  checksum(payload))
         header = HEADER.pack(*fields, 0)[:-4]
-        return header + struct.pack("<I", zlib.crc32(header)) + payload
+        return header + struct.pack("<I", checksum(header)) + payload
 
     # -- decode ---------------------------------------------------------------------------
     def decode(self, data: bytes | memoryview) -> bytes:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import struct
-import zlib
 from functools import lru_cache
 from typing import Any
 
@@ -25,6 +24,7 @@ from s3kv.store.codecs.kvq_format import (
     Segment,
     perm_dtype,
 )
+from s3kv.store.layout import checksum
 
 #: the un-permutation moves the widest words (of up to this many channels) whose channel
 #: groups the order keeps together
@@ -100,14 +100,14 @@ def decode(data: bytes | memoryview) -> bytes:
      pay_crc, head_crc) = fields
     if magic != MAGIC:
         raise _corrupt("bad magic")
-    if zlib.crc32(mv[:HEADER.size - 4]) != head_crc:
+    if checksum(mv[:HEADER.size - 4]) != head_crc:
         raise _corrupt("header checksum mismatch")
     if version != VERSION:
         raise _corrupt(f"unknown format version {version}")
     if pay_len != len(mv) - HEADER.size:
         raise _corrupt(f"payload is {len(mv) - HEADER.size} bytes, header says {pay_len}")
     payload = mv[HEADER.size:]
-    if zlib.crc32(payload) != pay_crc:
+    if checksum(payload) != pay_crc:
         raise _corrupt("payload checksum mismatch")
     dtype = DTYPE_NAMES.get(dtype_id)
     if dtype is None or d == 0 or d % 8 or raw_len % (2 * d) or not 1 <= n_seg <= 8:

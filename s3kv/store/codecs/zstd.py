@@ -8,13 +8,13 @@ redundancy in sign and exponent bytes. Large blocks compress on several threads.
 from __future__ import annotations
 
 import struct
-import zlib
 
 import numpy as np
 import zstandard
 
 from s3kv.errors import IntegrityError, InvalidInput
 from s3kv.store.codecs.spec import CodecSpec
+from s3kv.store.layout import checksum
 
 CODEC_ID = 1
 MAGIC = b"S3KZ"
@@ -63,8 +63,8 @@ class ZstdCodec:
                                         write_content_size=True, threads=threads)
         frame = cctx.compress(body)
         flags = FLAG_SHUFFLE if shuffled else 0
-        head = HEADER.pack(MAGIC, VERSION, flags, self.level, 0, raw_len, zlib.crc32(frame), 0)
-        head = head[:-4] + struct.pack("<I", zlib.crc32(head[:-4]))
+        head = HEADER.pack(MAGIC, VERSION, flags, self.level, 0, raw_len, checksum(frame), 0)
+        head = head[:-4] + struct.pack("<I", checksum(head[:-4]))
         return head + frame
 
     def decode(self, data: bytes | memoryview) -> bytes:
@@ -83,12 +83,12 @@ def decode(data: bytes | memoryview) -> bytes:
     magic, version, flags, _level, _res, raw_len, frame_crc, head_crc = HEADER.unpack_from(mv)
     if magic != MAGIC:
         raise _corrupt("bad magic")
-    if zlib.crc32(mv[:HEADER.size - 4]) != head_crc:
+    if checksum(mv[:HEADER.size - 4]) != head_crc:
         raise _corrupt("header checksum mismatch")
     if version != VERSION or flags & ~FLAG_SHUFFLE or raw_len > MAX_RAW:
         raise _corrupt("inconsistent header fields")
     frame = mv[HEADER.size:]
-    if zlib.crc32(frame) != frame_crc:
+    if checksum(frame) != frame_crc:
         raise _corrupt("payload checksum mismatch")
     try:
         body = zstandard.ZstdDecompressor().decompress(frame, max_output_size=raw_len)
