@@ -59,6 +59,7 @@ from benchmarks.servers import (
     add_server_arguments,
     free_port,
     server_from_args,
+    settle_disk,
 )
 from s3kv.client import S3KVClient
 from s3kv.errors import Backpressure
@@ -207,6 +208,7 @@ class S3Side:
                         "HTTPHeaders", {}).get("retry-after", "1")
                     await asyncio.sleep(float(retry))
 
+        await settle_disk()
         t0 = time.perf_counter()
         await run_pool(len(keys), concurrency, op)
         if self.flush is not None:
@@ -224,6 +226,7 @@ class S3Side:
             if data != blocks[i]:
                 bad.append(keys[i])
 
+        await settle_disk()
         t0 = time.perf_counter()
         await run_pool(len(keys), concurrency, op)
         elapsed = time.perf_counter() - t0
@@ -276,6 +279,7 @@ async def restore(gw_url: str, gw: S3Side, direct: S3Side, tokens: int, batch: i
 
     async with S3KVClient(gw_url, token=token, connections=batch_concurrency + 1,
                           timeout=600) as kv:
+        await settle_disk()
         t0 = time.perf_counter()
         present = await kv.lookup_prefix(ns, chain)
         starts = list(range(0, present, batch))

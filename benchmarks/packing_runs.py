@@ -18,6 +18,7 @@ from aiobotocore.session import get_session
 
 from benchmarks.servers import (
     BenchServer,
+    settle_disk,
 )
 from s3kv.backends import S3Backend, S3Location
 from s3kv.sizes import KiB, MiB, format_size
@@ -79,6 +80,7 @@ class Run:
 
 async def timed(what: str, concurrency: int, nbytes: int, server_pid: int | None,
                 fn: Callable[[], Awaitable[object]]) -> Run:
+    await settle_disk()
     s0 = _proc_cpu(server_pid) if server_pid else None
     c0 = time.process_time()
     t0 = time.perf_counter()
