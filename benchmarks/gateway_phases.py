@@ -1,0 +1,203 @@
+"""The gateway benchmark's timed phases (benchmarks/gateway.py runs them): block PUT/GET
+throughput on one S3 endpoint, and the session restore through the native batch API.
+
+Every timed run starts with the page cache written back (``settle_disk``), and every byte read
+back is compared with what was written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from benchmarks.servers import settle_disk
+from s3kv.client import S3KVClient
+from s3kv.errors import Backpressure
+from s3kv.models import block_bytes
+
+KiB = 1024
+MiB = 1024 * KiB
+GW_ACCESS = "s3kvbench"
+GW_SECRET = "s3kvbench-secret"
+MODEL = "qwen2.5-7b"
+BLOCK_TOKENS = 16
+SESSION_TOKENS = 10_000
+
+class Progress:
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def __call__(self, msg: str) -> None:
+        if self.enabled:
+            print(msg, file=sys.stderr, flush=True)
+
+
+def payloads(n: int, size: int) -> list[bytes]:
+    """``n`` distinct blocks of ``size`` bytes, cut from one random buffer (cheap to make)."""
+    pool = os.urandom(max(size + n * 4099, 8 * MiB))
+    return [pool[i * 4099:i * 4099 + size] for i in range(n)]
+
+
+def mib_s(nbytes: int, seconds: float) -> float:
+    return nbytes / MiB / seconds if seconds > 0 else 0.0
+
+
+async def run_pool(n: int, concurrency: int, op: Callable[[int], Awaitable[None]]) -> None:
+    """Run op(0..n-1) with ``concurrency`` workers."""
+    nxt = iter(range(n))
+
+    async def worker() -> None:
+        for i in nxt:
+            await op(i)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+# ---- phases --------------------------------------------------------------------------------
+class S3Side:
+    """One S3 endpoint (the gateway's front, or the server directly) and a bucket on it."""
+
+    def __init__(self, name: str, client: Any, bucket: str,
+                 flush: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.name = name
+        self.client = client
+        self.bucket = bucket
+        self.flush = flush
+        self.slowdowns = 0  # 503 SlowDown answers retried during PUT phases
+
+    async def put_all(self, keys: Sequence[str], blocks: Sequence[bytes],
+                      concurrency: int) -> float:
+        async def op(i: int) -> None:
+            while True:  # 503 SlowDown is retried after Retry-After, as S3 clients do
+                try:
+                    await self.client.put_object(Bucket=self.bucket, Key=keys[i],
+                                                 Body=blocks[i])
+                    return
+                except ClientError as exc:
+                    if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") != 503:
+                        raise
+                    self.slowdowns += 1
+                    retry = exc.response.get("ResponseMetadata", {}).get(
+                        "HTTPHeaders", {}).get("retry-after", "1")
+                    await asyncio.sleep(float(retry))
+
+        await settle_disk()
+        t0 = time.perf_counter()
+        await run_pool(len(keys), concurrency, op)
+        if self.flush is not None:
+            await self.flush()
+        return time.perf_counter() - t0
+
+    async def get_all(self, keys: Sequence[str], blocks: Sequence[bytes],
+                      concurrency: int) -> float:
+        bad: list[str] = []
+
+        async def op(i: int) -> None:
+            resp = await self.client.get_object(Bucket=self.bucket, Key=keys[i])
+            async with resp["Body"] as body:
+                data = await body.read()
+            if data != blocks[i]:
+                bad.append(keys[i])
+
+        await settle_disk()
+        t0 = time.perf_counter()
+        await run_pool(len(keys), concurrency, op)
+        elapsed = time.perf_counter() - t0
+        if bad:
+            raise RuntimeError(f"{self.name}: {len(bad)} blocks read back wrong, e.g. {bad[0]}")
+        return elapsed
+
+
+async def throughput(gw: S3Side, direct: S3Side, size: int, n: int, concurrency: int,
+                     say: Progress) -> dict[str, float]:
+    blocks = payloads(n, size)
+    total = n * size
+    out: dict[str, float] = {}
+    tag = f"{size // KiB}KiB" if size < MiB else f"{size // MiB}MiB"
+    for side in (direct, gw):  # same keys on both; a fresh prefix per phase
+        prefix = f"{tag}-c{concurrency}-{uuid.uuid4().hex[:6]}/"
+        keys = [f"{prefix}{i:05d}" for i in range(n)]
+        put_s = await side.put_all(keys, blocks, concurrency)
+        get_s = await side.get_all(keys, blocks, concurrency)
+        out[f"{side.name}_put_MiBps"] = round(mib_s(total, put_s), 1)
+        out[f"{side.name}_get_MiBps"] = round(mib_s(total, get_s), 1)
+    out["put_ratio"] = round(out["gateway_put_MiBps"] / out["direct_put_MiBps"], 3)
+    out["get_ratio"] = round(out["gateway_get_MiBps"] / out["direct_get_MiBps"], 3)
+    say(f"  {tag} c={concurrency}: PUT gateway {out['gateway_put_MiBps']} MiB/s vs direct "
+        f"{out['direct_put_MiBps']} (x{out['put_ratio']}); GET gateway "
+        f"{out['gateway_get_MiBps']} vs direct {out['direct_get_MiBps']} (x{out['get_ratio']})")
+    return out
+
+
+async def restore(gw_url: str, gw: S3Side, direct: S3Side, tokens: int, batch: int,
+                  batch_concurrency: int, say: Progress) -> dict[str, float]:
+    bsize = block_bytes(MODEL, BLOCK_TOKENS)
+    n = -(-tokens // BLOCK_TOKENS)
+    blocks = payloads(n, bsize)
+    ns = gw.bucket
+    chain = [f"session-{uuid.uuid4().hex[:8]}/{i:05d}" for i in range(n)]
+    token = f"{GW_ACCESS}:{GW_SECRET}"
+    # untimed: the session is written once to each side (gateway: batch puts, then a flush)
+    async with S3KVClient(gw_url, token=token, connections=batch_concurrency + 1) as kv:
+        for i in range(0, n, 32):
+            while True:
+                try:
+                    await kv.put_many(ns, list(zip(chain[i:i + 32], blocks[i:i + 32],
+                                                   strict=True)))
+                    break
+                except Backpressure as exc:  # 503 SlowDown: wait as asked, then again
+                    await asyncio.sleep(exc.retry_after)
+        await kv.flush()
+    await direct.put_all(chain, blocks, 8)
+
+    async with S3KVClient(gw_url, token=token, connections=batch_concurrency + 1,
+                          timeout=600) as kv:
+        await settle_disk()
+        t0 = time.perf_counter()
+        present = await kv.lookup_prefix(ns, chain)
+        starts = list(range(0, present, batch))
+        bad: list[str] = []
+
+        async def one(j: int) -> None:  # each block is checked as it arrives, then dropped,
+            s = starts[j]                # as the per-block side does
+            pos = s
+            async for key, block in kv.iter_many(ns, chain[s:s + batch]):
+                if block != blocks[pos]:
+                    bad.append(key)
+                pos += 1
+
+        await run_pool(len(starts), batch_concurrency, one)
+        batch_s = time.perf_counter() - t0
+    if present != n or bad:
+        raise RuntimeError(f"batch restore read back wrong data ({present}/{n} present, "
+                           f"{len(bad)} blocks wrong)")
+    per_block_s = await direct.get_all(chain, blocks, 8)
+    gw_per_block_s = await gw.get_all(chain, blocks, 8)
+    out = {
+        "restore_blocks": n, "restore_block_bytes": bsize,
+        "restore_batch_s": round(batch_s, 3),
+        "restore_per_block_direct_c8_s": round(per_block_s, 3),
+        "restore_per_block_gateway_c8_s": round(gw_per_block_s, 3),
+        "restore_ratio": round(per_block_s / batch_s, 3),
+        "restore_ratio_vs_gateway_s3": round(gw_per_block_s / batch_s, 3),
+    }
+    say(f"  restore {tokens} tokens ({n} x {bsize // KiB} KiB): batch get {out['restore_batch_s']}"
+        f" s vs per-block GETs c=8 {out['restore_per_block_direct_c8_s']} s direct "
+        f"(x{out['restore_ratio']}), {out['restore_per_block_gateway_c8_s']} s via the S3 front")
+    return out
+
+
+async def warm_up(gw: S3Side, direct: S3Side, nbytes: int) -> None:
+    """Untimed, before the first phase: as in a gateway that has been running, its part
+    buffers are allocated and its connections to the server open; the direct client's
+    connections are open too."""
+    blocks = payloads(max(8, nbytes // (256 * KiB)), 256 * KiB)
+    await gw.put_all([f"warm/{i:05d}" for i in range(len(blocks))], blocks, 8)
+    await direct.put_all([f"warm/{i:05d}" for i in range(8)], blocks[:8], 8)
