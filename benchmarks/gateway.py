@@ -86,14 +86,16 @@ class Profile:
     session_tokens: int
     segment_size: str
     part_size: str
+    warm_requests: int  # untimed 256 KiB PUT+GET pairs per side before the first phase
 
 
 #: 384 MiB per phase: the gateway's PUT phases end with a flush whose tail (the last part or
 #: segment, and s3rver's Complete) is a fixed cost per phase; 128 MiB phases let it be a fifth
 #: of the timed run, while a continuous write stream pays it never
 FULL = Profile(volume=384 * MiB, session_tokens=SESSION_TOKENS, segment_size="256MiB",
-               part_size="16MiB")
-QUICK = Profile(volume=4 * MiB, session_tokens=256, segment_size="16MiB", part_size="8MiB")
+               part_size="16MiB", warm_requests=1024)
+QUICK = Profile(volume=4 * MiB, session_tokens=256, segment_size="16MiB", part_size="8MiB",
+                warm_requests=16)
 
 
 #: --payload unsigned: the client sends UNSIGNED-PAYLOAD and no CRC (as Warp's
@@ -187,8 +189,8 @@ async def run(server: BenchServer, profile: Profile, args: argparse.Namespace,
 
             gw = S3Side("gateway", gwc, ns, flush)
             direct = S3Side("direct", dc, direct_bucket)
-            say("warm-up (untimed): a segment's worth of blocks through the gateway, flushed")
-            await warm_up(gw, direct, parse_size(profile.segment_size))
+            say("warm-up (untimed): 256 KiB PUTs and GETs on both sides, the gateway's flushed")
+            await warm_up(gw, direct, profile.warm_requests, parse_size(profile.segment_size))
             rounds: list[dict[str, float]] = []
             for r in range(args.repeats):
                 if args.repeats > 1:

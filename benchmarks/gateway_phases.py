@@ -194,10 +194,15 @@ async def restore(gw_url: str, gw: S3Side, direct: S3Side, tokens: int, batch: i
     return out
 
 
-async def warm_up(gw: S3Side, direct: S3Side, nbytes: int) -> None:
-    """Untimed, before the first phase: as in a gateway that has been running, its part
-    buffers are allocated and its connections to the server open; the direct client's
-    connections are open too."""
-    blocks = payloads(max(8, nbytes // (256 * KiB)), 256 * KiB)
-    await gw.put_all([f"warm/{i:05d}" for i in range(len(blocks))], blocks, 8)
-    await direct.put_all([f"warm/{i:05d}" for i in range(8)], blocks[:8], 8)
+async def warm_up(gw: S3Side, direct: S3Side, requests: int, segment_bytes: int) -> None:
+    """Untimed, before the first phase, the same on both sides: ``requests`` PUTs and GETs
+    (at least a segment's worth through the gateway, flushed). The gateway's part buffers are
+    then allocated, as in one that has been running, and the server's request paths are warm
+    (s3rver is JavaScript: its first thousand 256 KiB PUTs ran at 32 MiB/s, later ones at 45,
+    so a cold server flattered whichever side came second)."""
+    n = max(requests, segment_bytes // (256 * KiB))
+    blocks = payloads(n, 256 * KiB)
+    for side in (direct, gw):
+        keys = [f"warm/{i:05d}" for i in range(n)]
+        await side.put_all(keys, blocks, 8)
+        await side.get_all(keys, blocks, 8)

@@ -299,7 +299,7 @@ async def measure(server: BenchServer, profile: Profile, bucket: str, repeats: i
     chain_extra: list[dict[str, Any]] = []
     ceilings: list[Run] = []
     async with Direct(server, bucket) as direct:
-        await direct.warm(max(profile.concurrency))
+        await direct.warm(max(profile.concurrency), profile.warm_requests)
         for r in range(repeats):
             tag = f"r{r}"
             if repeats > 1:

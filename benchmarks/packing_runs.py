@@ -34,6 +34,7 @@ class Profile:
     index_entries: int
     concurrency: tuple[int, ...] = (1, 8)
     block_sizes: tuple[int, ...] = (256 * KiB, 2 * MiB)
+    warm_requests: int = 1024  # untimed PUT+GET pairs that warm the server first
     chain_block: int = 256 * KiB
 
 
@@ -42,7 +43,7 @@ FULL = Profile(volume=256 * MiB, segment_size=64 * MiB, part_size=16 * MiB, chai
 # Small enough for moto in CI (< 40 s): moto wants parts >= 5 MiB and reads a whole object
 # per ranged GET, so segments stay small.
 QUICK = Profile(volume=4 * MiB, segment_size=10 * MiB, part_size=5 * MiB, chains=2,
-                chain_length=16, index_entries=20_000)
+                chain_length=16, index_entries=20_000, warm_requests=16)
 
 
 def _proc_cpu(pid: int) -> float | None:
@@ -197,10 +198,18 @@ class Direct:
             data: bytes = await body.read()
         return len(data)
 
-    async def warm(self, concurrency: int) -> None:
-        """Open the pool's connections before anything is timed."""
-        await asyncio.gather(*(self.put(f"warm/{i}", b"x") for i in range(concurrency)))
-        await asyncio.gather(*(self.get(f"warm/{i}") for i in range(concurrency)))
+    async def warm(self, concurrency: int, requests: int) -> None:
+        """Before anything is timed: open the pool's connections, and run the server's request
+        paths until they are warm (s3rver is JavaScript: its first thousand 256 KiB PUTs ran
+        at 32 MiB/s, later ones at 45, so a cold server flattered whichever side came second).
+        """
+        block = os.urandom(256 * KiB)
+
+        async def op(i: int) -> None:
+            await self.put(f"warm/{i}", block)
+            await self.get(f"warm/{i}")
+
+        await run_concurrently(requests, concurrency, op)
 
     async def put_all(self, prefix: str, blocks: Sequence[bytes], concurrency: int) -> float:
         async def op(i: int) -> None:
