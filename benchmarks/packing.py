@@ -33,8 +33,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -57,10 +56,19 @@ from benchmarks.packing_runs import (
     Run,
     block_key,
     payloads,
-    run_concurrently,
     size_label,
     summarize,
     timed,
+)
+from benchmarks.packing_store import (
+    NAMESPACE,
+    StoreCounters,
+    close_store,
+    open_store,
+    store_get_all,
+    store_put_all,
+    store_settings,
+    warm_store,
 )
 from benchmarks.servers import (
     BenchServer,
@@ -69,71 +77,9 @@ from benchmarks.servers import (
     server_from_args,
 )
 from s3kv.backends import S3Backend, S3Location
-from s3kv.config import Settings
-from s3kv.errors import Backpressure, S3KVError
+from s3kv.errors import S3KVError
 from s3kv.log import configure_logging
 from s3kv.sizes import MiB, parse_size
-from s3kv.store.store import BlockStore
-
-NAMESPACE = "bench"
-
-
-def store_settings(profile: Profile) -> Settings:
-    return Settings.load({
-        "segment_size": profile.segment_size, "part_size": profile.part_size,
-        "max_block_size": min(64 * MiB, profile.segment_size // 2),
-        "sync_interval": 0, "node_id": "bench", "log_level": "warning",
-    }, env={})
-
-
-async def open_store(server: BenchServer, bucket: str, prefix: str,
-                     settings: Settings) -> BlockStore:
-    backend = await S3Backend(S3Location(bucket, prefix, (server.url,)),
-                              timeout=settings.backend_timeout).open()
-    store = await BlockStore.open(settings, backend=backend, prefix=prefix)
-    await store.create_namespace(NAMESPACE, "none")  # measure packing, not a codec
-    # open the backend's connections before anything is timed, as for the direct client
-    await asyncio.gather(*(backend.check() for _ in range(8)))
-    return store
-
-
-async def close_store(store: BlockStore) -> None:
-    await store.close()
-    await store.backend.close()
-
-
-@dataclass
-class StoreCounters:
-    backpressure_retries: int = 0
-
-
-async def store_put_all(store: BlockStore, keys: Sequence[bytes], blocks: Sequence[bytes],
-                        concurrency: int, counters: StoreCounters) -> float:
-    async def op(i: int) -> None:
-        while True:
-            try:
-                await store.put(NAMESPACE, keys[i], blocks[i])
-                return
-            except Backpressure:  # what a gateway client sees as 503 SlowDown: retry soon
-                counters.backpressure_retries += 1
-                await asyncio.sleep(0.02)
-
-    t0 = time.perf_counter()
-    await run_concurrently(len(keys), concurrency, op)
-    await store.flush()  # honest: every byte on the server before the clock stops
-    return time.perf_counter() - t0
-
-
-async def store_get_all(store: BlockStore, keys: Sequence[bytes], size: int,
-                        concurrency: int) -> float:
-    async def op(i: int) -> None:
-        data = await store.get(NAMESPACE, keys[i])
-        if data is None or len(data) != size:
-            raise RuntimeError(f"store GET {keys[i]!r}: miss or wrong size")
-
-    t0 = time.perf_counter()
-    await run_concurrently(len(keys), concurrency, op)
-    return time.perf_counter() - t0
 
 
 # ---- phases ---------------------------------------------------------------------------------
@@ -151,6 +97,7 @@ async def block_phase(size: int, profile: Profile, server: BenchServer, bucket: 
     store = await open_store(server, bucket, f"store-{label}-{tag}/", store_settings(profile))
     counters = StoreCounters()
     try:
+        await warm_store(store, profile, blocks, counters)
         direct_keys: list[str] = []
         store_keys: list[bytes] = []
         for c in profile.concurrency:  # interleaved, so drift on the server hits both sides
