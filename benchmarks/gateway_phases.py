@@ -17,6 +17,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from benchmarks.common import run_concurrently
 from benchmarks.servers import settle_disk
 from s3kv.client import S3KVClient
 from s3kv.errors import Backpressure
@@ -49,17 +50,6 @@ def mib_s(nbytes: int, seconds: float) -> float:
     return nbytes / MiB / seconds if seconds > 0 else 0.0
 
 
-async def run_pool(n: int, concurrency: int, op: Callable[[int], Awaitable[None]]) -> None:
-    """Run op(0..n-1) with ``concurrency`` workers."""
-    nxt = iter(range(n))
-
-    async def worker() -> None:
-        for i in nxt:
-            await op(i)
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-
-
 # ---- phases --------------------------------------------------------------------------------
 class S3Side:
     """One S3 endpoint (the gateway's front, or the server directly) and a bucket on it."""
@@ -90,7 +80,7 @@ class S3Side:
 
         await settle_disk()
         t0 = time.perf_counter()
-        await run_pool(len(keys), concurrency, op)
+        await run_concurrently(len(keys), concurrency, op)
         if self.flush is not None:
             await self.flush()
         return time.perf_counter() - t0
@@ -108,7 +98,7 @@ class S3Side:
 
         await settle_disk()
         t0 = time.perf_counter()
-        await run_pool(len(keys), concurrency, op)
+        await run_concurrently(len(keys), concurrency, op)
         elapsed = time.perf_counter() - t0
         if bad:
             raise RuntimeError(f"{self.name}: {len(bad)} blocks read back wrong, e.g. {bad[0]}")
@@ -173,7 +163,7 @@ async def restore(gw_url: str, gw: S3Side, direct: S3Side, tokens: int, batch: i
                     bad.append(key)
                 pos += 1
 
-        await run_pool(len(starts), batch_concurrency, one)
+        await run_concurrently(len(starts), batch_concurrency, one)
         batch_s = time.perf_counter() - t0
     if present != n or bad:
         raise RuntimeError(f"batch restore read back wrong data ({present}/{n} present, "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import statistics
@@ -16,6 +15,7 @@ from typing import Any
 import numpy as np
 from aiobotocore.session import get_session
 
+from benchmarks.common import run_concurrently
 from benchmarks.servers import (
     BenchServer,
     settle_disk,
@@ -155,18 +155,6 @@ def payloads(n: int, size: int, seed: int) -> list[bytes]:
 def block_key(tag: str, i: int) -> bytes:
     """64-byte keys, like the prefix-chain hashes clients use (hex of a 256-bit digest)."""
     return uuid.uuid5(uuid.NAMESPACE_OID, f"{tag}/{i}").hex.encode() * 2
-
-
-async def run_concurrently(n: int, concurrency: int,
-                           op: Callable[[int], Awaitable[None]]) -> None:
-    """op(0..n-1), ``concurrency`` at a time, each worker taking the next index."""
-    it = iter(range(n))
-
-    async def worker() -> None:
-        for i in it:
-            await op(i)
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
 # ---- the direct baseline: one object per block, aiobotocore, the store's own Config ------------

@@ -8,7 +8,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from benchmarks.packing_runs import Profile, block_key, run_concurrently
+from benchmarks.common import run_concurrently
+from benchmarks.packing_runs import Profile, block_key
 from benchmarks.servers import BenchServer
 from s3kv.backends import S3Backend, S3Location
 from s3kv.config import Settings
