@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import aclosing
+from typing import Any
 
 from s3kv.backends.base import Backend
 from s3kv.sizes import KiB
@@ -50,16 +51,40 @@ async def test_stream_in_order_with_bounded_read_ahead(backend: Backend) -> None
         await store.close()
 
 
+class _HeldReads:
+    """The real backend, except that ranged reads after the first wait for ``release``: reads
+    on a local directory finish too fast to be caught in flight otherwise."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        self.release = asyncio.Event()
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    async def get_range(self, key: str, start: int, length: int) -> bytes | bytearray:
+        self.calls += 1
+        if self.calls > 1:
+            await self.release.wait()
+        return await self._backend.get_range(key, start, length)
+
+
 async def test_closing_early_cancels_reads_in_flight(backend: Backend) -> None:
     store, keys, blocks = await _chain(backend)
     try:
+        held = _HeldReads(backend)
+        store.fetcher.backend = held
         it = store.iter_many("kvns", keys)
         assert await anext(it) == blocks[0]
+        await asyncio.sleep(0.05)
         pending = [t for t in asyncio.all_tasks() if "_read_run" in repr(t.get_coro())]
-        assert pending, "the window should have reads in flight"
+        assert pending and held.calls > 1, "the window's later reads should be in flight"
         await it.aclose()
         await asyncio.sleep(0)
-        assert all(t.done() for t in pending)
+        assert all(t.cancelled() for t in pending)
+        held.release.set()
+        store.fetcher.backend = backend
         # the store still serves the whole chain afterwards
         assert await store.get_many("kvns", keys) == blocks
     finally:
