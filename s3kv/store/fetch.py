@@ -76,7 +76,8 @@ class BlockFetcher:
         corrupt, backend down). Close the iterator (``contextlib.aclosing``) when stopping
         early: that cancels the reads still running."""
         locs: list[Location | None] = []
-        near: dict[int, tuple[Block, bool]] = {}  # DRAM tier (verified) or open segment
+        cached: dict[int, Block] = {}  # DRAM tier hits (verified when they were stored)
+        in_memory: set[int] = set()  # in a segment the writer still holds: copied when due
         wanted: list[tuple[int, Location]] = []
         for pos, key in enumerate(keys):
             self.stats.gets += 1
@@ -84,16 +85,15 @@ class BlockFetcher:
             locs.append(loc)
             if loc is None:
                 continue
-            cached = self.dram.get(nid, key) if self.dram.enabled and decode else None
-            if cached is not None:
+            hit = self.dram.get(nid, key) if self.dram.enabled and decode else None
+            if hit is not None:
                 self.stats.dram_hits += 1
-                near[pos] = (cached, True)
+                cached[pos] = hit
                 continue
             if self.dram.enabled:
                 self.stats.dram_misses += 1
-            mem = self.writer.read(loc.segment, loc.offset, loc.length)  # a copy
-            if mem is not None:
-                near[pos] = (mem, False)
+            if self.writer.holds(loc.segment):
+                in_memory.add(pos)
             else:
                 wanted.append((pos, loc))
         runs = [_Run(r, len(r.members)) for r in plan_reads(wanted)]
@@ -107,9 +107,10 @@ class BlockFetcher:
                 block: Block | None = None
                 if loc is None:
                     pass
-                elif pos in near:
-                    raw, verified = near.pop(pos)
-                    block = raw if verified else None
+                elif pos in cached:
+                    block = cached.pop(pos)
+                elif pos in in_memory:
+                    raw = await self._from_memory(loc)
                 else:
                     i = run_of[pos]
                     while started < len(runs) and started <= i + window:
@@ -125,6 +126,16 @@ class BlockFetcher:
             for run in runs:
                 if run.task is not None and not run.task.done():
                     run.task.cancel()
+
+    async def _from_memory(self, loc: Location) -> Block | None:
+        """A block of a segment the writer held when the request was planned: a copy out of
+        its buffers, or one GET of its own if it has been sealed and let go since."""
+        mem = self.writer.read(loc.segment, loc.offset, loc.length)
+        if mem is not None:
+            return mem
+        data = await self._read_run(ReadRun(loc.segment, loc.offset, loc.offset + loc.length,
+                                            []))
+        return None if data is None else memoryview(data)
 
     async def _member(self, loc: Location, run: _Run) -> Block | None:
         """The raw (unverified) bytes of one member of a coalesced read."""

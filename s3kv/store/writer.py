@@ -86,6 +86,10 @@ class SegmentWriter:
     def memory_bytes(self) -> int:
         return sum(seg.size for seg in self._in_memory.values())
 
+    def holds(self, seg_id: int) -> bool:
+        """Whether the segment's bytes are still in memory (open, or sealing)."""
+        return seg_id in self._in_memory
+
     def read(self, seg_id: int, offset: int, length: int) -> bytes | None:
         """Bytes of a segment still in memory, or None if it is not (read the backend)."""
         seg = self._in_memory.get(seg_id)

@@ -109,3 +109,29 @@ async def test_corrupt_block_mid_chain_is_a_miss(backend: Backend) -> None:
         assert store.stats.checksum_failures == 1
     finally:
         await store.close()
+
+
+async def test_blocks_of_a_segment_sealed_mid_request_come_from_the_backend(
+        backend: Backend) -> None:
+    """A request planned while the writer held the segment, which is sealed and let go before
+    the later blocks are due: those are read from the backend, byte for byte."""
+    store = await open_store(backend, seal_after=30)
+    try:
+        await store.create_namespace("kvns")
+        keys = [f"o{i:02d}".encode() for i in range(8)]
+        blocks = [block(i, 64 * KiB) for i in range(8)]
+        for k, b in zip(keys, blocks, strict=True):
+            await store.put("kvns", k, b)
+        nid = store.ns_id("kvns")
+        loc = store.index.get(nid, keys[0])
+        assert loc is not None and store.writer.holds(loc.segment)
+        it = store.iter_many("kvns", keys)
+        assert await anext(it) == blocks[0]
+        await store.flush()
+        assert not store.writer.holds(loc.segment)
+        before = store.stats.backend_reads
+        rest = [b async for b in it]
+        assert rest == blocks[1:]
+        assert store.stats.backend_reads - before == len(rest)
+    finally:
+        await store.close()
