@@ -101,17 +101,11 @@ class S3KVClient:
         want = list(keys)
         async with self._open("POST", f"/v1/{namespace}/batch-get",
                               json_body={"keys": want}) as resp:
-            stream, i = resp.content, 0
             try:
-                async for key, length in read_records(stream):
-                    if i >= len(want) or key != want[i]:
-                        raise ValueError(f"record {i} is for key {key!r}, not the one asked")
-                    block = None if length is None else await stream.readexactly(length)
-                    i += 1
-                    yield key, block
-                if i != len(want):
-                    raise ValueError(f"{i} records for {len(want)} keys")
-            except (asyncio.IncompleteReadError, ValueError, KeyError, TypeError) as exc:
+                async for key, length in read_records(resp.content, want):
+                    yield key, (None if length is None
+                                else await resp.content.readexactly(length))
+            except (asyncio.IncompleteReadError, ValueError) as exc:
                 raise RequestError("MalformedFrames", f"bad batch-get stream from "
                                    f"{self.endpoint}: {exc}", 502) from exc
 

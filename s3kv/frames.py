@@ -87,10 +87,12 @@ def end_record(count: int) -> bytes:
     return _record({"end": True, "count": count})
 
 
-async def read_records(stream: Readable) -> AsyncIterator[tuple[str, int | None]]:
-    """(key, length or None) of each record of a batch-get stream, in order. After each
-    block's header the caller reads exactly ``length`` bytes before asking for the next.
-    Raises ValueError (or asyncio.IncompleteReadError) on a malformed or truncated stream."""
+async def read_records(stream: Readable, keys: Sequence[str]
+                       ) -> AsyncIterator[tuple[str, int | None]]:
+    """(key, length or None) of each record of the batch-get stream that answers ``keys``:
+    exactly one record per key, in their order. After each block's header the caller reads
+    exactly ``length`` bytes before asking for the next. Raises ValueError on a malformed
+    stream, asyncio.IncompleteReadError on a truncated one."""
     count = 0
     while True:
         (n,) = _LEN.unpack(await stream.readexactly(_LEN.size))
@@ -100,16 +102,20 @@ async def read_records(stream: Readable) -> AsyncIterator[tuple[str, int | None]
         if not isinstance(doc, dict):
             raise ValueError("record header is not an object")
         if doc.get("end") is True:
-            if doc.get("count") != count:
-                raise ValueError(f"end record counts {doc.get('count')}, {count} received")
+            if doc.get("count") != count or count != len(keys):
+                raise ValueError(f"end record counts {doc.get('count')}, {count} received "
+                                 f"for {len(keys)} keys")
             if await stream.read(1):
                 raise ValueError("bytes after the end record")
             return
+        key = doc.get("key")
+        if count >= len(keys) or key != keys[count]:
+            raise ValueError(f"record {count} is for key {key!r}, not the one asked")
         count += 1
         if doc.get("missing") is True:
-            yield str(doc["key"]), None
+            yield key, None
             continue
-        length = int(doc["length"])
-        if length < 0:
-            raise ValueError("negative block length")
-        yield str(doc["key"]), length
+        length = doc.get("length")
+        if not isinstance(length, int) or isinstance(length, bool) or length < 0:
+            raise ValueError(f"record {count - 1}: bad block length {length!r}")
+        yield key, length

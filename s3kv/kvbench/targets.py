@@ -221,7 +221,7 @@ class GatewayTarget(Target):
         r = OpResult(endpoint=self.endpoint, start_ns=now_ns())
 
         async def frames(resp: aiohttp.ClientResponse) -> None:
-            async for _key, length in read_records(resp.content):
+            async for key, length in read_records(resp.content, keys):
                 if length is None:
                     out.missing += 1
                     continue
@@ -231,7 +231,7 @@ class GatewayTarget(Target):
                     piece = await resp.content.readexactly(min(left, READ_SLICE))
                     h.update(piece)
                     left -= len(piece)
-                want = self.payload.expected(variant_of(_key), 0, self.block_bytes)
+                want = self.payload.expected(variant_of(key), 0, self.block_bytes)
                 if h.size != want.length or h.digest() != want.checksum:
                     out.verify_failures += 1
                 else:
