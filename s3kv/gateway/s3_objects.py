@@ -92,25 +92,17 @@ async def get_object(request: web.Request, st: GatewayState, t: Target, *,
     st.metrics.bytes_out.inc(len(view))
     if len(view) <= SLICE:
         return web.Response(status=status, body=view, headers=headers)
-    return await stream_response(request, web.StreamResponse(status=status, headers=headers),
-                                 [view])
-
-
-async def stream_response(request: web.Request, resp: web.StreamResponse,
-                          parts: list[bytes | memoryview]) -> web.StreamResponse:
-    """Send ``parts`` back to back as the body, in views of at most SLICE bytes: what one
-    socket write leaves unsent, Python 3.11's transport copies and then trims send by send
-    (see s3kv/backends/body.py)."""
-    resp.content_length = sum(len(p) for p in parts)
+    resp = web.StreamResponse(status=status, headers=headers)
+    resp.content_length = len(view)
     await resp.prepare(request)
-    for part in parts:
-        await write_sliced(resp, part)
+    await write_sliced(resp, view)
     await resp.write_eof()
     return resp
 
 
 async def write_sliced(resp: web.StreamResponse, data: bytes | memoryview) -> None:
-    """Write ``data`` in views of at most SLICE bytes (see stream_response)."""
+    """Write ``data`` in views of at most SLICE bytes: what one socket write leaves unsent,
+    Python 3.11's transport copies and then trims send by send (see s3kv/backends/body.py)."""
     view = memoryview(data)
     for i in range(0, len(view), SLICE):
         await resp.write(view[i:i + SLICE])
