@@ -17,14 +17,17 @@ BLOCK = 512 * KiB
 N = 60  # ~19 blocks per 10 MiB segment: the chain spans 4 segments, so 4 coalesced reads
 
 
-async def _chain(backend: Backend) -> tuple[BlockStore, list[bytes], list[bytes]]:
+async def _chain(backend: Backend, n: int = N, size: int = BLOCK, *, flush: bool = True
+                 ) -> tuple[BlockStore, list[bytes], list[bytes]]:
+    """A store holding a chain of ``n`` blocks, on the backend once ``flush``ed."""
     store = await open_store(backend, seal_after=30)
     await store.create_namespace("kvns")
-    keys = [f"c{i:03d}".encode() for i in range(N)]
-    blocks = [block(i, BLOCK) for i in range(N)]
+    keys = [f"c{i:03d}".encode() for i in range(n)]
+    blocks = [block(i, size) for i in range(n)]
     for k, b in zip(keys, blocks, strict=True):
         await store.put("kvns", k, b)
-    await store.flush()
+    if flush:
+        await store.flush()
     return store, keys, blocks
 
 
@@ -115,13 +118,8 @@ async def test_blocks_of_a_segment_sealed_mid_request_come_from_the_backend(
         backend: Backend) -> None:
     """A request planned while the writer held the segment, which is sealed and let go before
     the later blocks are due: those are read from the backend, byte for byte."""
-    store = await open_store(backend, seal_after=30)
+    store, keys, blocks = await _chain(backend, 8, 64 * KiB, flush=False)
     try:
-        await store.create_namespace("kvns")
-        keys = [f"o{i:02d}".encode() for i in range(8)]
-        blocks = [block(i, 64 * KiB) for i in range(8)]
-        for k, b in zip(keys, blocks, strict=True):
-            await store.put("kvns", k, b)
         nid = store.ns_id("kvns")
         loc = store.index.get(nid, keys[0])
         assert loc is not None and store.writer.holds(loc.segment)
