@@ -136,14 +136,14 @@ async def restore(gw_url: str, gw: S3Side, direct: S3Side, tokens: int, batch: i
     token = f"{GW_ACCESS}:{GW_SECRET}"
     # untimed: the session is written once to each side (gateway: batch puts, then a flush)
     async with S3KVClient(gw_url, token=token, connections=batch_concurrency + 1) as kv:
-        for i in range(0, n, 32):
-            while True:
-                try:
-                    await kv.put_many(ns, list(zip(chain[i:i + 32], blocks[i:i + 32],
-                                                   strict=True)))
-                    break
-                except Backpressure as exc:  # 503 SlowDown: wait as asked, then again
-                    await asyncio.sleep(exc.retry_after)
+        i = 0
+        while i < n:
+            try:
+                i += await kv.put_many(ns, list(zip(chain[i:i + 32], blocks[i:i + 32],
+                                                    strict=True)))
+            except Backpressure as exc:  # 503 SlowDown: wait as asked, send what is left
+                i += exc.stored
+                await asyncio.sleep(exc.retry_after)
         await kv.flush()
     await direct.put_all(chain, blocks, 8)
 

@@ -5,7 +5,8 @@
         n = await kv.lookup_prefix("llama", ["h1", "h2", "h3"])   # -> 2
         blocks = await kv.get_many("llama", ["h1", "h2"])          # -> [bytes | None, ...]
 
-Errors from the gateway become s3kv.errors: Backpressure (503 SlowDown, with retry_after),
+Errors from the gateway become s3kv.errors: Backpressure (503 SlowDown, with retry_after; from
+put_many also ``stored``, the leading blocks that were stored, so a retry sends the rest),
 NamespaceNotFound, TooLarge, InvalidInput, or RequestError for the rest.
 """
 
@@ -28,7 +29,7 @@ from s3kv.errors import (
     RequestError,
     TooLarge,
 )
-from s3kv.frames import FRAMES, encode_frames, read_records
+from s3kv.frames import FRAMES, STORED_HEADER, encode_frames, read_records
 
 
 class S3KVClient:
@@ -67,7 +68,7 @@ class S3KVClient:
                                              json=json_body, headers=headers) as resp:
                 if resp.status >= 400:
                     body = await resp.read()
-                    raise _error(resp.status, body, resp.headers.get("Retry-After"))
+                    raise _error(resp.status, body, resp.headers)
                 yield resp
         except aiohttp.ClientError as exc:
             raise BackendUnavailable(f"gateway {self.endpoint} unreachable: {exc}") from exc
@@ -127,14 +128,15 @@ class S3KVClient:
         return doc
 
 
-def _error(status: int, body: bytes, retry_after: str | None) -> Exception:
+def _error(status: int, body: bytes, headers: Mapping[str, str]) -> Exception:
     try:
         doc = json.loads(body)
         code, message = str(doc.get("error", "")), str(doc.get("message", ""))
     except ValueError:
         code, message = "", body[:200].decode(errors="replace")
     if code == "SlowDown" or status == 503:
-        return Backpressure(message or "gateway busy", float(retry_after or 1))
+        return Backpressure(message or "gateway busy", float(headers.get("Retry-After") or 1),
+                            int(headers.get(STORED_HEADER) or 0))
     if code == "NoSuchBucket":
         return NamespaceNotFound(message)
     if code == "EntityTooLarge":

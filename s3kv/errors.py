@@ -56,13 +56,18 @@ class NamespaceNotEmpty(S3KVError):
 
 
 class Backpressure(S3KVError):
-    """The store cannot take more writes now; retry after `retry_after` seconds (503 SlowDown)."""
+    """The store cannot take more writes now; retry after `retry_after` seconds (503 SlowDown).
+
+    ``stored``: for a batch put, how many of its leading blocks were stored before the store
+    pushed back (they stay stored); a retry sends only the rest (header ``x-s3kv-stored``).
+    """
 
     code = "SlowDown"
 
-    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+    def __init__(self, message: str, retry_after: float = 1.0, stored: int = 0) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.stored = stored
 
 
 class IntegrityError(S3KVError):

@@ -25,6 +25,8 @@ from typing import Protocol
 from s3kv.errors import RequestError
 
 FRAMES = "application/x-s3kv-frames"
+#: on a batch put's 503 SlowDown: how many of its leading blocks were stored before it
+STORED_HEADER = "x-s3kv-stored"
 STREAM = "application/x-s3kv-stream"
 #: a record's JSON header never legitimately needs more (keys are at most 1 KiB)
 MAX_HEADER = 64 * 1024

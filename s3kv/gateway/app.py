@@ -29,6 +29,7 @@ from s3kv.errors import (
     S3KVError,
     TooLarge,
 )
+from s3kv.frames import STORED_HEADER
 from s3kv.gateway import native, ops, s3_buckets, s3_objects
 from s3kv.gateway.access import check_namespace, credential_table
 from s3kv.gateway.metrics import GatewayMetrics
@@ -68,6 +69,8 @@ def to_request_error(exc: S3KVError) -> RequestError:
             if status == 503:
                 retry = exc.retry_after if isinstance(exc, Backpressure) else 1.0
                 headers["Retry-After"] = str(max(1, round(retry)))
+            if isinstance(exc, Backpressure) and exc.stored:
+                headers[STORED_HEADER] = str(exc.stored)
             return RequestError(code, str(exc), status, headers)
     return RequestError("InternalError", str(exc), 500)
 

@@ -2,7 +2,8 @@
 
 - ``POST /v1/{ns}/lookup``     JSON {"keys": [...]} -> {"prefix": n, "present": [bool, ...]}
 - ``POST /v1/{ns}/batch-get``  JSON {"keys": [...]} -> framed blocks (below)
-- ``POST /v1/{ns}/batch-put``  framed blocks -> {"stored": n}  (``x-s3kv-durability: sealed``)
+- ``POST /v1/{ns}/batch-put``  framed blocks -> {"stored": n}  (``x-s3kv-durability: sealed``);
+  a 503 SlowDown says in ``x-s3kv-stored`` how many leading blocks were stored before it
 - ``POST /v1/flush``           seal open segments now -> {"sealed": true}
 - ``GET  /v1/stats``           store counters -> JSON
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from s3kv.errors import RequestError
+from s3kv.errors import Backpressure, RequestError
 from s3kv.frames import STREAM, block_record, decode_frames, end_record
 from s3kv.gateway import ops
 from s3kv.gateway.access import check_namespace, require_unrestricted
@@ -109,12 +110,22 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
         for _, d in items:
             if len(d) > st.settings.max_block_size:
                 raise RequestError("EntityTooLarge", "a block exceeds the max block size")
-        metas = [await st.store.put(ns, k, d, codec=codec) for k, d in items]
+        stored = 0
+        for k, d in items:  # in order, so that a 503 can say how many leading blocks are in
+            try:
+                await st.store.put(ns, k, d, codec=codec)
+            except Backpressure as exc:
+                exc.stored = stored
+                if stored:
+                    exc.args = (f"{exc} ({stored} of {len(items)} blocks stored; send the "
+                                "rest)",)
+                raise
+            stored += 1
     finally:
         st.budget.release(body.reserved)
     if durable:
         await st.store.wait_durable(ns, [k for k, _ in items])
-    return web.json_response({"stored": len(metas)})
+    return web.json_response({"stored": stored})
 
 
 async def flush(request: web.Request) -> web.StreamResponse:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from urllib.parse import urlsplit
@@ -27,7 +27,7 @@ import aiohttp
 
 from s3kv.backends.body import SlicedBody
 from s3kv.errors import ConfigError
-from s3kv.frames import FRAMES, frames_head, read_records
+from s3kv.frames import FRAMES, STORED_HEADER, frames_head, read_records
 from warp.clock import now_ns
 from warp.payload import Hasher, PayloadSource, variant_of
 from warp.records import Record, RecordWriter
@@ -162,8 +162,10 @@ class GatewayTarget(Target):
 
     async def _post(self, path: str, result: OpResult, body: Callable[[], object],
                     headers: dict[str, str],
-                    reader: Callable[[aiohttp.ClientResponse], Awaitable[None]]) -> int:
-        """POST with retries on 503 (backpressure); the number of retries."""
+                    reader: Callable[[aiohttp.ClientResponse], Awaitable[None]],
+                    on_503: Callable[[Mapping[str, str]], None] | None = None) -> int:
+        """POST with retries on 503 (backpressure); the number of retries. ``on_503`` sees
+        each retried 503's headers before ``body()`` and ``headers`` are used again."""
         url = f"{self.endpoint}/v1/{path}"
         for attempt in range(BACKPRESSURE_RETRIES + 1):
             try:
@@ -172,6 +174,8 @@ class GatewayTarget(Target):
                     result.status = resp.status
                     if resp.status == 503 and attempt < BACKPRESSURE_RETRIES:
                         await resp.read()
+                        if on_503 is not None:
+                            on_503(resp.headers)
                         wait = float(resp.headers.get("Retry-After", "0.2") or 0.2)
                         await asyncio.sleep(min(1.0, max(0.05, wait)))
                         continue
@@ -254,24 +258,30 @@ class GatewayTarget(Target):
     async def _put(self, user: int, keys: list[str]) -> IoResult:
         out = IoResult()
         r = OpResult(endpoint=self.endpoint, start_ns=now_ns())
-        parts = [memoryview(frames_head([(k, self.block_bytes) for k in keys])),
-                 *self.views(keys)]
-        size = sum(len(p) for p in parts)
-        stored: dict[str, int] = {}
+        done = 0  # leading blocks a 503 said were stored: a retry sends only the rest
+        doc: dict[str, int] = {}
+        headers = {"Content-Type": FRAMES}
 
         def body() -> SlicedBody:
+            rest = keys[done:]
+            parts = [memoryview(frames_head([(k, self.block_bytes) for k in rest])),
+                     *self.views(rest)]
+            headers["Content-Length"] = str(sum(len(p) for p in parts))
             return SlicedBody(parts)
 
-        async def read_json(resp: aiohttp.ClientResponse) -> None:
-            stored.update(json.loads(await resp.read()))
+        def partly_stored(resp_headers: Mapping[str, str]) -> None:
+            nonlocal done
+            done += int(resp_headers.get(STORED_HEADER) or 0)
 
-        out.retries = await self._post(
-            f"{self.namespace}/batch-put", r, body,
-            {"Content-Type": FRAMES, "Content-Length": str(size)}, read_json)
+        async def read_json(resp: aiohttp.ClientResponse) -> None:
+            doc.update(json.loads(await resp.read()))
+
+        out.retries = await self._post(f"{self.namespace}/batch-put", r, body, headers,
+                                       read_json, partly_stored)
         if r.error:
             out.fail(r.error)
         else:
-            out.blocks = int(stored.get("stored", 0))
+            out.blocks = done + int(doc.get("stored", 0))
             out.bytes = out.blocks * self.block_bytes
         r.end_ns, r.size = now_ns(), out.bytes
         self.record("KVPUT", user, f"{len(keys)} blocks", r, len(keys))
