@@ -50,6 +50,7 @@ class _GetProtocol(asyncio.BufferedProtocol):
         self._waiter: asyncio.Future[Response] | None = None
         self._resp = Response()
         self._sink: Sink | None = None
+        self._sink_statuses: frozenset[int] | None = None
         self._left = -1  # body bytes still expected; -1: until the connection closes
         self._in_head = True
         self._chunked = False
@@ -61,10 +62,11 @@ class _GetProtocol(asyncio.BufferedProtocol):
         return bool(self._resp.first_byte_ns)
 
     # ---- one exchange ---------------------------------------------------------------------
-    def begin(self, request: bytes, sink: Sink) -> asyncio.Future[Response]:
+    def begin(self, request: bytes, sink: Sink,
+              sink_statuses: frozenset[int] | None = None) -> asyncio.Future[Response]:
         assert self.transport is not None
         self._waiter = asyncio.get_running_loop().create_future()
-        self._resp, self._sink = Response(), sink
+        self._resp, self._sink, self._sink_statuses = Response(), sink, sink_statuses
         self._head_len, self._in_head, self._left, self._chunked = 0, True, -1, False
         self.transport.write(request)
         return self._waiter
@@ -152,7 +154,8 @@ class _GetProtocol(asyncio.BufferedProtocol):
             elif len(r.error_body) > ERROR_BODY_LIMIT:
                 self._fail(ProtocolError("chunked response body too large"))
             return
-        if r.status >= 300:
+        if (r.status >= 300 if self._sink_statuses is None
+                else r.status not in self._sink_statuses):
             if len(r.error_body) < ERROR_BODY_LIMIT:
                 r.error_body += bytes(data)
         elif self._sink is not None:
@@ -212,8 +215,10 @@ class GetPool:
         return proto
 
     async def get(self, endpoint: str, target: str, headers: dict[str, str],
-                  sink: Sink) -> Response:
-        """Send ``GET target`` with ``headers`` (signed, incl. Host); body goes to ``sink``."""
+                  sink: Sink, sink_statuses: frozenset[int] | None = None) -> Response:
+        """Send ``GET target`` with ``headers`` (signed, incl. Host); the body goes to
+        ``sink`` if the status is in ``sink_statuses`` (default: any below 300), otherwise to
+        ``Response.error_body`` (its first ERROR_BODY_LIMIT bytes)."""
         idle = self._idle.setdefault(endpoint, [])
         lines = [f"GET {target} HTTP/1.1"] + [f"{k}: {v}" for k, v in headers.items()]
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
@@ -226,7 +231,7 @@ class GetPool:
             if proto is None:
                 proto = await self._connect(endpoint)
             try:
-                resp = await proto.begin(request, sink)
+                resp = await proto.begin(request, sink, sink_statuses)
             except (ConnectionError, ProtocolError):
                 if proto.transport is not None:
                     proto.transport.close()

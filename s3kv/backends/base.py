@@ -7,11 +7,13 @@ for unreachable/timeouts/5xx, BackendError for everything else.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 Buffer = bytes | bytearray | memoryview
+#: takes a ranged read's bytes in order as they arrive; a view is valid only during the call
+Sink = Callable[[memoryview], None]
 
 
 @dataclass(frozen=True)
@@ -73,3 +75,14 @@ class Backend(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class RangeStreamer(Protocol):
+    """A backend that hands a ranged read's bytes over as they arrive (the S3 backend's fast
+    path): a coalesced read of many blocks gives out each block as soon as it is complete."""
+
+    async def stream_range(self, key: str, start: int, length: int, sink: Sink) -> int:
+        """Feed bytes [start, start+length) of the object to ``sink``, in order; return how
+        many were fed (fewer only at the object's end). A failed call may have fed some."""
+        ...

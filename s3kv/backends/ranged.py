@@ -17,11 +17,14 @@ import ssl
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
+from s3kv.backends.base import Sink
 from s3kv.errors import BackendError, BackendUnavailable, ObjectMissing
 from warp.fastget import GetPool, ProtocolError
 from warp.sigv4 import EMPTY_SHA256, Credentials, Signer, quote_path
 
 _CODE = re.compile(rb"<Code>([^<]{1,64})</Code>")
+_PARTIAL = frozenset({206})
+_FROM_ZERO = frozenset({200, 206})
 _TRANSIENT_CODES = {b"SlowDown", b"ServiceUnavailable", b"InternalError", b"RequestTimeout",
                     b"XMinioServerNotInitialized"}
 
@@ -47,29 +50,47 @@ class RangedReader:
 
     async def read(self, endpoint: str, key: str, start: int, length: int) -> bytearray:
         """Bytes [start, start + length) of ``key`` (fewer if the object ends first)."""
-        what = f"GET {key} [{start}+{length}]"
-        path = quote_path(f"/{self.bucket}/{key}")
-        headers = {"range": f"bytes={start}-{start + length - 1}"}
-        signer = await self._current_signer()
-        signer.sign("GET", urlsplit(endpoint).netloc, path, "", headers,
-                          payload_hash=EMPTY_SHA256)
         buf = bytearray(length)
         got = 0
 
         def sink(view: memoryview) -> None:
             nonlocal got
+            buf[got:got + len(view)] = view
+            got += len(view)
+
+        await self.stream(endpoint, key, start, length, sink)
+        if got < length:
+            del buf[got:]
+        return buf
+
+    async def stream(self, endpoint: str, key: str, start: int, length: int,
+                     sink: Sink) -> int:
+        """Feed bytes [start, start + length) of ``key`` to ``sink`` as they arrive; return
+        how many (fewer if the object ends first). Errors may come after some were fed."""
+        what = f"GET {key} [{start}+{length}]"
+        path = quote_path(f"/{self.bucket}/{key}")
+        headers = {"range": f"bytes={start}-{start + length - 1}"}
+        signer = await self._current_signer()
+        signer.sign("GET", urlsplit(endpoint).netloc, path, "", headers,
+                    payload_hash=EMPTY_SHA256)
+        got = 0
+
+        def bounded(view: memoryview) -> None:  # never more than asked, whatever is sent
+            nonlocal got
             n = min(len(view), length - got)
-            buf[got:got + n] = view[:n]
-            got += n
+            if n > 0:
+                got += n
+                sink(view[:n])
 
         try:
-            resp = await self._pool.get(endpoint, path, headers, sink)
+            # a 200 is the whole object (the server ignored Range): its bytes are not the
+            # range's unless the range starts at 0, so they never reach the sink
+            resp = await self._pool.get(endpoint, path, headers, bounded,
+                                        _FROM_ZERO if start == 0 else _PARTIAL)
         except (ProtocolError, OSError) as exc:  # ConnectionError is an OSError
             raise BackendUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
-        if resp.status == 206 or (resp.status == 200 and resp.size == length):
-            if got < length:
-                del buf[got:]
-            return buf
+        if resp.status == 206 or (resp.status == 200 and start == 0 and resp.size == length):
+            return got
         if resp.status == 200:
             raise BackendError(f"{what}: the server ignored the Range header", transient=False,
                                status=200)

@@ -28,7 +28,7 @@ from botocore.exceptions import (
 )
 from botocore.httpsession import get_cert_path
 
-from s3kv.backends.base import Buffer, ObjectInfo, UploadInfo
+from s3kv.backends.base import Buffer, ObjectInfo, Sink, UploadInfo
 from s3kv.backends.body import SLICE, SlicedBody
 from s3kv.backends.ranged import RangedReader
 from s3kv.errors import BackendError, BackendUnavailable, ObjectMissing
@@ -162,6 +162,21 @@ class S3Backend:
                 return data
 
         return await self._call(f"GET {key} [{start}+{length}]", op)
+
+    async def stream_range(self, key: str, start: int, length: int, sink: Sink) -> int:
+        if length <= 0:
+            return 0
+        if self._ranged is None:  # botocore: the whole range at once
+            data = await self.get_range(key, start, length)
+            sink(memoryview(data))
+            return len(data)
+        assert self._rr is not None
+        endpoint = self.loc.endpoints[next(self._rr)]
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await self._ranged.stream(endpoint, key, start, length, sink)
+        except TimeoutError as exc:
+            raise translate(exc, f"GET {key} [{start}+{length}]") from exc
 
     async def get_object(self, key: str) -> bytes:
         async def op(c: Any) -> bytes:

@@ -1,40 +1,46 @@
 """The store's read path: index -> open segment / DRAM tier / coalesced ranged GET -> checksum
 -> codec, yielding blocks in request order as they arrive.
 
-Blocks that need the backend are grouped into coalesced ranged reads (``plan_reads``). The
-reads run ahead of the consumer by at most ``window`` runs, so a long prefix chain streams
-through with at most ``window`` x ``MAX_RUN`` bytes of it in memory, and the first block is
-handed out while later ones are still being read.
+Blocks that need the backend are grouped into coalesced ranged reads (``plan_reads``, up to
+``MAX_RUN`` bytes each). Each read hands its blocks out as they arrive (``runread.RunRead``),
+and reads are started at most ``read_ahead`` bytes ahead of the block being handed out, so a
+long prefix chain streams through bounded memory with few, large GETs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
-from dataclasses import dataclass
 
-from s3kv.backends.base import Backend
+from s3kv.backends.base import Backend, RangeStreamer
 from s3kv.errors import BackendError, IntegrityError, ObjectMissing
 from s3kv.log import get_logger
 from s3kv.store import layout
 from s3kv.store.codecs import NONE_ID, decode_any
 from s3kv.store.dram import DramCache
 from s3kv.store.index import BlockIndex, Location
-from s3kv.store.reader import ReadRun, plan_reads
+from s3kv.store.readbudget import ReadBudget
+from s3kv.store.reader import MAX_RUN, ReadRun, plan_reads
+from s3kv.store.runread import RunRead
 from s3kv.store.segments import SegmentState, SegmentTable, segment_key
 from s3kv.store.stats import StoreStats
 from s3kv.store.writer import SegmentWriter
 
 log = get_logger(__name__)
 
-#: a block's bytes as reads return them: blocks read from the backend are zero-copy views into
-#: the ranged GET that fetched them (the view keeps that buffer alive, nothing more)
+#: a block's bytes as reads return them (a block read from the backend has a buffer of its own,
+#: filled as the ranged GET's bytes arrive)
 Block = bytes | memoryview
 #: ranged GETs in flight at once, all requests together
 READ_CONCURRENCY = 8
-#: coalesced reads a single request runs ahead of the block it is handing out
-READ_WINDOW = 4
+#: bytes of coalesced reads a single request starts ahead of the block it is handing out
+#: (besides the read that holds that block): with MAX_RUN reads, the next one is under way
+#: while this one is handed out
+READ_AHEAD = MAX_RUN
+#: bytes of ranged GETs in flight at once, all requests together
+READ_BUDGET = 4 * MAX_RUN
 #: checksums of blocks larger than this are computed off the event loop
 THREAD_THRESHOLD = 1024 * 1024
 
@@ -43,13 +49,6 @@ async def checksum_async(data: bytes | memoryview) -> int:
     if len(data) > THREAD_THRESHOLD:
         return await asyncio.to_thread(layout.checksum, data)
     return layout.checksum(data)
-
-
-@dataclass
-class _Run:
-    plan: ReadRun
-    remaining: int  # members not yet handed out; the buffer is dropped at 0
-    task: asyncio.Task[bytes | bytearray | None] | None = None
 
 
 class BlockFetcher:
@@ -69,9 +68,10 @@ class BlockFetcher:
         self._forget_segment = forget_segment
         self._dead = dead
         self._slots = asyncio.Semaphore(READ_CONCURRENCY)
+        self._budget = ReadBudget(READ_BUDGET)
 
     async def iter_many(self, nid: int, keys: Sequence[bytes], *, decode: bool = True,
-                        window: int = READ_WINDOW) -> AsyncGenerator[Block | None, None]:
+                        read_ahead: int = READ_AHEAD) -> AsyncGenerator[Block | None, None]:
         """One item per key, in order: the block's bytes, or None on a miss (absent, evicted,
         corrupt, backend down). Close the iterator (``contextlib.aclosing``) when stopping
         early: that cancels the reads still running."""
@@ -96,9 +96,10 @@ class BlockFetcher:
                 in_memory.add(pos)
             else:
                 wanted.append((pos, loc))
-        runs = [_Run(r, len(r.members)) for r in plan_reads(wanted)]
+        runs = [RunRead(r) for r in plan_reads(wanted)]
         runs.sort(key=lambda r: min(p for p, _ in r.plan.members))
         run_of = {pos: i for i, run in enumerate(runs) for pos, _ in run.plan.members}
+        ends = list(itertools.accumulate(r.size for r in runs))  # run i ends at byte ends[i]
         started = 0
         try:
             for pos, key in enumerate(keys):
@@ -113,19 +114,18 @@ class BlockFetcher:
                     raw = await self._from_memory(loc)
                 else:
                     i = run_of[pos]
-                    while started < len(runs) and started <= i + window:
-                        runs[started].task = asyncio.create_task(
-                            self._read_run(runs[started].plan))
+                    while started < len(runs) and (
+                            started <= i or ends[started] - ends[i] <= read_ahead):
+                        runs[started].task = asyncio.create_task(self._read_run(runs[started]))
                         started += 1
-                    raw = await self._member(loc, runs[i])
+                    raw = await runs[i].block(loc)
                 if loc is not None and raw is not None and block is None:
                     block = await self._verified(nid, key, loc, raw, decode)
                 self._count(nid, key, block is not None)
                 yield block
         finally:
             for run in runs:
-                if run.task is not None and not run.task.done():
-                    run.task.cancel()
+                run.cancel()
 
     async def _from_memory(self, loc: Location) -> Block | None:
         """A block of a segment the writer held when the request was planned: a copy out of
@@ -133,21 +133,9 @@ class BlockFetcher:
         mem = self.writer.read(loc.segment, loc.offset, loc.length)
         if mem is not None:
             return mem
-        data = await self._read_run(ReadRun(loc.segment, loc.offset, loc.offset + loc.length,
-                                            []))
-        return None if data is None else memoryview(data)
-
-    async def _member(self, loc: Location, run: _Run) -> Block | None:
-        """The raw (unverified) bytes of one member of a coalesced read."""
-        assert run.task is not None
-        chunk = await run.task
-        run.remaining -= 1
-        if run.remaining == 0:
-            run.task = None  # the last member's view keeps the buffer alive, nothing else
-        if chunk is None:
-            return None
-        start = loc.offset - run.plan.start
-        return memoryview(chunk)[start:start + loc.length]
+        run = RunRead(ReadRun(loc.segment, loc.offset, loc.offset + loc.length, [(0, loc)]))
+        await self._read_run(run)
+        return await run.block(loc)
 
     def _count(self, nid: int, key: bytes, hit: bool) -> None:
         if hit:
@@ -156,27 +144,43 @@ class BlockFetcher:
         else:
             self.stats.misses += 1
 
-    async def _read_run(self, run: ReadRun) -> bytes | bytearray | None:
-        info = self.segments.get(run.segment)
-        if info is None or info.state is SegmentState.EVICTING:
-            return None
-        key = segment_key(self.prefix, info.name)
+    async def _read_run(self, run: RunRead) -> None:
+        """Stream the run's bytes into its blocks; on any failure the blocks not complete are
+        misses (logged and counted here)."""
+        plan = run.plan
+        info = self.segments.get(plan.segment)
         try:
-            async with self._slots:
-                data = await self.writer.retry.run(
-                    lambda: self.backend.get_range(key, run.start, run.end - run.start))
-        except ObjectMissing:
-            log.warning("segment.missing", segment=info.name)
-            self._forget_segment(run.segment)
-            return None
-        except BackendError as exc:
-            self.stats.backend_errors += 1
-            log.warning("store.read_failed", segment=info.name, error=str(exc))
-            return None
-        self.stats.backend_reads += 1
-        self.stats.backend_read_bytes += len(data)
-        info.last_access = time.time()
-        return data
+            if info is None or info.state is SegmentState.EVICTING:
+                return
+            key = segment_key(self.prefix, info.name)
+            backend, stats = self.backend, self.stats
+
+            def sink(view: memoryview) -> None:  # counted as the bytes arrive: a request may
+                stats.backend_read_bytes += len(view)  # have all its blocks before the GET ends
+                run.feed(view)
+
+            async def attempt() -> int:
+                run.restart()
+                stats.backend_reads += 1
+                info.last_access = time.time()
+                if isinstance(backend, RangeStreamer):
+                    return await backend.stream_range(key, plan.start, run.size, sink)
+                data = await backend.get_range(key, plan.start, run.size)
+                sink(memoryview(data))
+                return len(data)
+
+            try:
+                async with self._slots, self._budget.hold(run.size):
+                    await self.writer.retry.run(attempt)
+            except ObjectMissing:
+                log.warning("segment.missing", segment=info.name)
+                self._forget_segment(plan.segment)
+                return
+            except BackendError as exc:
+                self.stats.backend_errors += 1
+                log.warning("store.read_failed", segment=info.name, error=str(exc))
+        finally:
+            run.finish()
 
     async def _verified(self, nid: int, key: bytes, loc: Location, data: Block,
                         decode: bool = True) -> Block | None:

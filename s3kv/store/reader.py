@@ -15,7 +15,7 @@ from s3kv.store.index import Location
 MAX_GAP = 64 * 1024
 #: never coalesce into a single GET larger than this: a long chain becomes several large
 #: ranged GETs that the store issues concurrently (READ_CONCURRENCY), not one serial stream
-MAX_RUN = 16 * 1024 * 1024
+MAX_RUN = 64 * 1024 * 1024
 
 
 @dataclass

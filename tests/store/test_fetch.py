@@ -8,7 +8,7 @@ import asyncio
 from contextlib import aclosing
 from typing import Any
 
-from s3kv.backends.base import Backend
+from s3kv.backends.base import Backend, Sink
 from s3kv.sizes import KiB
 from s3kv.store.store import BlockStore
 from tests.store.helpers import block, open_store
@@ -42,9 +42,9 @@ async def test_stream_in_order_with_bounded_read_ahead(backend: Backend) -> None
         assert runs >= 3
         before = stats.backend_reads
         got: list[bytes | memoryview | None] = []
-        async with aclosing(fetcher.iter_many(nid, [*keys, b"absent"], window=0)) as it:
+        async with aclosing(fetcher.iter_many(nid, [*keys, b"absent"], read_ahead=0)) as it:
             async for b in it:
-                if not got:  # window 0: only the first coalesced read has been issued
+                if not got:  # no read-ahead: only the first coalesced read has been issued
                     await asyncio.sleep(0.05)
                     assert stats.backend_reads - before == 1
                 got.append(b)
@@ -71,6 +71,11 @@ class _HeldReads:
         if self.calls > 1:
             await self.release.wait()
         return await self._backend.get_range(key, start, length)
+
+    async def stream_range(self, key: str, start: int, length: int, sink: Sink) -> int:
+        data = await self.get_range(key, start, length)
+        sink(memoryview(data))
+        return len(data)
 
 
 async def test_closing_early_cancels_reads_in_flight(backend: Backend) -> None:

@@ -1,0 +1,94 @@
+"""One coalesced ranged read, handed out block by block as its bytes arrive.
+
+A run (``reader.ReadRun``) covers adjacent blocks of one segment. Its bytes are copied, as the
+backend delivers them, into one buffer per block; a block's future resolves as soon as its last
+byte is in, so the first block of a 64 MiB read goes out while the rest is still on its way,
+and no buffer is larger than a block. Gaps between blocks (alignment) are skipped.
+
+A retried read starts again from the run's first byte: blocks already complete are kept and
+their bytes skipped. When the read ends (complete, short or failed), ``finish`` resolves every
+block still waiting with None (a miss); the caller has logged why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from s3kv.store.index import Location
+from s3kv.store.reader import ReadRun
+
+Extent = tuple[int, int]  # (offset in the segment, length)
+
+
+class RunRead:
+    def __init__(self, plan: ReadRun) -> None:
+        self.plan = plan
+        loop = asyncio.get_running_loop()
+        # one buffer per distinct block: a key asked twice shares it
+        self._wanted: Counter[Extent] = Counter((loc.offset, loc.length)
+                                                for _, loc in plan.members)
+        self._extents = sorted(self._wanted)
+        self._blocks: dict[Extent, asyncio.Future[bytearray | None]] = {
+            e: loop.create_future() for e in self._extents}
+        self.task: asyncio.Task[None] | None = None
+        self.restart()
+
+    @property
+    def size(self) -> int:
+        return self.plan.end - self.plan.start
+
+    def restart(self) -> None:
+        """The backend starts sending from the run's first byte (again)."""
+        self._pos = self.plan.start
+        self._next = 0  # index in _extents of the first block not yet passed
+        self._buf: bytearray | None = None
+
+    def feed(self, view: memoryview) -> None:
+        """The next bytes of the run, in order (a backend sink)."""
+        while len(view) and self._next < len(self._extents):
+            off, length = self._extents[self._next]
+            if self._pos < off:  # a gap: skip it
+                skip = min(off - self._pos, len(view))
+                view = view[skip:]
+                self._pos += skip
+                continue
+            done = self._pos - off
+            take = min(length - done, len(view))
+            fut = self._blocks.get((off, length))  # None: complete and taken already
+            if fut is not None and not fut.done():  # a retry: complete blocks are skipped
+                if self._buf is None:
+                    self._buf = bytearray(length)
+                self._buf[done:done + take] = view[:take]
+            view = view[take:]
+            self._pos += take
+            if self._pos == off + length:
+                if fut is not None and not fut.done():
+                    fut.set_result(self._buf)
+                self._buf = None
+                self._next += 1
+
+    def finish(self) -> None:
+        """The read is over: blocks still incomplete are misses."""
+        self._buf = None
+        for fut in self._blocks.values():
+            if not fut.done():
+                fut.set_result(None)
+
+    async def block(self, loc: Location) -> memoryview | None:
+        """The raw (unverified) bytes of one member, once they are in; None: not read.
+        Each member is taken once: the run lets go of a block's buffer after its last taker."""
+        extent = (loc.offset, loc.length)
+        fut = self._blocks[extent]
+        data = await asyncio.shield(fut)
+        self._wanted[extent] -= 1
+        if self._wanted[extent] == 0:
+            del self._blocks[extent]
+        return None if data is None else memoryview(data)
+
+    def cancel(self) -> None:
+        """Stop the read, unless every block is in already (then it is only finishing its
+        response and bookkeeping)."""
+        if (self.task is not None and not self.task.done()
+                and self._next < len(self._extents)):
+            self.task.cancel()

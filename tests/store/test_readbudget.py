@@ -1,0 +1,74 @@
+"""The bound on backend read bytes in flight (s3kv/store/readbudget.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from s3kv.store.readbudget import ReadBudget
+
+
+async def _holder(budget: ReadBudget, n: int, release: asyncio.Event, log: list[int]) -> None:
+    async with budget.hold(n):
+        log.append(n)
+        await release.wait()
+
+
+async def test_reads_over_the_budget_wait_their_turn_in_order() -> None:
+    budget = ReadBudget(100)
+    gates = [asyncio.Event() for _ in range(4)]
+    log: list[int] = []
+    tasks = [asyncio.create_task(_holder(budget, n, g, log))
+             for n, g in zip([60, 50, 30, 10], gates, strict=True)]
+    await asyncio.sleep(0.01)
+    # 60 runs; 50 does not fit, and 30 and 10 queue behind it (first come, first served)
+    assert log == [60] and budget.used == 60
+    gates[0].set()
+    await asyncio.sleep(0.01)
+    assert log == [60, 50, 30, 10] and budget.used == 90
+    for g in gates:
+        g.set()
+    await asyncio.gather(*tasks)
+    assert budget.used == 0
+
+
+async def test_a_read_larger_than_the_budget_takes_all_of_it() -> None:
+    budget = ReadBudget(100)
+    release = asyncio.Event()
+    log: list[int] = []
+    big = asyncio.create_task(_holder(budget, 1000, release, log))
+    await asyncio.sleep(0.01)
+    assert budget.used == 100
+    small = asyncio.create_task(_holder(budget, 1, asyncio.Event(), log))
+    await asyncio.sleep(0.01)
+    assert log == [1000]
+    release.set()
+    await big
+    await asyncio.sleep(0.01)
+    assert log == [1000, 1]
+    small.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await small
+    assert budget.used == 0
+
+
+async def test_a_cancelled_waiter_lets_the_ones_behind_it_go() -> None:
+    budget = ReadBudget(100)
+    release = asyncio.Event()
+    log: list[int] = []
+    first = asyncio.create_task(_holder(budget, 70, release, log))
+    await asyncio.sleep(0.01)
+    blocked = asyncio.create_task(_holder(budget, 80, asyncio.Event(), log))
+    await asyncio.sleep(0.01)
+    behind = asyncio.create_task(_holder(budget, 20, release, log))
+    await asyncio.sleep(0.01)
+    assert log == [70]  # 20 would fit, but waits behind 80
+    blocked.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await blocked
+    await asyncio.sleep(0.01)
+    assert log == [70, 20] and budget.used == 90
+    release.set()
+    await asyncio.gather(first, behind)
+    assert budget.used == 0

@@ -1,0 +1,109 @@
+"""A coalesced read handed out block by block (s3kv/store/runread.py): whatever pieces the
+backend delivers the bytes in, each block comes out whole as soon as its last byte is in, gaps
+are skipped, a retried read does not disturb blocks already complete, and whatever the read did
+not deliver is a miss."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from s3kv.store.index import Location
+from s3kv.store.reader import ReadRun
+from s3kv.store.runread import RunRead
+
+
+def _layout(sizes: list[int], gaps: list[int]) -> tuple[bytes, list[Location]]:
+    """A segment's bytes from 100 on: blocks of ``sizes`` with ``gaps`` of junk before each."""
+    seg = bytearray(os.urandom(100))
+    locs = []
+    for size, gap in zip(sizes, gaps, strict=True):
+        seg += b"\xee" * gap
+        locs.append(Location(1, len(seg), size, size, 0, 0, 0.0))
+        seg += os.urandom(size)
+    return bytes(seg), locs
+
+
+def _run(locs: list[Location], positions: list[int] | None = None) -> RunRead:
+    members = list(zip(positions or range(len(locs)), locs, strict=True))
+    first, last = locs[0], locs[-1]
+    return RunRead(ReadRun(1, first.offset, last.offset + last.length, members))
+
+
+def _feed_in(run: RunRead, data: bytes, cuts: list[int]) -> None:
+    edges = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    view = memoryview(data)
+    for a, b in zip(edges, edges[1:], strict=False):
+        run.feed(view[a:b])
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(1, 3000), min_size=1, max_size=8),
+       gap=st.integers(0, 700), cuts=st.lists(st.integers(0, 30_000), max_size=40))
+def test_any_delivery_gives_every_block_whole(sizes: list[int], gap: int,
+                                              cuts: list[int]) -> None:
+    async def go() -> None:
+        seg, locs = _layout(sizes, [0] + [gap] * (len(sizes) - 1))
+        run = _run(locs)
+        _feed_in(run, seg[locs[0].offset:locs[-1].offset + locs[-1].length], cuts)
+        run.finish()
+        for loc in locs:
+            got = await run.block(loc)
+            assert got is not None and bytes(got) == seg[loc.offset:loc.offset + loc.length]
+
+    asyncio.run(go())
+
+
+def test_a_block_is_out_before_the_read_ends_and_the_rest_are_misses() -> None:
+    async def go() -> None:
+        seg, locs = _layout([1000, 1000, 1000], [0, 64, 64])
+        run = _run(locs)
+        start = locs[0].offset
+        run.feed(memoryview(seg)[start:locs[1].offset + 10])  # block 0 and a bit of block 1
+        first = asyncio.ensure_future(run.block(locs[0]))
+        second = asyncio.ensure_future(run.block(locs[1]))
+        await asyncio.sleep(0)
+        assert first.done() and not second.done()
+        assert bytes(first.result() or b"") == seg[start:start + 1000]
+        run.finish()  # the read broke off: what did not arrive is a miss, never a partial block
+        assert await second is None
+        assert await run.block(locs[2]) is None
+
+    asyncio.run(go())
+
+
+def test_a_retry_restarts_without_disturbing_complete_blocks() -> None:
+    async def go() -> None:
+        seg, locs = _layout([500, 700, 300], [0, 0, 100])
+        run = _run(locs)
+        start, end = locs[0].offset, locs[-1].offset + locs[-1].length
+        run.feed(memoryview(seg)[start:locs[1].offset + 200])  # then the connection drops
+        taken = await run.block(locs[0])
+        assert taken is not None and bytes(taken) == seg[start:start + 500]
+        run.restart()  # the retry sends from the first byte again, with other bytes for the
+        run.feed(memoryview(b"\x00" * 500))  # block already complete: never copied over
+        run.feed(memoryview(seg)[start + 500:end])
+        run.finish()
+        assert bytes(taken) == seg[start:start + 500]
+        for loc in locs[1:]:
+            got = await run.block(loc)
+            assert got is not None and bytes(got) == seg[loc.offset:loc.offset + loc.length]
+
+    asyncio.run(go())
+
+
+def test_a_block_asked_twice_is_given_to_both() -> None:
+    async def go() -> None:
+        seg, locs = _layout([400, 400], [0, 0])
+        run = _run([locs[0], locs[1], locs[0]], [0, 1, 2])
+        run.feed(memoryview(seg)[locs[0].offset:locs[1].offset + 400])
+        run.finish()
+        want = seg[locs[0].offset:locs[0].offset + 400]
+        assert bytes(await run.block(locs[0]) or b"") == want
+        assert bytes(await run.block(locs[1]) or b"") == seg[locs[1].offset:locs[1].offset + 400]
+        assert bytes(await run.block(locs[0]) or b"") == want
+
+    asyncio.run(go())
