@@ -34,3 +34,28 @@ def test_gateway_benchmark_quick_json() -> None:
     for name in ("gateway_put_MiBps_256KiB_c1", "direct_get_MiBps_2MiB_c8",
                  "restore_batch_s", "restore_per_block_direct_c8_s"):
         assert doc[name] > 0, name
+
+
+def test_gateway_floor_benchmark_quick_json() -> None:
+    """benchmarks/gateway_floor.py: direct, bare aiohttp sink and gateway PUTs in one run; each
+    ratio is the median of its repeats, and each side's CPU per PUT is reported."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gateway_floor.py"), "--server", "moto",
+         "--quick", "--json", "--repeats", "2", "--blocks", "24", "--concurrency", "1,4"],
+        capture_output=True, text=True, timeout=240, cwd=ROOT, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stdout[-2000:]
+    doc = json.loads(lines[0])
+    for c in (1, 4):
+        for key in (f"floor_ratio_c{c}", f"gateway_ratio_c{c}", f"gateway_vs_floor_c{c}"):
+            runs = doc[f"{key}_repeats"]
+            assert len(runs) == 2 and doc[key] == sorted(runs)[0] + (sorted(runs)[1]
+                                                                    - sorted(runs)[0]) / 2
+        for side, procs in (("direct", ("client", "server")), ("sink", ("client", "sink")),
+                            ("gateway", ("client", "gateway", "server"))):
+            assert doc[f"{side}_MiBps_c{c}"] > 0
+            for name in procs:  # 24 PUTs are a few clock ticks: present, not necessarily > 0
+                assert doc[f"{side}_cpu_ms_per_put_{name}_c{c}"] >= 0, (side, name)
+            assert doc[f"{side}_cpu_ms_per_put_client_c{c}"] > 0
+    assert doc["blocks"] == 24 and doc["server"].startswith("moto")

@@ -1,0 +1,224 @@
+"""Gateway floor benchmark: 256 KiB PUTs from one S3 client to the S3 server directly, to a bare
+aiohttp body sink, and to the gateway, in one run.
+
+The sink (benchmarks/aiohttp_sink.py) reads each body, hashes it if the payload is signed and
+answers: the least any aiohttp S3 front does. Its ratio to direct PUTs is therefore the ceiling
+of the gateway's PUT ratio on this machine with this client, whatever the gateway does behind
+its front; the gateway's ratio to the sink says how much of that ceiling it keeps. Each
+process's CPU per PUT (psutil) is printed beside the throughputs.
+
+The gateway's time includes the flush that makes its last segment durable, as in
+benchmarks/gateway.py. Compare ratios, not absolute figures: this machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` and `s3kv` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import psutil
+from aiobotocore.session import get_session
+
+from benchmarks.common import run_concurrently
+from benchmarks.gateway import FULL, QUICK, ROOT, client_config, gateway_process
+from benchmarks.gateway_phases import GW_ACCESS, GW_SECRET, Progress, payloads
+from benchmarks.servers import (
+    BenchServer,
+    ServerError,
+    add_server_arguments,
+    free_port,
+    server_from_args,
+    settle_disk,
+)
+from s3kv.client import S3KVClient
+
+KiB = 1024
+BLOCK = 256 * KiB
+#: the processes that work for each side's PUTs (their CPU per PUT is reported)
+INVOLVED = {"direct": ("client", "server"), "sink": ("client", "sink"),
+            "gateway": ("client", "gateway", "server")}
+
+
+@contextmanager
+def sink_process() -> Iterator[tuple[str, int]]:
+    """The bare aiohttp sink on a free loopback port: (URL, pid)."""
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.aiohttp_sink", "--port",
+                             str(port)], env=env, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise ServerError(f"the aiohttp sink did not start (exit {proc.poll()})"
+                                      ) from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}", proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+class Side:
+    def __init__(self, name: str, client: Any, bucket: str,
+                 flush: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.name, self.client, self.bucket, self.flush = name, client, bucket, flush
+
+    async def put_all(self, blocks: list[bytes], concurrency: int, tag: str) -> float:
+        async def op(i: int) -> None:
+            await self.client.put_object(Bucket=self.bucket, Key=f"{tag}/{i:06d}",
+                                         Body=blocks[i])
+
+        t0 = time.perf_counter()
+        await run_concurrently(len(blocks), concurrency, op)
+        if self.flush is not None:
+            await self.flush()
+        return time.perf_counter() - t0
+
+
+def _cpu(procs: dict[str, psutil.Process]) -> dict[str, float]:
+    out = {}
+    for name, p in procs.items():
+        try:
+            t = p.cpu_times()
+            out[name] = t.user + t.system
+        except psutil.Error:
+            out[name] = 0.0
+    return out
+
+
+async def run(server: BenchServer, args: argparse.Namespace, say: Progress) -> dict[str, Any]:
+    profile = QUICK if args.quick else FULL
+    profile = replace(profile, segment_size=args.segment_size or profile.segment_size,
+                      part_size=args.part_size or profile.part_size)
+    n = args.blocks or (64 if args.quick else 1536)
+    blocks = payloads(n, BLOCK)
+    session = get_session()
+    backend_bucket, direct_bucket = (f"floor-{uuid.uuid4().hex[:8]}",
+                                     f"direct-{uuid.uuid4().hex[:8]}")
+    async with session.create_client("s3", config=client_config(8),
+                                     **server.client_kwargs()) as admin:
+        await admin.create_bucket(Bucket=backend_bucket)
+        await admin.create_bucket(Bucket=direct_bucket)
+    results: dict[str, Any] = {"server": server.name, "blocks": n, "block_bytes": BLOCK,
+                               "segment_size": profile.segment_size,
+                               "part_size": profile.part_size, "repeats": args.repeats}
+    with sink_process() as (sink_url, sink_pid), \
+            gateway_process(server, backend_bucket, profile, 2 * BLOCK) as gw_url:
+        me = psutil.Process()
+        gw_pid = next(c.pid for c in me.children() if "s3kv.cli" in c.cmdline())
+        procs = {"client": me, "sink": psutil.Process(sink_pid), "gateway":
+                 psutil.Process(gw_pid)}
+        if server.pid is not None:
+            procs["server"] = psutil.Process(server.pid)
+        gw_kwargs = {"endpoint_url": gw_url, "region_name": server.region,
+                     "aws_access_key_id": GW_ACCESS, "aws_secret_access_key": GW_SECRET}
+        sink_kwargs = {**gw_kwargs, "endpoint_url": sink_url}
+        cfg = client_config(8)
+        async with session.create_client("s3", config=cfg, **server.client_kwargs()) as dc, \
+                session.create_client("s3", config=cfg, **sink_kwargs) as sc, \
+                session.create_client("s3", config=cfg, **gw_kwargs) as gc:
+            await gc.create_bucket(Bucket="floor")
+
+            async def flush() -> None:
+                async with S3KVClient(gw_url, token=f"{GW_ACCESS}:{GW_SECRET}") as kv:
+                    await kv.flush()
+
+            sides = [Side("direct", dc, direct_bucket), Side("sink", sc, "floor"),
+                     Side("gateway", gc, "floor", flush)]
+            say(f"warm-up (untimed): {min(n, 512)} PUTs per side")
+            for side in sides:
+                await side.put_all(blocks[:min(n, 512)], 8, "warm")
+            rows: dict[str, list[float]] = {}
+            for r in range(args.repeats):
+                for c in args.concurrency:
+                    for side in sides:
+                        await settle_disk()
+                        before = _cpu(procs)
+                        seconds = await side.put_all(blocks, c, f"r{r}c{c}-{uuid.uuid4().hex[:6]}")
+                        after = _cpu(procs)
+                        mib_s = n * BLOCK / (1 << 20) / seconds
+                        rows.setdefault(f"{side.name}_MiBps_c{c}", []).append(round(mib_s, 1))
+                        for name in INVOLVED[side.name]:
+                            if name not in procs:
+                                continue
+                            rows.setdefault(f"{side.name}_cpu_ms_per_put_{name}_c{c}", []).append(
+                                round((after[name] - before[name]) * 1000 / n, 2))
+                        say(f"  repeat {r + 1} c={c} {side.name:8s} {mib_s:6.1f} MiB/s")
+                    d, s, g = (rows[f"{k}_MiBps_c{c}"][-1] for k in ("direct", "sink", "gateway"))
+                    for key, value in (("floor_ratio", s / d), ("gateway_ratio", g / d),
+                                       ("gateway_vs_floor", g / s)):
+                        rows.setdefault(f"{key}_c{c}", []).append(round(value, 3))
+    for key, values in rows.items():
+        results[key] = statistics.median(values)
+        if args.repeats > 1 and ("ratio" in key or "_vs_" in key):
+            results[f"{key}_repeats"] = values
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_server_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument("--quick", action="store_true",
+                        help="64 PUTs per run and the gateway's small layout (CI smoke runs)")
+    parser.add_argument("--blocks", type=int, default=0, metavar="N",
+                        help="256 KiB PUTs per side per run [default: 1536, --quick 64]")
+    parser.add_argument("--concurrency", default="1,8", metavar="LIST",
+                        help="comma-separated client concurrencies [default: 1,8]")
+    parser.add_argument("--repeats", type=int, default=3, metavar="N",
+                        help="runs per concurrency and side, interleaved; figures are medians "
+                        "[default: 3]")
+    parser.add_argument("--segment-size", default=None, metavar="SIZE",
+                        help=f"the gateway's segment size [default: {FULL.segment_size}]")
+    parser.add_argument("--part-size", default=None, metavar="SIZE",
+                        help=f"the gateway's part size [default: {FULL.part_size}]")
+    args = parser.parse_args(argv)
+    try:
+        args.concurrency = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    except ValueError:
+        parser.error("--concurrency takes integers, e.g. 1,8")
+    if args.repeats < 1 or args.blocks < 0 or not args.concurrency or min(args.concurrency) < 1:
+        parser.error("--repeats, --blocks and --concurrency must be positive")
+    say = Progress(not args.json)
+    try:
+        with server_from_args(args) as server:
+            results = asyncio.run(run(server, args, say))
+    except ServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(results, sort_keys=True))
+        return 0
+    print(f"\n256 KiB PUTs on {results['server']}, medians of {args.repeats}")
+    for c in args.concurrency:
+        print(f"  c={c}: direct {results[f'direct_MiBps_c{c}']:6.1f}  sink "
+              f"{results[f'sink_MiBps_c{c}']:6.1f}  gateway {results[f'gateway_MiBps_c{c}']:6.1f}"
+              f" MiB/s | sink/direct {results[f'floor_ratio_c{c}']:.2f} (the ceiling), "
+              f"gateway/direct {results[f'gateway_ratio_c{c}']:.2f}, gateway/sink "
+              f"{results[f'gateway_vs_floor_c{c}']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
