@@ -6,6 +6,7 @@ not deliver is a miss."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 
 from hypothesis import given, settings
@@ -36,7 +37,7 @@ def _run(locs: list[Location], positions: list[int] | None = None) -> RunRead:
 def _feed_in(run: RunRead, data: bytes, cuts: list[int]) -> None:
     edges = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
     view = memoryview(data)
-    for a, b in zip(edges, edges[1:], strict=False):
+    for a, b in itertools.pairwise(edges):
         run.feed(view[a:b])
 
 
