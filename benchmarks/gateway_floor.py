@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -35,16 +35,14 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `s3kv` i
 import psutil
 from aiobotocore.session import get_session
 
-from benchmarks.common import run_concurrently
 from benchmarks.gateway import FULL, QUICK, ROOT, client_config, gateway_process
-from benchmarks.gateway_phases import GW_ACCESS, GW_SECRET, Progress, payloads
+from benchmarks.gateway_phases import GW_ACCESS, GW_SECRET, Progress, S3Side, payloads
 from benchmarks.servers import (
     BenchServer,
     ServerError,
     add_server_arguments,
     free_port,
     server_from_args,
-    settle_disk,
 )
 from s3kv.client import S3KVClient
 
@@ -79,21 +77,8 @@ def sink_process() -> Iterator[tuple[str, int]]:
         proc.wait(timeout=30)
 
 
-class Side:
-    def __init__(self, name: str, client: Any, bucket: str,
-                 flush: Callable[[], Awaitable[None]] | None = None) -> None:
-        self.name, self.client, self.bucket, self.flush = name, client, bucket, flush
-
-    async def put_all(self, blocks: list[bytes], concurrency: int, tag: str) -> float:
-        async def op(i: int) -> None:
-            await self.client.put_object(Bucket=self.bucket, Key=f"{tag}/{i:06d}",
-                                         Body=blocks[i])
-
-        t0 = time.perf_counter()
-        await run_concurrently(len(blocks), concurrency, op)
-        if self.flush is not None:
-            await self.flush()
-        return time.perf_counter() - t0
+def _keys(n: int, tag: str) -> list[str]:
+    return [f"{tag}/{i:06d}" for i in range(n)]
 
 
 def _cpu(procs: dict[str, psutil.Process]) -> dict[str, float]:
@@ -144,18 +129,19 @@ async def run(server: BenchServer, args: argparse.Namespace, say: Progress) -> d
                 async with S3KVClient(gw_url, token=f"{GW_ACCESS}:{GW_SECRET}") as kv:
                     await kv.flush()
 
-            sides = [Side("direct", dc, direct_bucket), Side("sink", sc, "floor"),
-                     Side("gateway", gc, "floor", flush)]
+            sides = [S3Side("direct", dc, direct_bucket), S3Side("sink", sc, "floor"),
+                     S3Side("gateway", gc, "floor", flush)]
             say(f"warm-up (untimed): {min(n, 512)} PUTs per side")
             for side in sides:
-                await side.put_all(blocks[:min(n, 512)], 8, "warm")
+                warm = min(n, 512)
+                await side.put_all(_keys(warm, "warm"), blocks[:warm], 8)
             rows: dict[str, list[float]] = {}
             for r in range(args.repeats):
                 for c in args.concurrency:
                     for side in sides:
-                        await settle_disk()
-                        before = _cpu(procs)
-                        seconds = await side.put_all(blocks, c, f"r{r}c{c}-{uuid.uuid4().hex[:6]}")
+                        keys = _keys(n, f"r{r}c{c}-{uuid.uuid4().hex[:6]}")
+                        before = _cpu(procs)  # put_all settles the disk first, untimed
+                        seconds = await side.put_all(keys, blocks, c)
                         after = _cpu(procs)
                         mib_s = n * BLOCK / (1 << 20) / seconds
                         rows.setdefault(f"{side.name}_MiBps_c{c}", []).append(round(mib_s, 1))
