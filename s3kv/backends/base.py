@@ -86,3 +86,19 @@ class RangeStreamer(Protocol):
         """Feed bytes [start, start+length) of the object to ``sink``, in order; return how
         many were fed (fewer only at the object's end). A failed call may have fed some."""
         ...
+
+
+async def feed_whole_range(backend: Backend, key: str, start: int, length: int,
+                           sink: Sink) -> int:
+    """``stream_range`` for a backend that reads a range whole: read it, then feed it."""
+    data = await backend.get_range(key, start, length)
+    sink(memoryview(data))
+    return len(data)
+
+
+async def stream_range(backend: Backend, key: str, start: int, length: int, sink: Sink) -> int:
+    """Bytes [start, start+length) of the object to ``sink`` as they arrive where the backend
+    can stream them (RangeStreamer), else all at once; returns how many were fed."""
+    if isinstance(backend, RangeStreamer):
+        return await backend.stream_range(key, start, length, sink)
+    return await feed_whole_range(backend, key, start, length, sink)

@@ -28,7 +28,7 @@ from botocore.exceptions import (
 )
 from botocore.httpsession import get_cert_path
 
-from s3kv.backends.base import Buffer, ObjectInfo, Sink, UploadInfo
+from s3kv.backends.base import Buffer, ObjectInfo, Sink, UploadInfo, feed_whole_range
 from s3kv.backends.body import SLICE, SlicedBody
 from s3kv.backends.ranged import RangedReader
 from s3kv.errors import BackendError, BackendUnavailable, ObjectMissing
@@ -142,17 +142,23 @@ class S3Backend:
         await self._call(f"PUT {key}", lambda c: c.put_object(
             Bucket=self.loc.bucket, Key=key, Body=_body(data)))
 
+    async def _fast_get(self, what: str, call: Callable[[str], Awaitable[T]]) -> T:
+        """A ranged GET on the botocore-free path, on the next endpoint, within the timeout."""
+        assert self._rr is not None
+        endpoint = self.loc.endpoints[next(self._rr)]
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await call(endpoint)
+        except TimeoutError as exc:
+            raise translate(exc, what) from exc
+
     async def get_range(self, key: str, start: int, length: int) -> bytes | bytearray:
         if length <= 0:
             return b""
-        if self._ranged is not None:
-            assert self._rr is not None
-            endpoint = self.loc.endpoints[next(self._rr)]
-            try:
-                async with asyncio.timeout(self._timeout):
-                    return await self._ranged.read(endpoint, key, start, length)
-            except TimeoutError as exc:
-                raise translate(exc, f"GET {key} [{start}+{length}]") from exc
+        ranged = self._ranged
+        if ranged is not None:
+            return await self._fast_get(f"GET {key} [{start}+{length}]",
+                                        lambda ep: ranged.read(ep, key, start, length))
 
         async def op(c: Any) -> bytes:
             resp = await c.get_object(Bucket=self.loc.bucket, Key=key,
@@ -164,19 +170,11 @@ class S3Backend:
         return await self._call(f"GET {key} [{start}+{length}]", op)
 
     async def stream_range(self, key: str, start: int, length: int, sink: Sink) -> int:
-        if length <= 0:
-            return 0
-        if self._ranged is None:  # botocore: the whole range at once
-            data = await self.get_range(key, start, length)
-            sink(memoryview(data))
-            return len(data)
-        assert self._rr is not None
-        endpoint = self.loc.endpoints[next(self._rr)]
-        try:
-            async with asyncio.timeout(self._timeout):
-                return await self._ranged.stream(endpoint, key, start, length, sink)
-        except TimeoutError as exc:
-            raise translate(exc, f"GET {key} [{start}+{length}]") from exc
+        ranged = self._ranged
+        if ranged is None or length <= 0:  # botocore: the whole range at once
+            return await feed_whole_range(self, key, start, length, sink)
+        return await self._fast_get(f"GET {key} [{start}+{length}]",
+                                    lambda ep: ranged.stream(ep, key, start, length, sink))
 
     async def get_object(self, key: str) -> bytes:
         async def op(c: Any) -> bytes:

@@ -14,7 +14,7 @@ import itertools
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 
-from s3kv.backends.base import Backend, RangeStreamer
+from s3kv.backends.base import Backend, stream_range
 from s3kv.errors import BackendError, IntegrityError, ObjectMissing
 from s3kv.log import get_logger
 from s3kv.store import layout
@@ -163,11 +163,7 @@ class BlockFetcher:
                 run.restart()
                 stats.backend_reads += 1
                 info.last_access = time.time()
-                if isinstance(backend, RangeStreamer):
-                    return await backend.stream_range(key, plan.start, run.size, sink)
-                data = await backend.get_range(key, plan.start, run.size)
-                sink(memoryview(data))
-                return len(data)
+                return await stream_range(backend, key, plan.start, run.size, sink)
 
             try:
                 async with self._slots, self._budget.hold(run.size):
