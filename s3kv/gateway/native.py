@@ -115,11 +115,10 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
             try:
                 await st.store.put(ns, k, d, codec=codec)
             except Backpressure as exc:
-                exc.stored = stored
-                if stored:
-                    exc.args = (f"{exc} ({stored} of {len(items)} blocks stored; send the "
-                                "rest)",)
-                raise
+                if not stored:
+                    raise
+                raise Backpressure(f"{exc} ({stored} of {len(items)} blocks stored; send "
+                                   "the rest)", exc.retry_after, stored) from exc
             stored += 1
     finally:
         st.budget.release(body.reserved)
