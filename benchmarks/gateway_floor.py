@@ -43,6 +43,7 @@ from benchmarks.servers import (
     add_server_arguments,
     free_port,
     server_from_args,
+    settle_disk,
 )
 from s3kv.client import S3KVClient
 
@@ -140,7 +141,8 @@ async def run(server: BenchServer, args: argparse.Namespace, say: Progress) -> d
                 for c in args.concurrency:
                     for side in sides:
                         keys = _keys(n, f"r{r}c{c}-{uuid.uuid4().hex[:6]}")
-                        before = _cpu(procs)  # put_all settles the disk first, untimed
+                        await settle_disk()  # before the CPU sample: put_all's own
+                        before = _cpu(procs)  # settle then finds nothing to write back
                         seconds = await side.put_all(keys, blocks, c)
                         after = _cpu(procs)
                         mib_s = n * BLOCK / (1 << 20) / seconds
