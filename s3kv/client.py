@@ -5,47 +5,70 @@
         n = await kv.lookup_prefix("llama", ["h1", "h2", "h3"])   # -> 2
         blocks = await kv.get_many("llama", ["h1", "h2"])          # -> [bytes | None, ...]
 
+Several gateways: ``S3KVClient("http://gw-a:9470,http://gw-b:9470")``, or one URL naming a
+headless Service (``http://s3kv-headless.kv.svc:9470``), resolved and re-resolved. Each key has a
+home gateway (rendezvous hashing, s3kv/routing.py); a batch is split per gateway and the parts run
+concurrently. A gateway that cannot be reached is skipped for ``down_for`` seconds: lookups and
+gets count its keys as misses, puts go to each key's next choice.
+
 Errors from the gateway become s3kv.errors: Backpressure (503 SlowDown, with retry_after; from
 put_many also ``stored``, the leading blocks that were stored, so a retry sends the rest),
-NamespaceNotFound, TooLarge, InvalidInput, or RequestError for the rest.
+NamespaceNotFound, TooLarge, InvalidInput, RequestError for the rest, and BackendUnavailable when
+no gateway can be reached.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any
 
 import aiohttp
 
-from s3kv.errors import (
-    BackendUnavailable,
-    Backpressure,
-    InvalidInput,
-    NamespaceNotFound,
-    RequestError,
-    TooLarge,
+from s3kv.client_io import (
+    BlockBody,
+    BlockData,
+    FramedPayload,
+    PutRounds,
+    Sink,
+    error_from_response,
+    framed_parts,
 )
-from s3kv.frames import FRAMES, STORED_HEADER, encode_frames, read_records
+from s3kv.errors import BackendUnavailable, Backpressure, RequestError
+from s3kv.frames import FRAMES, read_records
+from s3kv.routing import GatewaySet, Resolver, resolve_all
+
+__all__ = ["BlockBody", "BlockData", "S3KVClient", "Sink"]
 
 
 class S3KVClient:
-    def __init__(self, endpoint: str, *, token: str | None = None, timeout: float = 60.0,
-                 connections: int = 16) -> None:
-        self.endpoint = endpoint.rstrip("/")
+    def __init__(self, endpoint: str | Sequence[str], *, token: str | None = None,
+                 timeout: float = 60.0, connections: int = 16, lookup_timeout: float = 5.0,
+                 connect_timeout: float = 2.0, down_for: float = 10.0,
+                 resolve_every: float = 30.0, resolver: Resolver = resolve_all) -> None:
+        self.gateways = GatewaySet(endpoint, down_for=down_for, resolve_every=resolve_every,
+                                   resolver=resolver)
+        self.endpoint = self.gateways.urls[0]
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._timeout = aiohttp.ClientTimeout(total=timeout, connect=connect_timeout)
+        self._lookup_timeout = aiohttp.ClientTimeout(total=lookup_timeout,
+                                                     connect=connect_timeout)
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> S3KVClient:
-        self._session = aiohttp.ClientSession(
-            timeout=self._timeout, headers=self._headers,
-            connector=aiohttp.TCPConnector(limit=self._connections))
+    async def open(self) -> S3KVClient:
+        """Open the HTTP session (on the running loop); ``async with`` does it."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=self._timeout, headers=self._headers,
+                connector=aiohttp.TCPConnector(limit_per_host=self._connections))
         return self
+
+    async def __aenter__(self) -> S3KVClient:
+        return await self.open()
 
     async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None,
                         tb: TracebackType | None) -> None:
@@ -57,90 +80,262 @@ class S3KVClient:
             self._session = None
 
     @asynccontextmanager
-    async def _open(self, method: str, path: str, *, data: bytes | None = None,
-                    json_body: Any = None, headers: Mapping[str, str] | None = None
+    async def _open(self, gateway: str, method: str, path: str, *, data: Any = None,
+                    json_body: Any = None, headers: Mapping[str, str] | None = None,
+                    limits: aiohttp.ClientTimeout | None = None
                     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """A successful response, its body not read yet; errors become s3kv.errors."""
+        """A successful response, its body not read yet; errors become s3kv.errors. A gateway
+        that cannot be reached (or times out) is marked down."""
         if self._session is None:
-            raise RuntimeError("use `async with S3KVClient(...)`")
+            raise BackendUnavailable("the client is not open: use `async with "
+                                     "S3KVClient(...)` (or `await client.open()`)")
         try:
-            async with self._session.request(method, self.endpoint + path, data=data,
-                                             json=json_body, headers=headers) as resp:
+            async with self._session.request(method, gateway + path, data=data,
+                                             json=json_body, headers=headers,
+                                             timeout=limits or self._timeout) as resp:
                 if resp.status >= 400:
                     body = await resp.read()
-                    raise _error(resp.status, body, resp.headers)
+                    raise error_from_response(resp.status, body, resp.headers)
                 yield resp
-        except aiohttp.ClientError as exc:
-            raise BackendUnavailable(f"gateway {self.endpoint} unreachable: {exc}") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self.gateways.mark_down(gateway)
+            raise BackendUnavailable(f"gateway {gateway} unreachable: "
+                                     f"{type(exc).__name__}: {exc}") from exc
 
-    async def _request(self, method: str, path: str, *, data: bytes | None = None,
-                       json_body: Any = None, headers: Mapping[str, str] | None = None
-                       ) -> bytes:
-        async with self._open(method, path, data=data, json_body=json_body,
-                              headers=headers) as resp:
+    async def _request(self, gateway: str, method: str, path: str, **kw: Any) -> bytes:
+        async with self._open(gateway, method, path, **kw) as resp:
             return await resp.read()
 
+    async def _groups(self, keys: Sequence[str]) -> dict[str, list[int]]:
+        await self.gateways.refresh()
+        return self.gateways.split(keys)
+
+    # ---- lookups ---------------------------------------------------------------------------
     async def lookup(self, namespace: str, keys: Sequence[str]) -> tuple[int, list[bool]]:
-        """(number of leading keys present, presence of each key)."""
-        body = await self._request("POST", f"/v1/{namespace}/lookup",
-                                   json_body={"keys": list(keys)})
-        doc = json.loads(body)
-        return int(doc["prefix"]), [bool(p) for p in doc["present"]]
+        """(number of leading keys present, presence of each key); one request per gateway."""
+        keys = list(keys)
+        present = [False] * len(keys)
+        groups = await self._groups(keys)
+
+        async def one(gateway: str, where: list[int]) -> None:
+            body = await self._request(gateway, "POST", f"/v1/{namespace}/lookup",
+                                       json_body={"keys": [keys[i] for i in where]},
+                                       limits=self._lookup_timeout)
+            for i, p in zip(where, json.loads(body)["present"], strict=True):
+                present[i] = bool(p)
+
+        await self._each(groups, one)
+        prefix = next((i for i, p in enumerate(present) if not p), len(keys))
+        return prefix, present
 
     async def lookup_prefix(self, namespace: str, keys: Sequence[str]) -> int:
         return (await self.lookup(namespace, keys))[0]
 
+    async def _each(self, groups: dict[str, list[int]],
+                    one: Callable[[str, list[int]], Awaitable[None]]) -> None:
+        """Run ``one`` per gateway concurrently. An unreachable gateway's keys stay misses;
+        when none could be reached, BackendUnavailable. Other errors are raised."""
+        results = await asyncio.gather(*(one(g, w) for g, w in groups.items()),
+                                       return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for r in errors:
+            if not isinstance(r, BackendUnavailable):
+                raise r
+        if errors and len(errors) == len(results):
+            raise errors[0]
+
+    # ---- gets ------------------------------------------------------------------------------
+    async def fetch(self, namespace: str, keys: Sequence[str], sink: Sink) -> list[bool]:
+        """Stream the blocks of ``keys`` into ``sink`` as they arrive (several gateways at
+        once); which positions were delivered whole (False: a miss, or the stream broke)."""
+        keys = list(keys)
+        done = [False] * len(keys)
+
+        async def one(gateway: str, where: list[int]) -> None:
+            want = [keys[i] for i in where]
+            async with self._open(gateway, "POST", f"/v1/{namespace}/batch-get",
+                                  json_body={"keys": want}) as resp:
+                try:
+                    n = 0
+                    async for _, length in read_records(resp.content, want):
+                        body = None if length is None else BlockBody(resp.content, length)
+                        await sink(where[n], body)
+                        if body is not None:
+                            await body.drain()
+                            done[where[n]] = True
+                        n += 1
+                except (asyncio.IncompleteReadError, ValueError) as exc:
+                    raise RequestError("MalformedFrames", f"bad batch-get stream from "
+                                       f"{gateway}: {exc}", 502) from exc
+
+        await self._each(await self._groups(keys), one)
+        return done
+
     async def get_many(self, namespace: str, keys: Sequence[str]) -> list[bytes | None]:
         """The blocks (None for a miss), in the order of ``keys``."""
-        return [block async for _, block in self.iter_many(namespace, keys)]
+        out: list[bytes | None] = [None] * len(keys)
+
+        async def keep(i: int, body: BlockBody | None) -> None:
+            if body is not None:
+                out[i] = await body.readexactly(body.length)
+
+        done = await self.fetch(namespace, keys, keep)
+        return [b if ok else None for b, ok in zip(out, done, strict=True)]
 
     async def iter_many(self, namespace: str, keys: Sequence[str]
                         ) -> AsyncGenerator[tuple[str, bytes | None], None]:
-        """(key, block or None) in the order of ``keys``, each as soon as it arrives: the
-        gateway streams a batch get, so a connector can place the first blocks of a chain
-        while later ones are still on their way, holding one block at a time."""
-        want = list(keys)
-        async with self._open("POST", f"/v1/{namespace}/batch-get",
-                              json_body={"keys": want}) as resp:
+        """(key, block or None) in the order of ``keys``. With one home gateway for all of them
+        each block is handed out as soon as it arrives (the gateway streams a batch get, so a
+        connector can place the first blocks of a chain while later ones are on their way,
+        holding one block at a time); across gateways, after all parts are in."""
+        keys = list(keys)
+        groups = await self._groups(keys)
+        if len(groups) != 1:
+            for key, block in zip(keys, await self.get_many(namespace, keys), strict=True):
+                yield key, block
+            return
+        gateway = next(iter(groups))
+        async with self._open(gateway, "POST", f"/v1/{namespace}/batch-get",
+                              json_body={"keys": keys}) as resp:
             try:
-                async for key, length in read_records(resp.content, want):
+                async for key, length in read_records(resp.content, keys):
                     yield key, (None if length is None
                                 else await resp.content.readexactly(length))
             except (asyncio.IncompleteReadError, ValueError) as exc:
                 raise RequestError("MalformedFrames", f"bad batch-get stream from "
-                                   f"{self.endpoint}: {exc}", 502) from exc
+                                   f"{gateway}: {exc}", 502) from exc
 
-    async def put_many(self, namespace: str, blocks: Mapping[str, bytes] | Sequence[
-            tuple[str, bytes]], *, durable: bool = False) -> int:
-        items = list(blocks.items()) if isinstance(blocks, Mapping) else list(blocks)
+    # ---- puts ------------------------------------------------------------------------------
+    async def _put_group(self, gateway: str, namespace: str,
+                         items: Sequence[tuple[str, BlockData]],
+                         headers: Mapping[str, str]) -> int:
+        body = await self._request(gateway, "POST", f"/v1/{namespace}/batch-put",
+                                   data=FramedPayload(framed_parts(items)), headers=headers)
+        return int(json.loads(body)["stored"])
+
+    async def put_each(self, namespace: str, items: Sequence[tuple[str, BlockData]],
+                       *, durable: bool = False, within: float | None = None) -> list[bool]:
+        """Store ``items`` through their home gateways; which were stored. A gateway that
+        cannot be reached passes its blocks to their next choice (once). With ``within``,
+        push-back (503 SlowDown) is honoured: what was not stored is sent again after the
+        gateway's Retry-After, until ``within`` seconds have passed; without it, Backpressure
+        is raised. Other gateway errors (bad key, unknown namespace) are raised."""
         headers = {"Content-Type": FRAMES}
         if durable:
             headers["x-s3kv-durability"] = "sealed"
-        body = await self._request("POST", f"/v1/{namespace}/batch-put",
-                                   data=b"".join(encode_frames(items)), headers=headers)
-        return int(json.loads(body)["stored"])
+        rounds = PutRounds(list(items), within)
+        while rounds.pending:
+            await self.gateways.refresh()
+            groups = self.gateways.split([rounds.items[i][0] for i in rounds.pending])
+            results = await asyncio.gather(
+                *(self._put_part(g, namespace, [rounds.pending[j] for j in w], rounds, headers)
+                  for g, w in groups.items()), return_exceptions=True)
+            for r in results:
+                if isinstance(r, BaseException) and not isinstance(r, BackendUnavailable):
+                    raise r
+            if not await rounds.next_round():
+                break
+        return rounds.stored
+
+    async def _put_part(self, gateway: str, namespace: str, idx: list[int], rounds: PutRounds,
+                        headers: Mapping[str, str]) -> None:
+        try:
+            n = await self._put_group(gateway, namespace, [rounds.items[i] for i in idx],
+                                      headers)
+        except Backpressure as exc:
+            if rounds.deadline is None:
+                raise
+            n = exc.stored
+            rounds.push_back(idx[n:], exc.retry_after)
+        except BackendUnavailable:
+            n = 0
+            if not rounds.fail_over(idx):
+                raise
+        for i in idx[:n]:
+            rounds.stored[i] = True
+
+    async def put_many(self, namespace: str, blocks: Mapping[str, bytes] | Sequence[
+            tuple[str, bytes]], *, durable: bool = False) -> int:
+        """Store the blocks; the number stored. Backpressure carries ``stored``, the number of
+        leading blocks stored, so a retry sends the rest."""
+        items = list(blocks.items()) if isinstance(blocks, Mapping) else list(blocks)
+        if len(self.gateways.gateways) == 1:
+            headers = {"Content-Type": FRAMES}
+            if durable:
+                headers["x-s3kv-durability"] = "sealed"
+            return await self._put_group(self.gateways.home(""), namespace, items, headers)
+        stored = await self.put_each(namespace, items, durable=durable)
+        if all(stored):
+            return len(items)
+        n = stored.index(False)
+        if not any(stored):
+            raise BackendUnavailable("no gateway took the blocks")
+        raise Backpressure(f"{stored.count(False)} of {len(items)} blocks not stored", 1.0, n)
+
+    # ---- the rest --------------------------------------------------------------------------
+    async def create_namespace(self, namespace: str) -> bool:
+        """Create the namespace on every gateway unless it exists; whether one created it."""
+        await self.gateways.refresh()
+        created: list[bool] = []
+
+        async def one(gateway: str, _where: list[int]) -> None:
+            body = await self._request(gateway, "PUT", f"/v1/{namespace}")
+            created.append(bool(json.loads(body)["created"]))
+
+        await self._each({g: [] for g in self.gateways.gateways}, one)
+        return any(created)
+
+    async def delete_many(self, namespace: str, keys: Sequence[str]) -> int:
+        """Remove blocks through their home gateways; how many existed."""
+        keys = list(keys)
+        counts: list[int] = []
+
+        async def one(gateway: str, where: list[int]) -> None:
+            body = await self._request(gateway, "POST", f"/v1/{namespace}/delete",
+                                       json_body={"keys": [keys[i] for i in where]})
+            counts.append(int(json.loads(body)["deleted"]))
+
+        await self._each(await self._groups(keys), one)
+        return sum(counts)
+
+    async def list_keys(self, namespace: str, prefix: str = "", *, after: str = "",
+                        limit: int = 1000) -> list[str]:
+        """Up to ``limit`` keys under ``prefix`` after ``after``, every gateway's, in
+        lexicographic order (the union of each gateway's first ``limit``)."""
+        await self.gateways.refresh()
+        found: set[str] = set()
+
+        async def one(gateway: str, _where: list[int]) -> None:
+            body = await self._request(gateway, "POST", f"/v1/{namespace}/list",
+                                       json_body={"prefix": prefix, "after": after,
+                                                  "limit": limit})
+            found.update(json.loads(body)["keys"])
+
+        await self._each({g: [] for g in self.gateways.gateways}, one)
+        return sorted(found)[:limit]
+
+    async def ready(self) -> bool:
+        """Whether every gateway answers /readyz."""
+        async def one(gateway: str) -> bool:
+            try:
+                await self._request(gateway, "GET", "/readyz", limits=self._lookup_timeout)
+            except (BackendUnavailable, RequestError, Backpressure):
+                return False
+            return True
+        await self.gateways.refresh()
+        return all(await asyncio.gather(*(one(g) for g in self.gateways.gateways)))
 
     async def flush(self) -> None:
-        await self._request("POST", "/v1/flush")
+        await self.gateways.refresh()
+        for gateway in self.gateways.gateways:
+            await self._request(gateway, "POST", "/v1/flush")
 
     async def stats(self) -> dict[str, float]:
-        doc: dict[str, float] = json.loads(await self._request("GET", "/v1/stats"))
+        """The first gateway's counters (one per gateway: ``stats_of``)."""
+        return await self.stats_of(self.gateways.gateways[0])
+
+    async def stats_of(self, gateway: str) -> dict[str, float]:
+        doc: dict[str, float] = json.loads(await self._request(gateway, "GET", "/v1/stats"))
         return doc
 
 
-def _error(status: int, body: bytes, headers: Mapping[str, str]) -> Exception:
-    try:
-        doc = json.loads(body)
-        code, message = str(doc.get("error", "")), str(doc.get("message", ""))
-    except ValueError:
-        code, message = "", body[:200].decode(errors="replace")
-    if code == "SlowDown" or status == 503:
-        return Backpressure(message or "gateway busy", float(headers.get("Retry-After") or 1),
-                            int(headers.get(STORED_HEADER) or 0))
-    if code == "NoSuchBucket":
-        return NamespaceNotFound(message)
-    if code == "EntityTooLarge":
-        return TooLarge(message)
-    if status == 400 and code == "InvalidArgument":
-        return InvalidInput(message)
-    return RequestError(code or "HTTPError", message, status)

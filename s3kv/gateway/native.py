@@ -1,9 +1,13 @@
 """The native API under /v1: what S3 lacks, for inference connectors.
 
+- ``PUT  /v1/{ns}``            create the namespace unless it exists -> {"created": bool}
 - ``POST /v1/{ns}/lookup``     JSON {"keys": [...]} -> {"prefix": n, "present": [bool, ...]}
 - ``POST /v1/{ns}/batch-get``  JSON {"keys": [...]} -> framed blocks (below)
 - ``POST /v1/{ns}/batch-put``  framed blocks -> {"stored": n}  (``x-s3kv-durability: sealed``);
   a 503 SlowDown says in ``x-s3kv-stored`` how many leading blocks were stored before it
+- ``POST /v1/{ns}/delete``     JSON {"keys": [...]} -> {"deleted": n}
+- ``POST /v1/{ns}/list``       JSON {"prefix": P, "after": K, "limit": n} -> {"keys": [...],
+  "truncated": bool}
 - ``POST /v1/flush``           seal open segments now -> {"sealed": true}
 - ``GET  /v1/stats``           store counters -> JSON
 
@@ -20,15 +24,16 @@ from typing import Any
 
 from aiohttp import web
 
-from s3kv.errors import Backpressure, RequestError
+from s3kv.errors import Backpressure, NamespaceExists, RequestError
 from s3kv.frames import STREAM, block_record, decode_frames, end_record
 from s3kv.gateway import ops
 from s3kv.gateway.access import check_namespace, require_unrestricted
 from s3kv.gateway.bodies import read_body, read_small
 from s3kv.gateway.requests import durability, validate_key
+from s3kv.gateway.s3_buckets import RESERVED
 from s3kv.gateway.s3_objects import write_sliced
 from s3kv.gateway.state import GatewayState, state_of
-from s3kv.store.codecs import codec_from_headers
+from s3kv.store.codecs import HEADER_CODEC, codec_from_headers
 
 MAX_BATCH_KEYS = 4096
 
@@ -127,6 +132,51 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
     return web.json_response({"stored": stored})
 
 
+async def create(request: web.Request) -> web.StreamResponse:
+    request["op"] = "NativeCreate"
+    st = _auth(request)
+    ns = request.match_info["ns"]
+    if ns in st.store.namespaces:
+        return web.json_response({"created": False})
+    if ns in RESERVED:
+        raise RequestError("InvalidBucketName", f"{ns!r} is reserved by the gateway's "
+                           "operations endpoints.")
+    try:
+        await st.store.create_namespace(ns, request.headers.get(HEADER_CODEC))
+    except NamespaceExists:  # created meanwhile by a concurrent request
+        return web.json_response({"created": False})
+    return web.json_response({"created": True})
+
+
+async def delete(request: web.Request) -> web.StreamResponse:
+    request["op"] = "NativeDelete"
+    st = _auth(request)
+    ns = request.match_info["ns"]
+    keys = [validate_key(k) for k in _keys(await _json(request, st))]
+    st.store.ns_id(ns)  # raises NoSuchBucket before anything is deleted
+    deleted = 0
+    for k in keys:
+        deleted += await st.store.delete(ns, k)
+    return web.json_response({"deleted": deleted})
+
+
+async def list_keys(request: web.Request) -> web.StreamResponse:
+    request["op"] = "NativeList"
+    st = _auth(request)
+    ns = request.match_info["ns"]
+    doc = await _json(request, st)
+    if not isinstance(doc, dict):
+        raise RequestError("InvalidArgument", 'expected JSON {"prefix": "", "limit": 1000}')
+    prefix, after, limit = doc.get("prefix", ""), doc.get("after", ""), doc.get("limit", 1000)
+    if not isinstance(prefix, str) or not isinstance(after, str) or not isinstance(limit, int) \
+            or isinstance(limit, bool) or not 1 <= limit <= MAX_BATCH_KEYS:
+        raise RequestError("InvalidArgument", "prefix and after are strings, limit is an "
+                           f"integer in 1..{MAX_BATCH_KEYS}")
+    metas = st.store.list_blocks(ns, prefix.encode(), after.encode(), limit=limit + 1)
+    return web.json_response({"keys": [m.key.decode() for m in metas[:limit]],
+                              "truncated": len(metas) > limit})
+
+
 async def flush(request: web.Request) -> web.StreamResponse:
     request["op"] = "NativeFlush"
     st = _auth(request)
@@ -144,6 +194,9 @@ def add_routes(app: web.Application, expect_handler: Any = None) -> None:
     kw = {"expect_handler": expect_handler}
     app.router.add_post("/v1/flush", flush, **kw)
     app.router.add_get("/v1/stats", stats, **kw)
+    app.router.add_put("/v1/{ns}", create, **kw)
     app.router.add_post("/v1/{ns}/lookup", lookup, **kw)
     app.router.add_post("/v1/{ns}/batch-get", batch_get, **kw)
     app.router.add_post("/v1/{ns}/batch-put", batch_put, **kw)
+    app.router.add_post("/v1/{ns}/delete", delete, **kw)
+    app.router.add_post("/v1/{ns}/list", list_keys, **kw)

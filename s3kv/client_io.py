@@ -1,0 +1,142 @@
+"""What the native client moves bytes with: a block's body in a batch-get stream, a framed
+batch-put body sent buffer by buffer, the rounds of a batch put that honours push-back, and the
+translation of the gateway's error answers into s3kv.errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import aiohttp
+
+from s3kv.errors import Backpressure, InvalidInput, NamespaceNotFound, RequestError, TooLarge
+from s3kv.frames import FRAMES, STORED_HEADER, frames_head
+
+#: a block to put: one buffer, or several sent back to back (a header and a payload)
+BlockData = bytes | memoryview | tuple[bytes | memoryview, ...]
+
+
+def framed_parts(items: Sequence[tuple[str, BlockData]]) -> list[bytes | memoryview]:
+    """The buffers of a framed batch-put body (docs/api.md), none of them copied."""
+    parts: list[bytes | memoryview] = []
+    sizes: list[tuple[str, int]] = []
+    for key, data in items:
+        pieces = data if isinstance(data, tuple) else (data,)
+        sizes.append((key, sum(len(p) for p in pieces)))
+        parts.extend(pieces)
+    return [frames_head(sizes), *parts]
+
+#: the largest piece copied from the response stream into a caller's buffer at a time
+_PIECE = 1 << 20
+
+
+class BlockBody:
+    """The bytes of one block in a batch-get stream: read them once, in order."""
+
+    def __init__(self, stream: aiohttp.StreamReader, length: int) -> None:
+        self.length = length
+        self.remaining = length
+        self._stream = stream
+
+    async def readexactly(self, n: int) -> bytes:
+        if n > self.remaining:
+            raise ValueError(f"asked for {n} bytes, {self.remaining} left in the block")
+        self.remaining -= n
+        return await self._stream.readexactly(n)
+
+    async def readinto(self, buf: memoryview) -> None:
+        """Fill ``buf`` (at most what is left) straight from the stream's pieces."""
+        if len(buf) > self.remaining:
+            raise ValueError(f"buffer of {len(buf)} bytes, {self.remaining} left in the block")
+        pos = 0
+        while pos < len(buf):
+            piece = await self._stream.read(min(_PIECE, len(buf) - pos))
+            if not piece:
+                raise asyncio.IncompleteReadError(b"", len(buf) - pos)
+            buf[pos:pos + len(piece)] = piece
+            pos += len(piece)
+        self.remaining -= len(buf)
+
+    async def drain(self) -> None:
+        while self.remaining:
+            await self.readexactly(min(_PIECE, self.remaining))
+
+
+#: called for each requested key as its record arrives: (position in the request, the block's
+#: body, or None for a miss). Reading the body is optional: what is left is skipped after it.
+Sink = Callable[[int, BlockBody | None], Awaitable[None]]
+
+
+class PutRounds:
+    """What a put_each still has to send: blocks pushed back (resent after Retry-After until
+    the deadline) and blocks whose gateway was unreachable (sent once to their next choice)."""
+
+    def __init__(self, items: list[tuple[str, BlockData]], within: float | None
+                 ) -> None:
+        self.items = items
+        self.stored = [False] * len(items)
+        self.deadline = None if within is None else time.monotonic() + within
+        self.pending = list(range(len(items)))
+        self._failed_over: set[int] = set()
+        self._retry: list[int] = []
+        self._waits: list[float] = []
+
+    def push_back(self, idx: list[int], retry_after: float) -> None:
+        self._retry.extend(idx)
+        self._waits.append(retry_after)
+
+    def fail_over(self, idx: list[int]) -> bool:
+        again = [i for i in idx if i not in self._failed_over]
+        self._failed_over.update(again)
+        self._retry.extend(again)
+        return bool(again)
+
+    async def next_round(self) -> bool:
+        """Wait as the gateways asked; False when nothing is left or the time is up."""
+        self.pending, self._retry = sorted(self._retry), []
+        waits, self._waits = self._waits, []
+        if not self.pending:
+            return False
+        if waits:
+            left = (self.deadline or 0.0) - time.monotonic()
+            if left <= 0:
+                return False
+            await asyncio.sleep(min(max(waits), left))
+        return True
+
+
+class FramedPayload(aiohttp.payload.Payload):
+    """A request body of several buffers sent one after another, never joined into one."""
+
+    def __init__(self, parts: list[bytes | memoryview]) -> None:
+        super().__init__(parts, content_type=FRAMES)
+        self._parts = parts
+        self._size = sum(len(p) for p in parts)  # the base class's Content-Length
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        raise TypeError("a framed batch-put body is binary")
+
+    async def write(self, writer: Any) -> None:
+        for part in self._parts:
+            await writer.write(part)
+
+
+def error_from_response(status: int, body: bytes, headers: Mapping[str, str]) -> Exception:
+    try:
+        doc = json.loads(body)
+        code, message = str(doc.get("error", "")), str(doc.get("message", ""))
+    except ValueError:
+        code, message = "", body[:200].decode(errors="replace")
+    if code == "SlowDown" or status == 503:
+        return Backpressure(message or "gateway busy", float(headers.get("Retry-After") or 1),
+                            int(headers.get(STORED_HEADER) or 0))
+    if code == "NoSuchBucket":
+        return NamespaceNotFound(message)
+    if code == "EntityTooLarge":
+        return TooLarge(message)
+    if status == 400 and code == "InvalidArgument":
+        return InvalidInput(message)
+    return RequestError(code or "HTTPError", message, status)
