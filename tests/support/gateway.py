@@ -45,15 +45,18 @@ class Gateway:
 
     def __init__(self, store: str, args: list[str], *, credentials: bool = True,
                  log_format: str = "json", log_level: str = "debug",
-                 user: tuple[int, int] | None = None) -> None:
-        """``user``: (uid, gid) to run the gateway as (root starts it through ``setpriv``)."""
+                 user: tuple[int, int] | None = None, host: str = "127.0.0.1",
+                 port: int | None = None) -> None:
+        """``user``: (uid, gid) to run the gateway as (root starts it through ``setpriv``);
+        ``host``: the loopback address to listen on (any of 127.0.0.0/8), ``port`` a given one."""
+        self.host = host
         self.store = store
         self.user = user
         self.args = list(args)
         self.credentials = credentials
         self.log_format = log_format
         self.log_level = log_level
-        self.port = free_port()
+        self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self._log = tempfile.NamedTemporaryFile(prefix="gateway-", suffix=".log",  # noqa: SIM115
                                                 delete=False)
@@ -61,7 +64,7 @@ class Gateway:
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def pid(self) -> int:
@@ -76,7 +79,7 @@ class Gateway:
             env["S3KV_ACCESS_KEY"] = GW_ACCESS
             env["S3KV_SECRET_KEY"] = GW_SECRET
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        argv = [sys.executable, "-m", "s3kv.cli", "serve", "--listen", f"127.0.0.1:{self.port}",
+        argv = [sys.executable, "-m", "s3kv.cli", "serve", "--listen", f"{self.host}:{self.port}",
                 "--store", self.store, "--log-format", self.log_format,
                 "--log-level", self.log_level, *self.args]
         if self.user is not None:
