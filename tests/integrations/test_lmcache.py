@@ -1,0 +1,224 @@
+"""The LMCache plugin with the real LMCache 0.5.6 on CPU, through LMCache's ``RemoteBackend``.
+
+The gateway is a real ``s3kv serve`` process on a file store; LMCache's RemoteBackend is created
+with ``plugin_name="s3kv"`` and loads the plugin through its remote storage plugin framework, as
+an engine configured per docs/lmcache.md does. Nothing is mocked.
+
+LMCache is not part of the main test environment: there this module is skipped, and ``.ci/run``
+runs it (``-m lmcache``) in its own environment with S3KV_REQUIRE_LMCACHE=1, where a missing
+LMCache is an import error, not a skip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if os.environ.get("S3KV_REQUIRE_LMCACHE"):
+    import lmcache  # noqa: F401  (the LMCache CI run: no LMCache is a failure)
+else:
+    pytest.importorskip("lmcache")
+
+from tests.gateway.test_gateway_ops import scrape, value
+from tests.integrations.engine import LLAMA3_8B, Engine, same_bytes
+from tests.support.gateway import GW_ACCESS, GW_SECRET, TOKEN, Gateway
+
+pytestmark = pytest.mark.lmcache
+MiB = 1024 * 1024
+BIG = ["--segment-size", "96MiB", "--part-size", "16MiB", "--max-block-size", "48MiB",
+       "--seal-after", "0.5", "--sync-interval", "0"]
+
+
+def _start(store: str, args: list[str]) -> Gateway:
+    gw = Gateway(store, args, log_level="info")
+    gw.start()
+    return gw
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    gw = _start(f"file://{tmp_path_factory.mktemp('store')}", BIG)
+    try:
+        yield gw
+    finally:
+        gw.cleanup()
+
+
+@pytest.fixture
+def engine_for() -> Iterator[Any]:
+    """Engine factory; every engine is closed at the end, and closing must be prompt."""
+    made: list[Engine] = []
+
+    def make(gw: Gateway, **kw: Any) -> Engine:
+        made.append(Engine(gw.endpoint, f"lmc-{uuid.uuid4().hex[:10]}", (GW_ACCESS, GW_SECRET),
+                           **kw))
+        return made[-1]
+
+    yield make
+    for e in made:
+        assert e.close() < 2.0, "RemoteBackend.close() (the plugin's close) must return promptly"
+
+
+def _flush(gw: Gateway) -> None:
+    req = urllib.request.Request(gw.endpoint + "/v1/flush", method="POST",
+                                 headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.status == 200
+
+
+def _requests(gw: Gateway) -> float:
+    """Every HTTP request the gateway counted, scrapes of /metrics left out."""
+    samples = scrape(gw)
+    return sum(v for lab, v in samples.get("s3kv_requests_total", [])
+               if lab.get("op") != "Metrics")
+
+
+def test_small_chunks_round_trip_whole(gateway: Gateway, engine_for: Any) -> None:
+    e = engine_for(gateway)
+    keys = [e.key(i) for i in range(4)] + [e.key(99)]
+    objs = [e.chunk() for _ in range(4)] + [e.chunk(tokens=5)]  # the last: a partial chunk
+    e.store(keys, objs)
+    assert all(e.backend.contains(k) for k in keys)
+    assert e.backend.batched_contains(keys) == len(keys)
+    got = e.backend.batched_get_blocking(keys)
+    assert all(g is not None and same_bytes(g, o) for g, o in zip(got, objs, strict=True))
+    assert got[-1].get_shapes() == objs[-1].get_shapes()  # the partial chunk keeps its shape
+    one = e.backend.get_blocking(keys[1])
+    assert one is not None and same_bytes(one, objs[1])
+    assert e.backend.get_blocking(e.key(12345)) is None
+    assert not e.backend.contains(e.key(12345))
+    # LMCache's remove goes through the plugin's remove_sync
+    assert e.backend.remove(keys[0])
+    assert not e.backend.contains(keys[0])
+    assert keys[1].to_string() in asyncio.run_coroutine_threadsafe(
+        e.connector.list(), e.loop).result(10)
+
+
+def test_32mib_chunks_round_trip_whole(gateway: Gateway, engine_for: Any) -> None:
+    e = engine_for(gateway, kv_shape=LLAMA3_8B, cpu_gib=0.5)
+    objs = [e.chunk() for _ in range(3)]
+    assert len(memoryview(objs[0].byte_array).cast("B")) == 32 * MiB  # Llama-3-8B, 256 tokens
+    keys = [e.key(i) for i in range(3)]
+    e.store(keys, objs)
+    assert e.backend.batched_contains(keys) == 3
+    got = e.backend.batched_get_blocking(keys)
+    assert all(g is not None and same_bytes(g, o) for g, o in zip(got, objs, strict=True))
+    for g in got:
+        g.ref_count_down()
+
+
+def test_prefix_of_64_with_a_gap_is_one_request(gateway: Gateway, engine_for: Any) -> None:
+    e = engine_for(gateway)
+    keys = [e.key(i) for i in range(64)]
+    present = [i for i in range(64) if i != 40]
+    e.store([keys[i] for i in present], [e.chunk() for _ in present])
+    before = _requests(gateway)
+    assert e.backend.batched_contains(keys) == 40
+    assert _requests(gateway) - before == 1
+    # the asynchronous variant the scheduler uses, and the prefix rule of non-blocking gets
+    assert asyncio.run_coroutine_threadsafe(
+        e.backend.batched_async_contains("l1", keys), e.loop).result(10) == 40
+    got = asyncio.run_coroutine_threadsafe(
+        e.backend.batched_get_non_blocking("l1", keys), e.loop).result(30)
+    assert len(got) == 40
+    for g in got:
+        g.ref_count_down()
+
+
+def test_evicted_chunk_is_gone_for_lmcache(tmp_path: Path, engine_for: Any) -> None:
+    gw = _start(f"file://{tmp_path}", ["--segment-size", "8MiB", "--part-size", "1MiB",
+                                        "--max-block-size", "4MiB", "--capacity", "16MiB",
+                                        "--seal-after", "0.5", "--sync-interval", "0"])
+    try:
+        e = engine_for(gw, kv_shape=(4, 2, 64, 4, 128))  # 512 KiB chunks
+        victim = e.key(1)
+        e.store([victim], [e.chunk()])
+        _flush(gw)
+        assert e.backend.contains(victim)
+        deadline = time.monotonic() + 60
+        batch = 0
+        while value(scrape(gw), "s3kv_evictions_total") == 0 or e.backend.contains(victim):
+            assert time.monotonic() < deadline, "the gateway never evicted the first segment"
+            objs = [e.chunk() for _ in range(16)]  # 8 MiB more, sealed
+            e.store([e.key(5000 + batch * 16 + j) for j in range(16)], objs)
+            for o in objs:
+                o.ref_count_down()
+            _flush(gw)
+            batch += 1
+        assert not e.backend.contains(victim)
+        assert e.backend.get_blocking(victim) is None
+        assert e.backend.batched_contains([victim]) == 0
+    finally:
+        gw.cleanup()
+
+
+def test_gateway_down_misses_in_bounded_time(tmp_path: Path, engine_for: Any) -> None:
+    gw = _start(f"file://{tmp_path}", BIG)
+    try:
+        e = engine_for(gw, s3kv_lookup_timeout=1.0, s3kv_put_within=1.0)
+        keys = [e.key(i) for i in range(8)]
+        e.store(keys[:4], [e.chunk() for _ in range(4)])
+        assert e.backend.batched_contains(keys) == 4
+        # a gateway that hangs (stopped, its socket still accepting): misses within the lookup
+        # timeout, not LMCache's 10 s blocking timeout
+        os.kill(gw.pid, signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            assert e.backend.batched_contains(keys) == 0
+            assert time.monotonic() - start < 3.0
+        finally:
+            os.kill(gw.pid, signal.SIGCONT)
+        gw.kill()  # and one that is gone
+        start = time.monotonic()
+        assert e.backend.batched_contains(keys) == 0
+        assert not e.backend.contains(keys[0])
+        assert e.backend.get_blocking(keys[0]) is None
+        assert e.backend.batched_get_blocking(keys[:2]) == [None, None]
+        assert time.monotonic() - start < 3.0
+        dropped = e.connector.dropped_puts
+        e.store(keys[4:], [e.chunk() for _ in range(4)], timeout=10)  # nothing raises
+        assert e.connector.dropped_puts == dropped + 4
+        assert e.backend.put_failed_count == 0  # LMCache saw no failure, the plugin dropped
+    finally:
+        gw.cleanup()
+
+
+def test_corrupted_block_is_a_miss(tmp_path: Path, engine_for: Any) -> None:
+    gw = _start(f"file://{tmp_path}", BIG)
+    try:
+        e = engine_for(gw)
+        keys = [e.key(i) for i in range(3)]
+        objs = [e.chunk() for _ in range(3)]
+        e.store(keys, objs)
+        _flush(gw)
+        marker = bytes(memoryview(objs[1].byte_array).cast("B")[:4096])
+        flipped = 0
+        for path in tmp_path.rglob("*"):
+            if path.is_file():
+                data = bytearray(path.read_bytes())
+                at = data.find(marker)
+                if at >= 0:
+                    data[at + 100] ^= 0xFF
+                    path.write_bytes(bytes(data))
+                    flipped += 1
+        assert flipped == 1
+        before = value(scrape(gw), "s3kv_checksum_failures_total")
+        got = e.backend.batched_get_blocking(keys)
+        assert got[1] is None
+        assert got[0] is not None and same_bytes(got[0], objs[0])
+        assert got[2] is not None and same_bytes(got[2], objs[2])
+        assert value(scrape(gw), "s3kv_checksum_failures_total") == before + 1
+        prefix = asyncio.run_coroutine_threadsafe(
+            e.backend.batched_get_non_blocking("c", keys), e.loop).result(30)
+        assert len(prefix) == 1 and same_bytes(prefix[0], objs[0])
+    finally:
+        gw.cleanup()
