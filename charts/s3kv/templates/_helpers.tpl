@@ -90,6 +90,18 @@ app.kubernetes.io/component: gateway
 {{- end }}
 {{- end }}
 
+{{/* Session affinity: ClientIP in deployment mode, so an S3 client keeps one gateway and reads
+its own writes at once (another replica sees them after seal plus replica sync). */}}
+{{- define "s3kv.sessionAffinity" -}}
+{{- if .Values.service.sessionAffinity }}
+{{- .Values.service.sessionAffinity }}
+{{- else if eq .Values.mode "deployment" }}
+{{- "ClientIP" }}
+{{- else }}
+{{- "None" }}
+{{- end }}
+{{- end }}
+
 {{/* Front and backend credentials as environment variables, from the Secret. */}}
 {{- define "s3kv.credentialEnv" -}}
 {{- $keys := include "s3kv.secretKeys" . | fromJson }}

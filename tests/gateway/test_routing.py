@@ -1,0 +1,154 @@
+"""A home gateway for every key: rendezvous routing in the native client, and the visibility
+rule across replicas (docs/operations.md, "Several gateways"), with two real gateway processes
+on one backend bucket of a real S3 server (moto)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import time
+import uuid
+
+import pytest
+
+from s3kv.client import S3KVClient
+from s3kv.routing import GatewaySet, resolve_all
+from tests.gateway.conftest import TOKEN, Gateway, backend_store
+from tests.support.s3server import MotoServer, free_port
+
+SEAL_AFTER = 2.0
+SYNC = 1.0
+ARGS = ["--segment-size", "10MiB", "--part-size", "5MiB", "--max-block-size", "5MiB",
+        "--seal-after", str(SEAL_AFTER), "--sync-interval", str(SYNC)]
+
+
+# ---- rendezvous hashing (pure) ---------------------------------------------------------------
+URLS = [f"http://10.0.0.{i}:9470" for i in range(1, 5)]  # names only: nothing is contacted
+
+
+def test_homes_spread_and_move_only_with_their_gateway() -> None:
+    keys = [f"chain/{i:05d}" for i in range(4000)]
+    four = GatewaySet(URLS)
+    homes = {k: four.home(k) for k in keys}
+    counts = collections.Counter(homes.values())
+    assert set(counts) == set(URLS)
+    assert all(600 < c < 1400 for c in counts.values()), counts  # ~1000 each
+    assert homes == {k: GatewaySet(list(reversed(URLS))).home(k) for k in keys}  # no order
+    three = GatewaySet(URLS[:3])
+    moved = [k for k in keys if three.home(k) != homes[k]]
+    assert moved and all(homes[k] == URLS[3] for k in moved)  # only the removed one's keys
+
+
+def test_a_down_gateway_sends_its_keys_to_the_next_choice() -> None:
+    gs = GatewaySet(URLS, down_for=0.2)
+    key = "k/1"
+    first, second = gs.choices(key)[:2]
+    gs.mark_down(first)
+    assert gs.home(key) == second
+    assert gs.choices(key)[-1] == first  # still tried last
+    deadline = time.monotonic() + 5
+    while not gs.is_up(first):  # for a bounded time only
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert gs.home(key) == first
+    groups = gs.split([f"k/{i}" for i in range(100)])
+    assert sorted(i for w in groups.values() for i in w) == list(range(100))
+
+
+async def test_a_dns_name_is_resolved_and_re_resolved() -> None:
+    """The resolver is the seam for a headless Service's DNS, which cannot exist here; the real
+    resolver is checked on localhost."""
+    answers = [["127.0.0.1", "127.0.0.2"], ["127.0.0.2", "127.0.0.3"]]
+    calls: list[tuple[str, int]] = []
+
+    async def resolver(host: str, port: int) -> list[str]:
+        calls.append((host, port))
+        return answers[min(len(calls), len(answers)) - 1]
+
+    gs = GatewaySet("http://rel-s3kv-headless.kv.svc:9470", resolve_every=0.1,
+                    resolver=resolver)
+    await gs.refresh()
+    assert gs.gateways == ["http://127.0.0.1:9470", "http://127.0.0.2:9470"]
+    await gs.refresh()  # not due yet
+    assert len(calls) == 1
+    await asyncio.sleep(0.15)
+    await gs.refresh()
+    assert gs.gateways == ["http://127.0.0.2:9470", "http://127.0.0.3:9470"]
+    assert calls[0] == ("rel-s3kv-headless.kv.svc", 9470)
+    assert "127.0.0.1" in await resolve_all("localhost", 9470)
+    literal = GatewaySet("http://127.0.0.1:1,http://127.0.0.1:2", resolver=resolver)
+    await literal.refresh(force=True)  # URLs given: nothing to resolve
+    assert literal.gateways == ["http://127.0.0.1:1", "http://127.0.0.1:2"] and len(calls) == 2
+
+
+# ---- two gateways on one bucket ------------------------------------------------------------
+@pytest.fixture
+def pair(s3_server: MotoServer) -> list[Gateway]:
+    store = backend_store(s3_server)
+    gws = [Gateway(store, ARGS, log_level="info") for _ in range(2)]
+    try:
+        for g in gws:
+            g.start()
+        yield gws
+    finally:
+        for g in gws:
+            g.cleanup()
+
+
+async def test_own_writes_at_once_others_after_seal_and_sync(pair: list[Gateway]) -> None:
+    a, b = pair
+    keys = [f"h/{uuid.uuid4().hex}" for _ in range(40)]
+    blocks = {k: os.urandom(3000) for k in keys}
+    async with S3KVClient([a.endpoint, b.endpoint], token=TOKEN) as kv:
+        await kv.create_namespace("homes")  # on both gateways
+        homes = {k: kv.gateways.home(k) for k in keys}
+        assert set(homes.values()) == {a.endpoint, b.endpoint}
+        await kv.put_many("homes", blocks)
+        written = time.monotonic()
+        # through the home gateway: at once (from the open segment's memory)
+        assert await kv.lookup("homes", keys) == (len(keys), [True] * len(keys))
+        assert await kv.get_many("homes", keys) == [blocks[k] for k in keys]
+    on_a = [k for k in keys if homes[k] == a.endpoint]
+    async with S3KVClient(b.endpoint, token=TOKEN) as only_b:
+        # the other replica: not before A seals the segment (seal_after) ...
+        _, seen = await only_b.lookup("homes", on_a)
+        if time.monotonic() - written < SEAL_AFTER:
+            assert not any(seen)
+        # ... and then within seal_after plus a replica sync (plus the upload)
+        while not all((await only_b.lookup("homes", on_a))[1]):
+            assert time.monotonic() - written < SEAL_AFTER + SYNC + 10, "B never saw A's writes"
+            await asyncio.sleep(0.1)
+        assert await only_b.get_many("homes", on_a) == [blocks[k] for k in on_a]
+
+
+async def test_a_dead_gateway_is_misses_and_its_writes_go_to_the_next(pair: list[Gateway]
+                                                                       ) -> None:
+    a, b = pair
+    keys = [f"d/{i}" for i in range(30)]
+    async with S3KVClient([a.endpoint, b.endpoint], token=TOKEN, down_for=30) as kv:
+        await kv.create_namespace("down")
+        await kv.put_many("down", {k: b"v" + k.encode() for k in keys})
+        a.kill()
+        start = time.monotonic()
+        _, present = await kv.lookup("down", keys)  # no error: A's keys are misses
+        assert time.monotonic() - start < 5
+        on_b = [kv.gateways.home(k) == b.endpoint for k in keys]  # A is down: all on B now
+        assert all(on_b)
+        assert any(present) and not all(present)
+        got = await kv.get_many("down", keys)
+        assert all(g is not None for g, p in zip(got, present, strict=True) if p)
+    # a client that does not know yet: A's part of the put fails over to B within the call
+    async with S3KVClient([a.endpoint, b.endpoint], token=TOKEN) as fresh:
+        stored = await fresh.put_each("down", [(k, b"again") for k in keys])
+        assert all(stored)
+        assert not fresh.gateways.is_up(a.endpoint)
+        assert await fresh.lookup_prefix("down", keys) == len(keys)
+        assert await fresh.get_many("down", keys[:3]) == [b"again"] * 3
+
+
+async def test_no_gateway_at_all_is_an_error_for_the_client() -> None:
+    async with S3KVClient([f"http://127.0.0.1:{free_port()}"], token=TOKEN) as kv:
+        from s3kv.errors import BackendUnavailable
+        with pytest.raises(BackendUnavailable):
+            await kv.lookup("x", ["a"])
