@@ -341,5 +341,6 @@ class BlockStore:
         out["dram_bytes"] = self.dram.size
         out["namespaces"] = len(self.namespaces)
         out["backend_healthy"] = 1.0 if self.writer.healthy else 0.0
+        out["capacity_bytes"] = float(self.settings.capacity)
         return out
 

@@ -177,9 +177,17 @@ def test_deployment_mode_objects() -> None:
     docs = render(_values(CHART / "ci" / "deployment-values.yaml"))
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(["ConfigMap", "Deployment", "PodDisruptionBudget", "Pod", "Secret",
-                            "Service", "ServiceAccount"])
+                            "Service", "Service", "ServiceAccount"])
     assert one(docs, "Deployment")["spec"]["replicas"] == 3
-    assert one(docs, "Service")["spec"]["internalTrafficPolicy"] == "Cluster"
+    services = {d["metadata"]["name"]: d["spec"] for d in by_kind(docs, "Service")}
+    assert services["rel-s3kv"]["internalTrafficPolicy"] == "Cluster"
+    # S3 clients keep one replica, so they read their own writes at once
+    assert services["rel-s3kv"]["sessionAffinity"] == "ClientIP"
+    # native clients resolve the headless Service: one record per pod, a home for every key
+    headless = services["rel-s3kv-headless"]
+    assert headless["clusterIP"] == "None"
+    assert headless["selector"] == services["rel-s3kv"]["selector"]
+    assert headless["ports"] == services["rel-s3kv"]["ports"]
     node_id = env_of(pod_spec(docs)["containers"][0])["S3KV_NODE_ID"]
     assert node_id["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
 
@@ -191,6 +199,7 @@ def test_daemonset_mode_uses_the_local_node_gateway() -> None:
     assert "PodDisruptionBudget" not in kinds  # drains skip DaemonSet pods
     assert "Secret" not in kinds  # existingSecret
     assert one(docs, "Service")["spec"]["internalTrafficPolicy"] == "Local"
+    assert one(docs, "Service")["spec"]["sessionAffinity"] == "None"  # no headless one either
     ds = one(docs, "DaemonSet")
     # the replica id is the node name: two pods on one node must never overlap
     assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxSurge"] == 0
@@ -223,6 +232,29 @@ def test_everything_optional_on() -> None:
     assert volumes["results"]["persistentVolumeClaim"]["claimName"] == "rel-s3kv-sweep"
     pvc = one(docs, "PersistentVolumeClaim")
     assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def test_grafana_dashboard_configmap() -> None:
+    assert not [d for d in by_kind(render(), "ConfigMap") if "dashboard" in d["metadata"]["name"]]
+    docs = render({"grafanaDashboard": {"enabled": True, "namespace": "monitoring",
+                                        "annotations": {"grafana_folder": "KV cache"}}})
+    cm = next(d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] ==
+              "rel-s3kv-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"  # the sidecar's label
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "KV cache"}
+    dashboard = ROOT / "deploy" / "grafana" / "s3kv.json"
+    assert json.loads(cm["data"]["s3kv.json"]) == json.loads(dashboard.read_text())
+    # the chart can only read its own files: its copy must be the deploy/ file itself
+    assert (CHART / "dashboards" / "s3kv.json").read_bytes() == dashboard.read_bytes()
+
+
+def test_service_monitor_scrapes_only_the_normal_service() -> None:
+    docs = render({"serviceMonitor": {"enabled": True}})
+    selector = one(docs, "ServiceMonitor")["spec"]["selector"]["matchLabels"]
+    matching = [d["metadata"]["name"] for d in by_kind(docs, "Service")
+                if selector.items() <= d["metadata"]["labels"].items()]
+    assert matching == ["rel-s3kv"]  # each pod scraped once, not once per Service
 
 
 def test_sweep_output_on_an_empty_dir() -> None:
@@ -321,7 +353,8 @@ def test_values_schema_config_matches_the_settings_table() -> None:
 @pytest.mark.parametrize("values_file", CASES)
 def test_configmap_keys_are_settings_the_gateway_reads(values_file: Path | None) -> None:
     docs = render(_values(values_file))
-    data = one(docs, "ConfigMap")["data"]
+    data = next(d for d in by_kind(docs, "ConfigMap")  # the settings, not the dashboard
+                if d["__template__"].endswith("/configmap.yaml"))["data"]
     assert data, "the ConfigMap is empty"
     assert set(data) <= Settings.env_names(), set(data) - Settings.env_names()
     # and the gateway accepts them: the same parsing and validation `s3kv serve` does
