@@ -1,0 +1,316 @@
+"""LMCache on s3kv three ways, measured side by side through LMCache's own ``RemoteBackend``:
+
+- ``plugin``: the s3kv plugin (s3kv.integrations.lmcache) on the gateway's native API;
+- ``s3_gateway``: LMCache's S3 connector (awscrt) to the gateway's S3 front;
+- ``s3_direct``: LMCache's S3 connector to the S3 server the gateway stores on.
+
+Per route: store a 10K-token session (Llama-3-8B geometry: 40 chunks of 256 tokens, 32 MiB
+each) with ``batched_submit_put_task`` until LMCache counts the puts finished, retrieve it with
+``batched_get_blocking`` (bytes verified), and look up a 64-chunk prefix with ``batched_contains``
+from a fresh RemoteBackend (a fresh S3 connector has no size cache, as another engine replica or
+a restarted one has none: it sends one HEAD per chunk). Routes run interleaved, ``--repeat``
+rounds in rotating order, on one server and one gateway; figures are medians over the rounds.
+
+LMCache's S3 connector addresses buckets virtual-hosted style (``Host: BUCKET.DOMAIN:PORT``,
+resolved by awscrt), so ``lmcgw.s3.localtest`` and ``lmcdirect.s3.localtest`` must resolve to
+127.0.0.1: ``--hosts-entry`` appends them to /etc/hosts for the run and removes them after
+(root only). The S3 server must serve virtual-hosted buckets: moto does (``--server moto``,
+the default here); s3rver is started path-style only by benchmarks/servers.py.
+
+Needs LMCache (``.venv-lmcache``, see .ci/run)::
+
+    .venv-lmcache/bin/python benchmarks/lmcache_compare.py --server moto --hosts-entry --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` and `s3kv` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import boto3
+import numpy as np
+import psutil
+
+from benchmarks.servers import (
+    BenchServer,
+    add_server_arguments,
+    free_port,
+    server_from_args,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+DOMAIN = "s3.localtest"
+GW_BUCKET, DIRECT_BUCKET, BACKEND_BUCKET = "lmcgw", "lmcdirect", "lmcbackend"
+ACCESS, SECRET = "lmcbenchaccess", "lmcbench/secret0123456789"
+LLAMA3_8B = (32, 2, 256, 8, 128)  # layers, K/V, tokens per chunk, KV heads, head dim
+LOOKUP = (2, 2, 16, 2, 64)  # the lookup prefix's chunks: small, a lookup moves no data
+ROUTES = ("plugin", "s3_gateway", "s3_direct")
+GiB = 1024 ** 3
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def hosts_entry(names: list[str], enabled: bool) -> Iterator[None]:
+    """Make ``names`` resolve to 127.0.0.1 for the run (``--hosts-entry``), then undo it."""
+    import socket
+
+    missing = []
+    for n in names:
+        try:
+            socket.getaddrinfo(n, 80)
+        except OSError:
+            missing.append(n)
+    if missing and not enabled:
+        raise SystemExit(f"{', '.join(missing)} do not resolve: add '127.0.0.1 "
+                         f"{' '.join(missing)}' to /etc/hosts or pass --hosts-entry")
+    line = f"127.0.0.1 {' '.join(missing)}  # benchmarks/lmcache_compare.py\n"
+    if missing:
+        with open("/etc/hosts", "a") as fh:
+            fh.write(line)
+    try:
+        yield
+    finally:
+        if missing:
+            text = Path("/etc/hosts").read_text()
+            Path("/etc/hosts").write_text(text.replace(line, ""))
+
+
+@contextlib.contextmanager
+def gateway(server: BenchServer) -> Iterator[tuple[str, int]]:
+    """A ``s3kv serve`` process on the server's backend bucket, answering virtual-hosted S3."""
+    port = free_port()
+    env = {**os.environ, **server.env(), "S3KV_ACCESS_KEY": ACCESS, "S3KV_SECRET_KEY": SECRET,
+           "PYTHONPATH": str(ROOT)}
+    log = tempfile.NamedTemporaryFile(prefix="lmc-gateway-", suffix=".log",  # noqa: SIM115
+                                      delete=False)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "s3kv.cli", "serve", "--listen", f"127.0.0.1:{port}",
+         "--store", f"s3://{BACKEND_BUCKET}/kv?endpoint={server.url}", "--domain", DOMAIN,
+         "--segment-size", "256MiB", "--part-size", "16MiB", "--max-block-size", "64MiB",
+         "--sync-interval", "0", "--log-level", "warning"],
+        stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"gateway did not start; see {log.name}") from None
+                time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}", proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        os.unlink(log.name)
+
+
+class Engine:
+    """LMCache's config, metadata, loop thread, CPU allocator and RemoteBackend for one route."""
+
+    def __init__(self, route: str, kv_shape: tuple[int, int, int, int, int], urls: dict[str, str],
+                 server: BenchServer, cpu_gib: float) -> None:
+        import torch
+        from lmcache.v1.config import LMCacheEngineConfig
+        from lmcache.v1.metadata import LMCacheMetadata
+        from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
+        from lmcache.v1.storage_backend.remote_backend import RemoteBackend
+
+        cfg: dict[str, Any] = {"chunk_size": kv_shape[2], "local_cpu": False,
+                               "max_local_cpu_size": cpu_gib, "remote_serde": "naive",
+                               "blocking_timeout_secs": 120}
+        if route == "plugin":
+            cfg["remote_storage_plugins"] = ["s3kv"]
+            cfg["extra_config"] = {
+                "remote_storage_plugin.s3kv.module_path": "s3kv.integrations.lmcache",
+                "remote_storage_plugin.s3kv.class_name": "S3KVConnector",
+                "s3kv_url": urls["gateway"], "s3kv_namespace": GW_BUCKET,
+                "s3kv_access_key": ACCESS, "s3kv_secret_key": SECRET, "s3kv_timeout": 300}
+        else:
+            gw = route == "s3_gateway"
+            cfg["remote_url"] = urls[route]
+            cfg["extra_config"] = {
+                "s3_region": server.region, "disable_tls": True, "s3_prefer_http2": False,
+                "s3_num_io_threads": 8, "save_chunk_meta": False,
+                "aws_access_key_id": ACCESS if gw else server.access_key,
+                "aws_secret_access_key": SECRET if gw else server.secret_key}
+        self.config = LMCacheEngineConfig.from_dict(cfg)
+        self.metadata = LMCacheMetadata(
+            model_name="meta-llama/Meta-Llama-3-8B", world_size=1, local_world_size=1,
+            worker_id=0, local_worker_id=0, kv_dtype=torch.bfloat16, kv_shape=kv_shape,
+            chunk_size=kv_shape[2])
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.cpu = LocalCPUBackend(self.config, self.metadata)
+        self.backend = RemoteBackend(self.config, self.metadata, self.loop, self.cpu, "cpu",
+                                     plugin_name="s3kv" if route == "plugin" else None)
+        self.route = route
+
+    def keys(self, n: int, salt: int) -> list[Any]:
+        import torch
+        from lmcache.utils import CacheEngineKey
+
+        return [CacheEngineKey(self.metadata.model_name, 1, 0, (salt << 32) + i, torch.bfloat16)
+                for i in range(n)]
+
+    def chunks(self, n: int, rng: np.random.Generator) -> list[Any]:
+        out = []
+        for _ in range(n):
+            obj = self.cpu.allocate(self.metadata.get_shapes(), self.metadata.get_dtypes())
+            assert obj is not None, "raise --cpu-gib: LMCache's allocator is full"
+            buf = memoryview(obj.byte_array).cast("B")
+            buf[:] = rng.integers(0, 256, len(buf), dtype=np.uint8).tobytes()
+            out.append(obj)
+        return out
+
+    def store(self, keys: list[Any], objs: list[Any]) -> None:
+        """batched_submit_put_task until LMCache reports each key's write done (its per-key
+        completion callback; the S3 connector has no batched put, one put per chunk)."""
+        done = threading.Semaphore(0)
+        self.backend.batched_submit_put_task(keys, objs,
+                                             on_complete_callback=lambda _k: done.release())
+        for _ in keys:
+            if not done.acquire(timeout=600):
+                raise SystemExit(f"{self.route}: LMCache's puts did not finish in 600 s")
+
+    def close(self) -> None:
+        """The plugin closes at once; LMCache's S3 connector's close never returns, so for it
+        the loop is left running (a daemon thread) instead."""
+        if self.route == "plugin":
+            self.backend.close()
+            self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+def _cpu(pids: dict[str, int]) -> dict[str, float]:
+    out = {}
+    for name, pid in pids.items():
+        t = psutil.Process(pid).cpu_times()
+        out[name] = t.user + t.system
+    return out
+
+
+def one_round(route: str, server: BenchServer, urls: dict[str, str], pids: dict[str, int],
+              tokens: int, lookup_n: int, salt: int, cpu_gib: float) -> dict[str, float]:
+    rng = np.random.default_rng(salt)
+    n = tokens // LLAMA3_8B[2]
+    e = Engine(route, LLAMA3_8B, urls, server, cpu_gib)
+    keys, objs = e.keys(n, salt), e.chunks(n, rng)
+    size = sum(len(memoryview(o.byte_array).cast("B")) for o in objs)
+    c0, t0 = _cpu(pids), time.perf_counter()
+    e.store(keys, objs)
+    t1, c1 = time.perf_counter(), _cpu(pids)
+    got = e.backend.batched_get_blocking(keys)
+    t2, c2 = time.perf_counter(), _cpu(pids)
+    ok = all(g is not None and bytes(memoryview(g.byte_array).cast("B")) ==
+             bytes(memoryview(o.byte_array).cast("B")) for g, o in zip(got, objs, strict=True))
+    for o in [*objs, *(g for g in got if g is not None)]:
+        o.ref_count_down()
+    e.close()
+    # the lookup: 64 small chunks stored by one engine, looked up by a fresh one
+    w = Engine(route, LOOKUP, urls, server, 0.05)
+    lk = w.keys(lookup_n, salt + 1000)
+    small = w.chunks(lookup_n, rng)
+    w.store(lk, small)
+    for o in small:
+        o.ref_count_down()
+    w.close()
+    r = Engine(route, LOOKUP, urls, server, 0.05)
+    t3 = time.perf_counter()
+    found = r.backend.batched_contains(lk)
+    t4 = time.perf_counter()
+    r.close()
+    return {"store_gib_s": size / GiB / (t1 - t0), "retrieve_gib_s": size / GiB / (t2 - t1),
+            "lookup_ms": (t4 - t3) * 1000, "lookup_found": float(found),
+            "verified": float(ok), "bytes": float(size),
+            **{f"store_cpu_s_per_gib_{k}": (c1[k] - c0[k]) / (size / GiB) for k in pids},
+            **{f"retrieve_cpu_s_per_gib_{k}": (c2[k] - c1[k]) / (size / GiB) for k in pids}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_server_arguments(parser)
+    parser.set_defaults(server="moto")
+    parser.add_argument("--tokens", type=int, default=10240,
+                        help="session length in tokens (256 a chunk) [default: 10240]")
+    parser.add_argument("--lookup-chunks", type=int, default=64,
+                        help="chunks in the looked-up prefix [default: 64]")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds per route [default: 3]")
+    parser.add_argument("--cpu-gib", type=float, default=3.0,
+                        help="LMCache's CPU allocator per engine, GiB [default: 3]")
+    parser.add_argument("--hosts-entry", action="store_true",
+                        help="add the benchmark's S3 host names to /etc/hosts for the run")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    names = [f"{GW_BUCKET}.{DOMAIN}", f"{DIRECT_BUCKET}.{DOMAIN}"]
+    with hosts_entry(names, args.hosts_entry), server_from_args(args) as server:
+        s3 = boto3.client("s3", **server.client_kwargs())
+        s3.create_bucket(Bucket=BACKEND_BUCKET)
+        s3.create_bucket(Bucket=DIRECT_BUCKET)
+        with gateway(server) as (gw_url, gw_pid):
+            urllib.request.urlopen(urllib.request.Request(
+                f"{gw_url}/v1/{GW_BUCKET}", method="PUT",
+                headers={"Authorization": f"Bearer {ACCESS}:{SECRET}"}), timeout=30).close()
+            port = int(server.url.rsplit(":", 1)[1])
+            urls = {"gateway": gw_url, "s3_gateway": f"s3://{names[0]}:{gw_url.rsplit(':', 1)[1]}",
+                    "s3_direct": f"s3://{names[1]}:{port}"}
+            pids = {"gateway": gw_pid, "client": os.getpid()}
+            if server.pid:
+                pids["server"] = server.pid
+            rounds: dict[str, list[dict[str, float]]] = {r: [] for r in ROUTES}
+            for i in range(args.repeat):
+                for route in ROUTES[i % 3:] + ROUTES[:i % 3]:  # rotate the order
+                    _say(f"round {i + 1}/{args.repeat}: {route}")
+                    rounds[route].append(one_round(route, server, urls, pids, args.tokens,
+                                                   args.lookup_chunks, 10 * i + ROUTES.index(route),
+                                                   args.cpu_gib))
+    med = {r: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for r, rs in rounds.items()}
+    d, p = med["s3_direct"], med["plugin"]
+    out = {"server": server.name, "tokens": args.tokens, "chunk_bytes": 32 * 1024 * 1024,
+           "repeat": args.repeat, "routes": med,
+           "retrieve_ratio_vs_direct": p["retrieve_gib_s"] / d["retrieve_gib_s"],
+           "store_ratio_vs_direct": p["store_gib_s"] / d["store_gib_s"],
+           "lookup_speedup_vs_direct": d["lookup_ms"] / p["lookup_ms"],
+           "s3_gateway_retrieve_ratio_vs_direct": (med["s3_gateway"]["retrieve_gib_s"]
+                                                   / d["retrieve_gib_s"]),
+           "note": "machine shared with other jobs: compare ratios from one interleaved run"}
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        for r in ROUTES:
+            m = med[r]
+            print(f"{r:11s} store {m['store_gib_s']:.3f} GiB/s  retrieve "
+                  f"{m['retrieve_gib_s']:.3f} GiB/s  lookup({args.lookup_chunks}) "
+                  f"{m['lookup_ms']:.1f} ms found {m['lookup_found']:.0f}")
+        print(f"plugin vs direct: retrieve x{out['retrieve_ratio_vs_direct']:.2f}, store "
+              f"x{out['store_ratio_vs_direct']:.2f}, lookup x{out['lookup_speedup_vs_direct']:.1f}")
+    os._exit(0)  # LMCache's S3 connector threads never stop (its close never returns)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
