@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -267,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="add the benchmark's S3 host names to /etc/hosts for the run")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up on kill, too
     names = [f"{GW_BUCKET}.{DOMAIN}", f"{DIRECT_BUCKET}.{DOMAIN}"]
     with hosts_entry(names, args.hosts_entry), server_from_args(args) as server:
         s3 = boto3.client("s3", **server.client_kwargs())
@@ -289,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
                     rounds[route].append(one_round(route, server, urls, pids, args.tokens,
                                                    args.lookup_chunks, 10 * i + ROUTES.index(route),
                                                    args.cpu_gib))
+    bad = [r for r, rs in rounds.items() if not all(x["verified"] and x["lookup_found"] ==
+                                                     args.lookup_chunks for x in rs)]
+    if bad:
+        raise SystemExit(f"routes {bad} did not return every chunk intact: no figures")
     med = {r: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for r, rs in rounds.items()}
     d, p = med["s3_direct"], med["plugin"]
     out = {"server": server.name, "tokens": args.tokens, "chunk_bytes": 32 * 1024 * 1024,

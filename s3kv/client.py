@@ -34,8 +34,10 @@ from s3kv.client_io import (
     FramedPayload,
     PutRounds,
     Sink,
+    block_size,
     error_from_response,
     framed_parts,
+    request_parts,
 )
 from s3kv.errors import BackendUnavailable, Backpressure, RequestError
 from s3kv.frames import FRAMES, read_records
@@ -48,7 +50,11 @@ class S3KVClient:
     def __init__(self, endpoint: str | Sequence[str], *, token: str | None = None,
                  timeout: float = 60.0, connections: int = 16, lookup_timeout: float = 5.0,
                  connect_timeout: float = 2.0, down_for: float = 10.0,
-                 resolve_every: float = 30.0, resolver: Resolver = resolve_all) -> None:
+                 resolve_every: float = 30.0, resolver: Resolver = resolve_all,
+                 batch_bytes: int = 64 * 1024 * 1024, put_concurrency: int = 2) -> None:
+        """``batch_bytes``: block bytes per batch-put request (a larger batch is sent as
+        several, ``put_concurrency`` at a time per gateway; the gateway refuses a body over
+        half its --max-request-memory)."""
         self.gateways = GatewaySet(endpoint, down_for=down_for, resolve_every=resolve_every,
                                    resolver=resolver)
         self.endpoint = self.gateways.urls[0]
@@ -57,6 +63,8 @@ class S3KVClient:
         self._lookup_timeout = aiohttp.ClientTimeout(total=lookup_timeout,
                                                      connect=connect_timeout)
         self._connections = connections
+        self._batch_bytes = batch_bytes
+        self._put_concurrency = put_concurrency
         self._session: aiohttp.ClientSession | None = None
 
     async def open(self) -> S3KVClient:
@@ -118,11 +126,12 @@ class S3KVClient:
         groups = await self._groups(keys)
 
         async def one(gateway: str, where: list[int]) -> None:
-            body = await self._request(gateway, "POST", f"/v1/{namespace}/lookup",
-                                       json_body={"keys": [keys[i] for i in where]},
-                                       limits=self._lookup_timeout)
-            for i, p in zip(where, json.loads(body)["present"], strict=True):
-                present[i] = bool(p)
+            for part in request_parts(where, lambda _i: 0, 1):
+                body = await self._request(gateway, "POST", f"/v1/{namespace}/lookup",
+                                           json_body={"keys": [keys[i] for i in part]},
+                                           limits=self._lookup_timeout)
+                for i, p in zip(part, json.loads(body)["present"], strict=True):
+                    present[i] = bool(p)
 
         await self._each(groups, one)
         prefix = next((i for i, p in enumerate(present) if not p), len(keys))
@@ -152,24 +161,29 @@ class S3KVClient:
         done = [False] * len(keys)
 
         async def one(gateway: str, where: list[int]) -> None:
-            want = [keys[i] for i in where]
-            async with self._open(gateway, "POST", f"/v1/{namespace}/batch-get",
-                                  json_body={"keys": want}) as resp:
-                try:
-                    n = 0
-                    async for _, length in read_records(resp.content, want):
-                        body = None if length is None else BlockBody(resp.content, length)
-                        await sink(where[n], body)
-                        if body is not None:
-                            await body.drain()
-                            done[where[n]] = True
-                        n += 1
-                except (asyncio.IncompleteReadError, ValueError) as exc:
-                    raise RequestError("MalformedFrames", f"bad batch-get stream from "
-                                       f"{gateway}: {exc}", 502) from exc
+            for part in request_parts(where, lambda _i: 0, 1):
+                await self._fetch_part(gateway, namespace, [keys[i] for i in part], part,
+                                       sink, done)
 
         await self._each(await self._groups(keys), one)
         return done
+
+    async def _fetch_part(self, gateway: str, namespace: str, want: list[str],
+                          where: list[int], sink: Sink, done: list[bool]) -> None:
+        async with self._open(gateway, "POST", f"/v1/{namespace}/batch-get",
+                              json_body={"keys": want}) as resp:
+            try:
+                n = 0
+                async for _, length in read_records(resp.content, want):
+                    body = None if length is None else BlockBody(resp.content, length)
+                    await sink(where[n], body)
+                    if body is not None:
+                        await body.drain()
+                        done[where[n]] = True
+                    n += 1
+            except (asyncio.IncompleteReadError, ValueError) as exc:
+                raise RequestError("MalformedFrames", f"bad batch-get stream from "
+                                   f"{gateway}: {exc}", 502) from exc
 
     async def get_many(self, namespace: str, keys: Sequence[str]) -> list[bytes | None]:
         """The blocks (None for a miss), in the order of ``keys``."""
@@ -227,9 +241,13 @@ class S3KVClient:
         while rounds.pending:
             await self.gateways.refresh()
             groups = self.gateways.split([rounds.items[i][0] for i in rounds.pending])
+            gates = {g: asyncio.Semaphore(self._put_concurrency) for g in groups}
             results = await asyncio.gather(
-                *(self._put_part(g, namespace, [rounds.pending[j] for j in w], rounds, headers)
-                  for g, w in groups.items()), return_exceptions=True)
+                *(self._put_part(g, namespace, part, rounds, headers, gates[g])
+                  for g, w in groups.items()
+                  for part in request_parts([rounds.pending[j] for j in w],
+                                            lambda i: block_size(rounds.items[i][1]),
+                                            self._batch_bytes)), return_exceptions=True)
             for r in results:
                 if isinstance(r, BaseException) and not isinstance(r, BackendUnavailable):
                     raise r
@@ -238,10 +256,11 @@ class S3KVClient:
         return rounds.stored
 
     async def _put_part(self, gateway: str, namespace: str, idx: list[int], rounds: PutRounds,
-                        headers: Mapping[str, str]) -> None:
+                        headers: Mapping[str, str], gate: asyncio.Semaphore) -> None:
         try:
-            n = await self._put_group(gateway, namespace, [rounds.items[i] for i in idx],
-                                      headers)
+            async with gate:
+                n = await self._put_group(gateway, namespace, [rounds.items[i] for i in idx],
+                                          headers)
         except Backpressure as exc:
             if rounds.deadline is None:
                 raise
@@ -259,11 +278,19 @@ class S3KVClient:
         """Store the blocks; the number stored. Backpressure carries ``stored``, the number of
         leading blocks stored, so a retry sends the rest."""
         items = list(blocks.items()) if isinstance(blocks, Mapping) else list(blocks)
-        if len(self.gateways.gateways) == 1:
+        if len(self.gateways.gateways) == 1:  # in order, one request after another
             headers = {"Content-Type": FRAMES}
             if durable:
                 headers["x-s3kv-durability"] = "sealed"
-            return await self._put_group(self.gateways.home(""), namespace, items, headers)
+            gateway, done = self.gateways.gateways[0], 0
+            for part in request_parts(range(len(items)), lambda i: block_size(items[i][1]),
+                                      self._batch_bytes):
+                try:
+                    done += await self._put_group(gateway, namespace,
+                                                  [items[i] for i in part], headers)
+                except Backpressure as exc:
+                    raise Backpressure(str(exc), exc.retry_after, done + exc.stored) from exc
+            return done
         stored = await self.put_each(namespace, items, durable=durable)
         if all(stored):
             return len(items)

@@ -19,6 +19,33 @@ from s3kv.frames import FRAMES, STORED_HEADER, frames_head
 BlockData = bytes | memoryview | tuple[bytes | memoryview, ...]
 
 
+#: keys per native request (the gateway's limit)
+MAX_KEYS = 4096
+
+
+def block_size(data: BlockData) -> int:
+    return sum(len(p) for p in data) if isinstance(data, tuple) else len(data)
+
+
+def request_parts(idx: Sequence[int], size_of: Callable[[int], int], max_bytes: int,
+                  max_keys: int = MAX_KEYS) -> list[list[int]]:
+    """``idx`` cut, in order, into requests of at most ``max_keys`` keys and ``max_bytes``
+    (a block larger than that goes alone)."""
+    parts: list[list[int]] = []
+    cur: list[int] = []
+    cur_bytes = 0
+    for i in idx:
+        n = size_of(i)
+        if cur and (cur_bytes + n > max_bytes or len(cur) >= max_keys):
+            parts.append(cur)
+            cur, cur_bytes = [], 0
+        cur.append(i)
+        cur_bytes += n
+    if cur:
+        parts.append(cur)
+    return parts
+
+
 def framed_parts(items: Sequence[tuple[str, BlockData]]) -> list[bytes | memoryview]:
     """The buffers of a framed batch-put body (docs/api.md), none of them copied."""
     parts: list[bytes | memoryview] = []

@@ -152,3 +152,12 @@ async def test_no_gateway_at_all_is_an_error_for_the_client() -> None:
         from s3kv.errors import BackendUnavailable
         with pytest.raises(BackendUnavailable):
             await kv.lookup("x", ["a"])
+
+
+def test_batches_are_cut_into_requests_the_gateway_takes() -> None:
+    from s3kv.client_io import request_parts
+
+    sizes = [30, 30, 30, 100, 5, 5]
+    assert request_parts(range(6), sizes.__getitem__, 64) == [[0, 1], [2], [3], [4, 5]]
+    assert request_parts(range(10), lambda _i: 1, 1000, max_keys=4) == [[0, 1, 2, 3],
+                                                                         [4, 5, 6, 7], [8, 9]]

@@ -34,8 +34,10 @@ from tests.support.gateway import GW_ACCESS, GW_SECRET, TOKEN, Gateway
 
 pytestmark = pytest.mark.lmcache
 MiB = 1024 * 1024
+#: --max-request-memory 128MiB: the gateway takes batch-put bodies up to 64 MiB, so a batch of
+#: 32 MiB chunks has to be sent as several requests
 BIG = ["--segment-size", "96MiB", "--part-size", "16MiB", "--max-block-size", "48MiB",
-       "--seal-after", "0.5", "--sync-interval", "0"]
+       "--max-request-memory", "128MiB", "--seal-after", "0.5", "--sync-interval", "0"]
 
 
 def _start(store: str, args: list[str]) -> Gateway:
@@ -101,11 +103,30 @@ def test_small_chunks_round_trip_whole(gateway: Gateway, engine_for: Any) -> Non
     assert not e.backend.contains(keys[0])
     assert keys[1].to_string() in asyncio.run_coroutine_threadsafe(
         e.connector.list(), e.loop).result(10)
+    assert asyncio.run_coroutine_threadsafe(e.connector.ping(), e.loop).result(10) == 0
+
+
+def test_several_gateways_each_key_at_its_home(tmp_path: Path, engine_for: Any) -> None:
+    """s3kv_url with two gateways (separate stores, so a key is found only at its home)."""
+    gws = [_start(f"file://{tmp_path / str(i)}", BIG) for i in range(2)]
+    try:
+        e2 = engine_for(gws[0], s3kv_url=f"{gws[0].endpoint},{gws[1].endpoint}")
+        keys = [e2.key(i) for i in range(24)]
+        objs = [e2.chunk() for _ in keys]
+        e2.store(keys, objs)
+        assert e2.backend.batched_contains(keys) == 24
+        got = e2.backend.batched_get_blocking(keys)
+        assert all(g is not None and same_bytes(g, o) for g, o in zip(got, objs, strict=True))
+        held = [value(scrape(g), "s3kv_index_entries") for g in gws]
+        assert sum(held) == 24 and min(held) > 0  # split between the two, no copies
+    finally:
+        for g in gws:
+            g.cleanup()
 
 
 def test_32mib_chunks_round_trip_whole(gateway: Gateway, engine_for: Any) -> None:
     e = engine_for(gateway, kv_shape=LLAMA3_8B, cpu_gib=0.5)
-    objs = [e.chunk() for _ in range(3)]
+    objs = [e.chunk() for _ in range(3)]  # one batch of 96 MiB: three requests
     assert len(memoryview(objs[0].byte_array).cast("B")) == 32 * MiB  # Llama-3-8B, 256 tokens
     keys = [e.key(i) for i in range(3)]
     e.store(keys, objs)
@@ -184,6 +205,7 @@ def test_gateway_down_misses_in_bounded_time(tmp_path: Path, engine_for: Any) ->
         assert e.backend.get_blocking(keys[0]) is None
         assert e.backend.batched_get_blocking(keys[:2]) == [None, None]
         assert time.monotonic() - start < 3.0
+        assert asyncio.run_coroutine_threadsafe(e.connector.ping(), e.loop).result(10) == 1
         dropped = e.connector.dropped_puts
         e.store(keys[4:], [e.chunk() for _ in range(4)], timeout=10)  # nothing raises
         assert e.connector.dropped_puts == dropped + 4
