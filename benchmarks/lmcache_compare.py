@@ -107,6 +107,9 @@ def gateway(server: BenchServer) -> Iterator[tuple[str, int]]:
         [sys.executable, "-m", "s3kv.cli", "serve", "--listen", f"127.0.0.1:{port}",
          "--store", f"s3://{BACKEND_BUCKET}/kv?endpoint={server.url}", "--domain", DOMAIN,
          "--segment-size", "256MiB", "--part-size", "16MiB", "--max-block-size", "64MiB",
+         # LMCache's S3 connector PUTs a whole session at once (40 x 32 MiB) and does not
+         # retry a 503 SlowDown: with the default 512 MiB of request bodies it loses chunks
+         "--max-request-memory", "2GiB",
          "--sync-interval", "0", "--log-level", "warning"],
         stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
