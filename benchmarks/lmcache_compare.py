@@ -154,7 +154,10 @@ class Engine:
                 "remote_storage_plugin.s3kv.module_path": "s3kv.integrations.lmcache",
                 "remote_storage_plugin.s3kv.class_name": "S3KVConnector",
                 "s3kv_url": urls["gateway"], "s3kv_namespace": GW_BUCKET,
-                "s3kv_access_key": ACCESS, "s3kv_secret_key": SECRET, "s3kv_timeout": 300}
+                "s3kv_access_key": ACCESS, "s3kv_secret_key": SECRET, "s3kv_timeout": 300,
+                # a store phase measures what is stored: wait out push-back instead of
+                # dropping after the default 5 s (an engine would rather drop)
+                "s3kv_put_within": 300}
         else:
             gw = route == "s3_gateway"
             cfg["remote_url"] = urls[route]
