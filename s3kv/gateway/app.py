@@ -32,13 +32,15 @@ from s3kv.errors import (
 from s3kv.frames import STORED_HEADER
 from s3kv.gateway import native, ops, s3_buckets, s3_objects
 from s3kv.gateway.access import check_namespace, credential_table
+from s3kv.gateway.classify import Level, check_headers, classify, hoisted, level_of
 from s3kv.gateway.metrics import GatewayMetrics
 from s3kv.gateway.requests import parse_target
 from s3kv.gateway.s3xml import error_document
-from s3kv.gateway.sigv4 import SigV4Verifier
+from s3kv.gateway.sigv4 import SigV4Verifier, query_params
 from s3kv.gateway.state import STATE, GatewayState, MemoryBudget, state_of
 from s3kv.log import get_logger
 from s3kv.store.store import BlockStore
+from s3kv.wire.sigv2 import SigV2Verifier
 
 log = get_logger(__name__)
 
@@ -157,16 +159,21 @@ async def _handle(request: web.Request, handler: Handler,
 async def s3_dispatch(request: web.Request) -> web.StreamResponse:
     st = state_of(request)
     target = parse_target(request, st.settings.domain)
-    request["auth"] = ops.authenticate(request, st, target.raw_path, target.raw_query)
-    if not target.bucket:
-        if request.method != "GET":
-            raise RequestError("MethodNotAllowed", "Only GET is allowed on the service.", 405)
-        request["op"] = "ListBuckets"
-        return await s3_buckets.list_buckets(request, st)
+    request["auth"] = ops.authenticate(request, st, target.raw_path, target.raw_query,
+                                       bucket_in_host=target.bucket if target.virtual else "")
+    # the allow-list, before any handler: what it does not name is refused here, untouched
+    params = query_params(target.raw_query)
+    request["op"] = "Unsupported"
+    op = classify(request.method, level_of(target.bucket, target.key), params,
+                  request.headers)
+    request["op"] = op.name
+    check_headers(request.headers, hoisted(params))
+    if op.level is Level.SERVICE:
+        return await s3_buckets.list_buckets(request, st, target)
     # before anything looks at the bucket: another credential's namespace (existing or not)
     # gets the same 403 as any other it may not use
     check_namespace(ops.caller(request), target.bucket)
-    if not target.key:
+    if op.level is Level.BUCKET:
         return await s3_buckets.dispatch(request, st, target)
     return await s3_objects.dispatch(request, st, target)
 
@@ -185,11 +192,12 @@ async def expect_continue(request: web.Request) -> None:
 
 def make_app(store: BlockStore, settings: Settings) -> web.Application:
     creds = credential_table(settings.access_key, settings.secret_key, settings.credentials_file)
-    verifier = SigV4Verifier({k: c.secret_key for k, c in creds.items()}) if creds else None
+    secrets = {k: c.secret_key for k, c in creds.items()}
     state = GatewayState(
         store=store, settings=settings, metrics=GatewayMetrics(store.summary),
-        verifier=verifier, budget=MemoryBudget(settings.max_request_memory),
-        credentials=creds,
+        verifier=SigV4Verifier(secrets) if creds else None,
+        budget=MemoryBudget(settings.max_request_memory), credentials=creds,
+        verifier_v2=SigV2Verifier(secrets) if creds else None,
     )
     app = web.Application(middlewares=[gateway_middleware],
                           client_max_size=settings.max_block_size + 1024 * 1024)
