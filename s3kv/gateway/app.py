@@ -136,14 +136,18 @@ async def _handle(request: web.Request, handler: Handler,
     except web.HTTPException:
         structlog.contextvars.unbind_contextvars("request_id")
         raise
-    except ConnectionResetError:  # aiohttp's ClientConnectionResetError included
-        # the client went away while we answered: nothing to send, nothing broken
-        log.info("http.client_gone", method=request.method, path=request.path)
-        resp = web.Response(status=CLIENT_CLOSED)
-    except Exception:
-        log.exception("http.unhandled", method=request.method, path=request.path)
-        resp = _error_response(request, RequestError(
-            "InternalError", "We encountered an internal error. Please try again.", 500))
+    except Exception as exc:
+        # ConnectionError (reset, broken pipe, aiohttp's "Connection lost" while draining a
+        # write) on a connection the client has closed: it went away while we answered, nothing
+        # to send, nothing broken. Any other exception is a bug.
+        if isinstance(exc, ConnectionError) and _client_gone(request):
+            log.info("http.client_gone", method=request.method, path=request.path,
+                     error=type(exc).__name__)
+            resp = web.Response(status=CLIENT_CLOSED)
+        else:
+            log.exception("http.unhandled", method=request.method, path=request.path)
+            resp = _error_response(request, RequestError(
+                "InternalError", "We encountered an internal error. Please try again.", 500))
     try:
         op = request.get("op", op)
         elapsed = time.perf_counter() - started
@@ -154,6 +158,11 @@ async def _handle(request: web.Request, handler: Handler,
     finally:
         structlog.contextvars.unbind_contextvars("request_id")
     return resp
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 async def s3_dispatch(request: web.Request) -> web.StreamResponse:
