@@ -170,6 +170,10 @@ async def s3_dispatch(request: web.Request) -> web.StreamResponse:
     target = parse_target(request, st.settings.domain)
     request["auth"] = ops.authenticate(request, st, target.raw_path, target.raw_query,
                                        bucket_in_host=target.bucket if target.virtual else "")
+    if target.bucket:
+        # before anything looks at the bucket: another credential's namespace (existing or
+        # not) gets the same 403 as any other it may not use, whatever the operation
+        check_namespace(ops.caller(request), target.bucket)
     # the allow-list, before any handler: what it does not name is refused here, untouched
     params = query_params(target.raw_query)
     request["op"] = "Unsupported"
@@ -179,9 +183,6 @@ async def s3_dispatch(request: web.Request) -> web.StreamResponse:
     check_headers(request.headers, hoisted(params))
     if op.level is Level.SERVICE:
         return await s3_buckets.list_buckets(request, st, target)
-    # before anything looks at the bucket: another credential's namespace (existing or not)
-    # gets the same 403 as any other it may not use
-    check_namespace(ops.caller(request), target.bucket)
     if op.level is Level.BUCKET:
         return await s3_buckets.dispatch(request, st, target)
     return await s3_objects.dispatch(request, st, target)
