@@ -36,11 +36,11 @@ from s3kv.gateway.classify import Level, check_headers, classify, hoisted, level
 from s3kv.gateway.metrics import GatewayMetrics
 from s3kv.gateway.requests import parse_target
 from s3kv.gateway.s3xml import error_document
-from s3kv.gateway.sigv4 import SigV4Verifier, query_params
 from s3kv.gateway.state import STATE, GatewayState, MemoryBudget, state_of
 from s3kv.log import get_logger
 from s3kv.store.store import BlockStore
 from s3kv.wire.sigv2 import SigV2Verifier
+from s3kv.wire.sigv4_verify import SigV4Verifier, query_params
 
 log = get_logger(__name__)
 
