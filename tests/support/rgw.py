@@ -113,7 +113,10 @@ class RGWCluster:
     """One mon, one OSD, one radosgw and one S3 user, in a directory of its own."""
 
     def __init__(self, base_dir: str | None = None, *, block_size: int = 64 << 30,
-                 memory_target: int = 1536 << 20, tcmalloc: bool = True) -> None:
+                 memory_target: int = 1536 << 20, tcmalloc: bool = True,
+                 access_key: str = ACCESS_KEY, secret_key: str = SECRET_KEY) -> None:
+        """``block_size``: the OSD's sparse bluestore file (only written bytes take disk);
+        ``access_key``/``secret_key``: the S3 user's keys."""
         self.dir = Path(tempfile.mkdtemp(prefix="rgw-", dir=base_dir))
         self.host = HOST
         self.mon_port = _free_port()
@@ -121,8 +124,8 @@ class RGWCluster:
         self.fsid = str(uuid.uuid4())
         self.block_size = block_size
         self.memory_target = memory_target
-        self.access_key = ACCESS_KEY
-        self.secret_key = SECRET_KEY
+        self.access_key = access_key
+        self.secret_key = secret_key
         self.region = REGION
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._env = dict(os.environ)
@@ -142,12 +145,12 @@ class RGWCluster:
 
     def start(self, timeout: float = 90.0) -> None:
         """Create the cluster from nothing and wait until the S3 user can be served."""
-        missing = missing_binaries()
-        if missing:
-            raise RGWError(f"Ceph programs missing: {', '.join(missing)}; install them with: "
-                           f"{INSTALL_HINT}")
         deadline = time.monotonic() + timeout
         try:
+            missing = missing_binaries()
+            if missing:
+                raise RGWError(f"Ceph programs missing: {', '.join(missing)}; install them "
+                               f"with: {INSTALL_HINT}")
             self._write_conf()
             self._make_mon()
             self._spawn("mon", ["ceph-mon", "-f", "-i", "a"])
