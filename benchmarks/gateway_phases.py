@@ -61,6 +61,10 @@ class S3Side:
         self.bucket = bucket
         self.flush = flush
         self.slowdowns = 0  # 503 SlowDown answers retried during PUT phases
+        #: set by the benchmark: a cost sample (CPU per process, server counters) taken just
+        #: before and just after each timed PUT phase (flush included), kept in ``last_put``
+        self.sample: Callable[[], dict[str, Any]] | None = None
+        self.last_put: tuple[dict[str, Any], dict[str, Any]] | None = None
         #: the warm-up's keys and blocks, read again (untimed) to settle the server
         self.warm: tuple[list[str], list[bytes]] = ([], [])
 
@@ -81,11 +85,15 @@ class S3Side:
                     await asyncio.sleep(float(retry))
 
         await settle_disk()
+        before = self.sample() if self.sample is not None else {}
         t0 = time.perf_counter()
         await run_concurrently(len(keys), concurrency, op)
         if self.flush is not None:
             await self.flush()
-        return time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
+        if self.sample is not None:
+            self.last_put = (before, self.sample())
+        return elapsed
 
     async def get_all(self, keys: Sequence[str], blocks: Sequence[bytes],
                       concurrency: int) -> float:
@@ -107,16 +115,24 @@ class S3Side:
         return elapsed
 
 
+Costing = Callable[[tuple[dict[str, Any], dict[str, Any]], int], dict[str, Any]]
+
+
 async def throughput(gw: S3Side, direct: S3Side, size: int, n: int, concurrency: int,
-                     say: Progress) -> dict[str, float]:
+                     say: Progress, costing: Costing | None = None) -> dict[str, Any]:
+    """PUT then GET ``n`` blocks of ``size`` on each side; with ``costing`` (and the sides'
+    ``sample`` set) each side's PUT phase cost is added under ``{side}_put_...`` keys."""
     blocks = payloads(n, size)
     total = n * size
-    out: dict[str, float] = {}
+    out: dict[str, Any] = {}
     tag = f"{size // KiB}KiB" if size < MiB else f"{size // MiB}MiB"
     for side in (direct, gw):  # same keys on both; a fresh prefix per phase
         prefix = f"{tag}-c{concurrency}-{uuid.uuid4().hex[:6]}/"
         keys = [f"{prefix}{i:05d}" for i in range(n)]
         put_s = await side.put_all(keys, blocks, concurrency)
+        if costing is not None and side.last_put is not None:
+            out.update({f"{side.name}_put_{k}": v for k, v in
+                        costing(side.last_put, total).items()})
         get_s = await side.get_all(keys, blocks, concurrency)
         out[f"{side.name}_put_MiBps"] = round(mib_s(total, put_s), 1)
         out[f"{side.name}_get_MiBps"] = round(mib_s(total, get_s), 1)

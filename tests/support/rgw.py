@@ -308,3 +308,53 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+# -- counters, for the benchmarks' backend cost (server side, so both sides count alike) -------
+def _admin(cluster_dir: str, *argv: str) -> dict[str, object]:
+    conf = str(Path(cluster_dir) / "ceph.conf")
+    out = subprocess.run([argv[0], "-c", conf, *argv[1:]], capture_output=True, text=True,
+                         timeout=60, check=False)
+    if out.returncode != 0:
+        raise RGWError(f"{' '.join(argv[:4])} failed: {out.stderr.strip()[-500:]}")
+    doc: dict[str, object] = json.loads(out.stdout)
+    return doc
+
+
+def admin_socket(path: str, prefix: str = "perf dump") -> dict[str, object]:
+    """One command on a Ceph daemon's admin socket (its wire protocol: the JSON command ending
+    in NUL; the answer a 4-byte big-endian length and JSON), without starting the ``ceph`` CLI
+    (a Python program costing ~0.5 CPU-s per call)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(30)
+        s.connect(path)
+        s.sendall(json.dumps({"prefix": prefix, "format": "json"}).encode() + b"\0")
+        buf = b""
+        while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "big"):
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                raise RGWError(f"admin socket {path} closed mid-answer")
+            buf += chunk
+    doc: dict[str, object] = json.loads(buf[4:4 + int.from_bytes(buf[:4], "big")])
+    return doc
+
+
+def rgw_counters(cluster_dir: str) -> dict[str, int]:
+    """radosgw's request counters (perf dump over its admin socket): ``req`` (every HTTP
+    request), ``put``/``put_b`` (object and part PUTs, their bytes), ``get``/``get_b``."""
+    try:
+        doc = admin_socket(str(Path(cluster_dir) / "run" / "client.rgw.a.asok"))
+    except OSError as exc:
+        raise RGWError(f"radosgw's admin socket: {exc}") from exc
+    rgw = doc.get("rgw", {})
+    assert isinstance(rgw, dict)
+    return {k: int(rgw.get(k, 0)) for k in ("req", "failed_req", "put", "put_b", "get", "get_b")}
+
+
+def bucket_objects(cluster_dir: str, bucket: str) -> tuple[int, int]:
+    """(objects, bytes) RGW's bucket index counts in ``bucket`` (``radosgw-admin bucket stats``)."""
+    doc = _admin(cluster_dir, "radosgw-admin", "-n", "client.admin", "bucket", "stats",
+                 "--bucket", bucket)
+    usage = doc.get("usage", {})
+    main = usage.get("rgw.main", {}) if isinstance(usage, dict) else {}
+    return int(main.get("num_objects", 0)), int(main.get("size", 0))
