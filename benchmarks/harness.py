@@ -16,12 +16,16 @@ with these parts:
   :meth:`CPUMeter.delta` turns two samples into CPU-seconds per group and their server sum;
 - server counters: :func:`server_counters` reads RGW's own request and byte counters (None on
   servers without them), so both sides are counted the same way, where the server sees them;
+- the two sides: :class:`S3Side` (one S3 endpoint, the gateway's front or the server itself,
+  and a bucket: timed PUT and GET phases, a cost sample around each PUT phase),
+  :func:`run_concurrently`, :func:`payloads`, :class:`Progress`;
 - repeats: :func:`medians` takes each numeric figure's median over repeated rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
 import statistics
@@ -31,14 +35,14 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
+from botocore.exceptions import ClientError
 
-from benchmarks.common import run_concurrently
 from benchmarks.servers import (
     BenchServer,
     ServerError,
@@ -50,9 +54,10 @@ from benchmarks.servers import (
 )
 from tests.support.rgw import RGWError, bucket_objects, rgw_counters
 
-__all__ = ["BenchServer", "CPUMeter", "ServerError", "Topology", "add_arguments",
-           "apply_topology", "bench_server", "bucket_objects_on", "free_port", "gateway_pid",
-           "gateway_process", "medians", "run_concurrently", "server_counters",
+__all__ = ["BenchServer", "CPUMeter", "Progress", "S3Side", "ServerError", "Topology",
+           "add_arguments", "add_server_arguments", "apply_topology", "bench_server",
+           "bucket_objects_on", "free_port", "gateway_pid", "gateway_process", "medians",
+           "mib_s", "payloads", "per_gib", "run_concurrently", "server_counters",
            "server_from_args", "settle_disk"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,6 +185,109 @@ def bucket_objects_on(server: BenchServer, bucket: str) -> tuple[int, int] | Non
     if server.kind != "rgw" or server.data_dir is None:
         return None
     return bucket_objects(server.data_dir, bucket)
+
+
+# ---- the two sides: operations, payloads, progress ---------------------------------------------
+async def run_concurrently(n: int, concurrency: int,
+                           op: Callable[[int], Awaitable[None]]) -> None:
+    """op(0..n-1), ``concurrency`` at a time, each worker taking the next index."""
+    it = iter(range(n))
+
+    async def worker() -> None:
+        for i in it:
+            await op(i)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+class Progress:
+    """Progress lines on stderr (off for ``--json``); ``stamped`` prefixes the seconds since
+    start."""
+
+    def __init__(self, enabled: bool, *, stamped: bool = False) -> None:
+        self.enabled = enabled
+        self.stamped = stamped
+        self.started = time.monotonic()
+
+    def __call__(self, msg: str) -> None:
+        if self.enabled:
+            stamp = f"[{time.monotonic() - self.started:6.1f}s] " if self.stamped else ""
+            print(f"{stamp}{msg}", file=sys.stderr, flush=True)
+
+
+def payloads(n: int, size: int) -> list[bytes]:
+    """``n`` distinct blocks of ``size`` bytes, cut from one random buffer (cheap to make)."""
+    pool = os.urandom(max(size + n * 4099, 8 << 20))
+    return [pool[i * 4099:i * 4099 + size] for i in range(n)]
+
+
+def mib_s(nbytes: int, seconds: float) -> float:
+    return nbytes / (1 << 20) / seconds if seconds > 0 else 0.0
+
+
+# ---- phases --------------------------------------------------------------------------------
+class S3Side:
+    """One S3 endpoint (the gateway's front, or the server directly) and a bucket on it."""
+
+    def __init__(self, name: str, client: Any, bucket: str,
+                 flush: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.name = name
+        self.client = client
+        self.bucket = bucket
+        self.flush = flush
+        self.slowdowns = 0  # 503 SlowDown answers retried during PUT phases
+        #: set by the benchmark: a cost sample (CPU per process, server counters) taken just
+        #: before and just after each timed PUT phase (flush included), kept in ``last_put``
+        self.sample: Callable[[], dict[str, Any]] | None = None
+        self.last_put: tuple[dict[str, Any], dict[str, Any]] | None = None
+        #: the warm-up's keys and blocks, read again (untimed) to settle the server
+        self.warm: tuple[list[str], list[bytes]] = ([], [])
+
+    async def put_all(self, keys: Sequence[str], blocks: Sequence[bytes],
+                      concurrency: int) -> float:
+        async def op(i: int) -> None:
+            while True:  # 503 SlowDown is retried after Retry-After, as S3 clients do
+                try:
+                    await self.client.put_object(Bucket=self.bucket, Key=keys[i],
+                                                 Body=blocks[i])
+                    return
+                except ClientError as exc:
+                    if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") != 503:
+                        raise
+                    self.slowdowns += 1
+                    retry = exc.response.get("ResponseMetadata", {}).get(
+                        "HTTPHeaders", {}).get("retry-after", "1")
+                    await asyncio.sleep(float(retry))
+
+        await settle_disk()
+        before = self.sample() if self.sample is not None else {}
+        t0 = time.perf_counter()
+        await run_concurrently(len(keys), concurrency, op)
+        if self.flush is not None:
+            await self.flush()
+        elapsed = time.perf_counter() - t0
+        if self.sample is not None:
+            self.last_put = (before, self.sample())
+        return elapsed
+
+    async def get_all(self, keys: Sequence[str], blocks: Sequence[bytes],
+                      concurrency: int) -> float:
+        bad: list[str] = []
+
+        async def op(i: int) -> None:
+            resp = await self.client.get_object(Bucket=self.bucket, Key=keys[i])
+            async with resp["Body"] as body:
+                data = await body.read()
+            if data != blocks[i]:
+                bad.append(keys[i])
+
+        await settle_disk()
+        t0 = time.perf_counter()
+        await run_concurrently(len(keys), concurrency, op)
+        elapsed = time.perf_counter() - t0
+        if bad:
+            raise RuntimeError(f"{self.name}: {len(bad)} blocks read back wrong, e.g. {bad[0]}")
+        return elapsed
 
 
 # ---- repeats -------------------------------------------------------------------------------
