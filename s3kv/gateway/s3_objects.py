@@ -7,7 +7,6 @@ from email.utils import formatdate
 
 from aiohttp import web
 
-from s3kv.backends.body import SLICE
 from s3kv.errors import RequestError
 from s3kv.gateway import multipart
 from s3kv.gateway.bodies import read_body
@@ -16,6 +15,7 @@ from s3kv.gateway.s3_buckets import etag_of
 from s3kv.gateway.state import GatewayState
 from s3kv.store.codecs import codec_from_headers
 from s3kv.store.store import BlockMeta
+from s3kv.wire.body import SLICE
 
 
 async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
@@ -102,7 +102,7 @@ async def get_object(request: web.Request, st: GatewayState, t: Target, *,
 
 async def write_sliced(resp: web.StreamResponse, data: bytes | memoryview) -> None:
     """Write ``data`` in views of at most SLICE bytes: what one socket write leaves unsent,
-    Python 3.11's transport copies and then trims send by send (see s3kv/backends/body.py)."""
+    Python 3.11's transport copies and then trims send by send (see s3kv/wire/body.py)."""
     view = memoryview(data)
     for i in range(0, len(view), SLICE):
         await resp.write(view[i:i + SLICE])
