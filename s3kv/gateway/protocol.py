@@ -6,7 +6,7 @@ plain-text 400 from ``RequestHandler.handle_error``. :class:`S3RequestHandler` a
 with an S3 error document (``InvalidArgument``, ``InvalidRequest``,
 ``RequestHeaderSectionTooLarge``) carrying an ``x-amz-request-id``, and logs them at info level
 (``http.bad_request``): a client's malformed request is not the gateway's error.
-:class:`S3AppRunner` is aiohttp's AppRunner with connections of that class.
+:func:`front_runner` serves an application's connections through them.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ class S3RequestHandler(RequestHandler):
 
 
 class S3Server(web.Server):
-    """aiohttp's low-level server making :class:`S3RequestHandler` connections."""
+    """aiohttp's low-level server making :class:`S3RequestHandler` connections, for the
+    application of ``base`` (its request handler and factory: middlewares, routes, limits)."""
 
     def __init__(self, base: web.Server, **kwargs: Any) -> None:
         super().__init__(base.request_handler, request_factory=base.request_factory,
@@ -77,9 +78,13 @@ class S3Server(web.Server):
         return S3RequestHandler(self, loop=self._loop, **self._kwargs)
 
 
-class S3AppRunner(web.AppRunner):
-    """aiohttp's AppRunner (app start-up and clean-up as usual) serving through S3Server."""
-
-    async def _make_server(self) -> web.Server:
-        base = await super()._make_server()
-        return S3Server(base, **self._kwargs)
+def front_runner(app_runner: web.AppRunner, *, shutdown_timeout: float,
+                 **handler_args: Any) -> web.ServerRunner:
+    """The runner to serve ``app_runner``'s application through (after its ``setup()``):
+    the app runner keeps the application's start-up and clean-up, this one the connections.
+    ``handler_args``: aiohttp's per-connection settings (``access_log``, ``auto_decompress``)."""
+    base = app_runner.server
+    if base is None:
+        raise RuntimeError("front_runner() before the app runner's setup()")
+    return web.ServerRunner(S3Server(base, **handler_args), handle_signals=False,
+                            shutdown_timeout=shutdown_timeout)

@@ -20,7 +20,7 @@ from s3kv.errors import ConfigError
 from s3kv.gateway.access import credential_table
 from s3kv.gateway.app import make_app
 from s3kv.gateway.multipart import UPLOADS, Uploads
-from s3kv.gateway.protocol import S3AppRunner
+from s3kv.gateway.protocol import front_runner
 from s3kv.gateway.state import STATE
 from s3kv.log import get_logger
 from s3kv.store.store import BlockStore, check_store_settings
@@ -81,14 +81,18 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     app[UPLOADS] = Uploads()
     # auto_decompress=False: a body sent with Content-Encoding: gzip is stored as sent (S3
     # semantics; its signed hash and Content-MD5 cover the compressed bytes)
-    # S3AppRunner: what aiohttp's parser refuses is answered as S3 XML too (protocol.py)
-    runner = S3AppRunner(app, access_log=None, handle_signals=False,
-                           shutdown_timeout=SHUTDOWN_TIMEOUT, auto_decompress=False)
+    # the app runner starts and cleans up the application; the front runner holds the
+    # connections, whose own parse errors are S3 XML too (protocol.py)
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT)
     await runner.setup()
+    front = front_runner(runner, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None,
+                         auto_decompress=False)
+    await front.setup()
     try:
-        site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
+        site = web.TCPSite(front, host, port, backlog=1024, reuse_address=True)
         await site.start()
     except OSError as exc:
+        await front.cleanup()
         await runner.cleanup()
         await store.close()
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
@@ -118,6 +122,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
         left = await state.drain(SHUTDOWN_GRACE)
         if left:
             log.warning("gateway.drain_timeout", requests=left, grace=SHUTDOWN_GRACE)
+        await front.cleanup()
         await runner.cleanup()
         await store.close()
         log.info("gateway.stopped", sealed=store.stats.segments_sealed)

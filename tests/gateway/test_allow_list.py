@@ -281,7 +281,7 @@ def property_bucket(gateway: Gateway) -> str:
     return name
 
 
-@settings(max_examples=80, deadline=None,
+@settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(req=requests())
 def test_property_requests_outside_the_allow_list_change_nothing(

@@ -117,3 +117,12 @@ def test_client_gone_mid_get_is_info_not_500(gateway: Gateway, gw_s3: Any,
     assert not [x for x in lines if x.get("event") == "http.unhandled"]
     gone_lines = [x for x in lines if x.get("event") == "http.client_gone"]
     assert gone_lines and all(x.get("level") == "info" for x in gone_lines)
+
+
+def test_unparseable_create_bucket_body(gateway: Gateway, gw_s3: Any) -> None:
+    name = f"xml-{os.urandom(4).hex()}"
+    body = b"<CreateBucketConfiguration><LocationConstraint>eu"  # cut short
+    headers = rawhttp.sign("PUT", f"/{name}", _host(gateway), GW_ACCESS, GW_SECRET, body=body)
+    r = rawhttp.send(gateway.port, "PUT", f"/{name}", headers, body)
+    assert (r.status, _xml_error(r)) == (400, "MalformedXML")
+    assert name not in [b["Name"] for b in gw_s3.list_buckets()["Buckets"]]
