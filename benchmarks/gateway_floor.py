@@ -37,10 +37,11 @@ from aiobotocore.session import get_session
 
 from benchmarks.gateway import FULL, QUICK, ROOT, client_config, gateway_process
 from benchmarks.gateway_phases import GW_ACCESS, GW_SECRET, Progress, S3Side, payloads
-from benchmarks.servers import (
+from benchmarks.harness import (
     BenchServer,
     ServerError,
-    add_server_arguments,
+    add_arguments,
+    apply_topology,
     free_port,
     server_from_args,
     settle_disk,
@@ -82,14 +83,18 @@ def _keys(n: int, tag: str) -> list[str]:
     return [f"{tag}/{i:06d}" for i in range(n)]
 
 
-def _cpu(procs: dict[str, psutil.Process]) -> dict[str, float]:
+def _cpu(procs: dict[str, list[psutil.Process]]) -> dict[str, float]:
+    """CPU-seconds per name, summed over its processes (the server: all of them, e.g. RGW's
+    radosgw, OSD and mon)."""
     out = {}
-    for name, p in procs.items():
-        try:
-            t = p.cpu_times()
-            out[name] = t.user + t.system
-        except psutil.Error:
-            out[name] = 0.0
+    for name, group in procs.items():
+        out[name] = 0.0
+        for p in group:
+            try:
+                t = p.cpu_times()
+                out[name] += t.user + t.system
+            except psutil.Error:
+                pass
     return out
 
 
@@ -113,10 +118,10 @@ async def run(server: BenchServer, args: argparse.Namespace, say: Progress) -> d
             gateway_process(server, backend_bucket, profile, 2 * BLOCK) as gw_url:
         me = psutil.Process()
         gw_pid = next(c.pid for c in me.children() if "s3kv.cli" in c.cmdline())
-        procs = {"client": me, "sink": psutil.Process(sink_pid), "gateway":
-                 psutil.Process(gw_pid)}
-        if server.pid is not None:
-            procs["server"] = psutil.Process(server.pid)
+        procs = {"client": [me], "sink": [psutil.Process(sink_pid)], "gateway":
+                 [psutil.Process(gw_pid)]}
+        if server.pids:
+            procs["server"] = [psutil.Process(pid) for pid in server.pids]
         gw_kwargs = {"endpoint_url": gw_url, "region_name": server.region,
                      "aws_access_key_id": GW_ACCESS, "aws_secret_access_key": GW_SECRET}
         sink_kwargs = {**gw_kwargs, "endpoint_url": sink_url}
@@ -166,7 +171,7 @@ async def run(server: BenchServer, args: argparse.Namespace, say: Progress) -> d
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_server_arguments(parser)
+    add_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--quick", action="store_true",
                         help="64 PUTs per run and the gateway's small layout (CI smoke runs)")
@@ -191,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     say = Progress(not args.json)
     try:
         with server_from_args(args) as server:
+            topology = apply_topology(server, args.split_cores).describe()
             results = asyncio.run(run(server, args, say))
+            results.update(topology)
     except ServerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

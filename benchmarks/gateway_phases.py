@@ -1,5 +1,6 @@
 """The gateway benchmark's timed phases (benchmarks/gateway.py runs them): block PUT/GET
-throughput on one S3 endpoint, and the session restore through the native batch API.
+throughput on both sides (``benchmarks.harness.S3Side``), and the session restore through the
+native batch API.
 
 Every timed run starts with the page cache written back (``settle_disk``), and every byte read
 back is compared with what was written.
@@ -8,17 +9,19 @@ back is compared with what was written.
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from benchmarks.common import run_concurrently
-from benchmarks.servers import settle_disk
+from benchmarks.harness import (
+    Progress,
+    S3Side,
+    mib_s,
+    payloads,
+    run_concurrently,
+    settle_disk,
+)
 from s3kv.client import S3KVClient
 from s3kv.errors import Backpressure
 from s3kv.models import block_bytes
@@ -31,92 +34,24 @@ MODEL = "qwen2.5-7b"
 BLOCK_TOKENS = 16
 SESSION_TOKENS = 10_000
 
-class Progress:
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-
-    def __call__(self, msg: str) -> None:
-        if self.enabled:
-            print(msg, file=sys.stderr, flush=True)
-
-
-def payloads(n: int, size: int) -> list[bytes]:
-    """``n`` distinct blocks of ``size`` bytes, cut from one random buffer (cheap to make)."""
-    pool = os.urandom(max(size + n * 4099, 8 * MiB))
-    return [pool[i * 4099:i * 4099 + size] for i in range(n)]
-
-
-def mib_s(nbytes: int, seconds: float) -> float:
-    return nbytes / MiB / seconds if seconds > 0 else 0.0
-
-
-# ---- phases --------------------------------------------------------------------------------
-class S3Side:
-    """One S3 endpoint (the gateway's front, or the server directly) and a bucket on it."""
-
-    def __init__(self, name: str, client: Any, bucket: str,
-                 flush: Callable[[], Awaitable[None]] | None = None) -> None:
-        self.name = name
-        self.client = client
-        self.bucket = bucket
-        self.flush = flush
-        self.slowdowns = 0  # 503 SlowDown answers retried during PUT phases
-        #: the warm-up's keys and blocks, read again (untimed) to settle the server
-        self.warm: tuple[list[str], list[bytes]] = ([], [])
-
-    async def put_all(self, keys: Sequence[str], blocks: Sequence[bytes],
-                      concurrency: int) -> float:
-        async def op(i: int) -> None:
-            while True:  # 503 SlowDown is retried after Retry-After, as S3 clients do
-                try:
-                    await self.client.put_object(Bucket=self.bucket, Key=keys[i],
-                                                 Body=blocks[i])
-                    return
-                except ClientError as exc:
-                    if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") != 503:
-                        raise
-                    self.slowdowns += 1
-                    retry = exc.response.get("ResponseMetadata", {}).get(
-                        "HTTPHeaders", {}).get("retry-after", "1")
-                    await asyncio.sleep(float(retry))
-
-        await settle_disk()
-        t0 = time.perf_counter()
-        await run_concurrently(len(keys), concurrency, op)
-        if self.flush is not None:
-            await self.flush()
-        return time.perf_counter() - t0
-
-    async def get_all(self, keys: Sequence[str], blocks: Sequence[bytes],
-                      concurrency: int) -> float:
-        bad: list[str] = []
-
-        async def op(i: int) -> None:
-            resp = await self.client.get_object(Bucket=self.bucket, Key=keys[i])
-            async with resp["Body"] as body:
-                data = await body.read()
-            if data != blocks[i]:
-                bad.append(keys[i])
-
-        await settle_disk()
-        t0 = time.perf_counter()
-        await run_concurrently(len(keys), concurrency, op)
-        elapsed = time.perf_counter() - t0
-        if bad:
-            raise RuntimeError(f"{self.name}: {len(bad)} blocks read back wrong, e.g. {bad[0]}")
-        return elapsed
+Costing = Callable[[tuple[dict[str, Any], dict[str, Any]], int], dict[str, Any]]
 
 
 async def throughput(gw: S3Side, direct: S3Side, size: int, n: int, concurrency: int,
-                     say: Progress) -> dict[str, float]:
+                     say: Progress, costing: Costing | None = None) -> dict[str, Any]:
+    """PUT then GET ``n`` blocks of ``size`` on each side; with ``costing`` (and the sides'
+    ``sample`` set) each side's PUT phase cost is added under ``{side}_put_...`` keys."""
     blocks = payloads(n, size)
     total = n * size
-    out: dict[str, float] = {}
+    out: dict[str, Any] = {}
     tag = f"{size // KiB}KiB" if size < MiB else f"{size // MiB}MiB"
     for side in (direct, gw):  # same keys on both; a fresh prefix per phase
         prefix = f"{tag}-c{concurrency}-{uuid.uuid4().hex[:6]}/"
         keys = [f"{prefix}{i:05d}" for i in range(n)]
         put_s = await side.put_all(keys, blocks, concurrency)
+        if costing is not None and side.last_put is not None:
+            out.update({f"{side.name}_put_{k}": v for k, v in
+                        costing(side.last_put, total).items()})
         get_s = await side.get_all(keys, blocks, concurrency)
         out[f"{side.name}_put_MiBps"] = round(mib_s(total, put_s), 1)
         out[f"{side.name}_get_MiBps"] = round(mib_s(total, get_s), 1)

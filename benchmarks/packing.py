@@ -44,37 +44,37 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `s3kv` i
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-from benchmarks.packing_index import index_phase
-from benchmarks.packing_report import build_report, render_text
+from benchmarks.harness import (
+    BenchServer,
+    ServerError,
+    add_arguments,
+    apply_topology,
+    server_from_args,
+)
 from benchmarks.packing_runs import (
     FULL,
+    NAMESPACE,
     QUICK,
     Comparison,
     Direct,
     Profile,
     Progress,
     Run,
-    block_key,
-    payloads,
-    size_label,
-    summarize,
-    timed,
-)
-from benchmarks.packing_store import (
-    NAMESPACE,
     StoreCounters,
+    block_key,
+    build_report,
     close_store,
+    index_phase,
     open_store,
+    payloads,
+    render_text,
+    size_label,
     store_get_all,
     store_put_all,
     store_settings,
+    summarize,
+    timed,
     warm_store,
-)
-from benchmarks.servers import (
-    BenchServer,
-    ServerError,
-    add_server_arguments,
-    server_from_args,
 )
 from s3kv.backends import S3Backend, S3Location
 from s3kv.errors import S3KVError
@@ -93,7 +93,7 @@ async def block_phase(size: int, profile: Profile, server: BenchServer, bucket: 
     blocks = payloads(n, size, seed)
     rng = np.random.default_rng(seed + 1)
     put, get = Comparison(f"PUT {label}"), Comparison(f"GET {label}")
-    pid = server.pid
+    pids = server.pids
     store = await open_store(server, bucket, f"store-{label}-{tag}/", store_settings(profile))
     counters = StoreCounters()
     try:
@@ -102,14 +102,14 @@ async def block_phase(size: int, profile: Profile, server: BenchServer, bucket: 
         store_keys: list[bytes] = []
         for c in profile.concurrency:  # interleaved, so drift on the server hits both sides
             prefix = f"direct-{label}-{tag}/c{c}"
-            put.direct.append(await timed("direct", c, nbytes, pid,
+            put.direct.append(await timed("direct", c, nbytes, pids,
                                           partial(direct.put_all, prefix, blocks, c)))
             progress(f"PUT {label} direct c={c}: {put.direct[-1].mib_s:8.1f} MiB/s "
                      f"({n} objects)")
             direct_keys = [f"{prefix}/{i}" for i in range(n)]
             keys = [block_key(f"{label}/{tag}/c{c}", i) for i in range(n)]
             put.store.append(await timed(
-                "store", c, nbytes, pid,
+                "store", c, nbytes, pids,
                 partial(store_put_all, store, keys, blocks, c, counters)))
             progress(f"PUT {label} store  c={c}: {put.store[-1].mib_s:8.1f} MiB/s "
                      f"(incl. flush; {store.stats.segments_sealed} segments sealed so far)")
@@ -118,11 +118,11 @@ async def block_phase(size: int, profile: Profile, server: BenchServer, bucket: 
         for c in profile.concurrency:
             order = rng.permutation(n)
             dkeys = [direct_keys[i] for i in order]
-            get.direct.append(await timed("direct", c, nbytes, pid,
+            get.direct.append(await timed("direct", c, nbytes, pids,
                                           partial(direct.get_all, dkeys, size, c)))
             progress(f"GET {label} direct c={c}: {get.direct[-1].mib_s:8.1f} MiB/s")
             skeys = [store_keys[i] for i in order]
-            get.store.append(await timed("store", c, nbytes, pid,
+            get.store.append(await timed("store", c, nbytes, pids,
                                          partial(store_get_all, store, skeys, size, c)))
             progress(f"GET {label} store  c={c}: {get.store[-1].mib_s:8.1f} MiB/s")
     finally:
@@ -174,7 +174,7 @@ async def ceiling_phase(profile: Profile, server: BenchServer, bucket: str,
 
     try:
         run = await timed("multipart", settings.max_open_segments,
-                          nseg * profile.segment_size, server.pid, all_segments)
+                          nseg * profile.segment_size, server.pids, all_segments)
     finally:
         await backend.close()
     how = (f"{size_label(profile.part_size)} parts" if parts_per_seg > 1
@@ -192,7 +192,7 @@ async def chain_phase(profile: Profile, server: BenchServer, bucket: str, direct
     label = size_label(size)
     comp = Comparison(f"chain read {length}x{label}")
     blocks = payloads(chains * length, size, seed)
-    pid = server.pid
+    pids = server.pids
     total = chains * length * size
     store = await open_store(server, bucket, f"store-chains-{tag}/", store_settings(profile))
     try:
@@ -217,10 +217,10 @@ async def chain_phase(profile: Profile, server: BenchServer, bucket: str, direct
                     raise RuntimeError("store chain read: a miss")
 
         for c in profile.concurrency:
-            comp.direct.append(await timed("direct", c, total, pid, partial(read_direct, c)))
+            comp.direct.append(await timed("direct", c, total, pids, partial(read_direct, c)))
             progress(f"chain read direct c={c}: {comp.direct[-1].mib_s:8.1f} MiB/s "
                      f"({length} GETs per chain)")
-        comp.store.append(await timed("store", 1, total, pid, read_store))
+        comp.store.append(await timed("store", 1, total, pids, read_store))
         gets = (store.stats.backend_reads - reads_before) / chains
         progress(f"chain read store  get_many: {comp.store[-1].mib_s:8.1f} MiB/s "
                  f"({gets:.2f} ranged GETs per chain)")
@@ -280,7 +280,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "PUT/GET throughput ratios (256 KiB and 2 MiB blocks), prefix-chain read ratio, index "
         "bytes per entry and write amplification. Targets (issue 2, not asserted): PUT 256 KiB "
         ">= 2x, PUT 2 MiB >= 1x, chain read >= 2x, index <= 160 B/entry, WA <= 1.02.")
-    add_server_arguments(parser)
+    add_arguments(parser)
     parser.add_argument("--bucket", default=None,
                         help="bucket to use (created if missing) [default: a fresh "
                         "s3kv-packing-<random> bucket]")
@@ -348,12 +348,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, S3KVError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    progress = Progress(not args.no_progress)
+    progress = Progress(not args.no_progress, stamped=True)
     bucket = args.bucket or f"s3kv-packing-{os.urandom(4).hex()}"
     started = time.monotonic()
     try:
         index = index_phase(profile.index_entries, progress)
         with server_from_args(args) as server:
+            topology = apply_topology(server, args.split_cores).describe()
             measured = asyncio.run(measure(server, profile, bucket, args.repeats, progress,
                                            args.seed))
     except (ServerError, S3KVError, RuntimeError) as exc:
@@ -361,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     report = build_report(server, profile, args.repeats, measured, index,
                           time.monotonic() - started)
+    report.update(topology)
     if args.json:
         print(json.dumps(report, sort_keys=False))
     else:

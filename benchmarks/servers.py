@@ -1,8 +1,8 @@
-"""S3 servers for benchmarks: s3rver (npm), moto, or an endpoint that is already running.
+"""S3 servers for benchmarks: Ceph RGW (Debian), s3rver (npm), moto, or a running endpoint.
 
     from benchmarks.servers import bench_server
 
-    with bench_server("s3rver") as server:      # or "moto", or endpoint="http://host:9000"
+    with bench_server("rgw") as server:  # or "s3rver", "moto", or endpoint="http://host:9000"
         client = session.create_client("s3", **server.client_kwargs())
         ...
 
@@ -14,7 +14,14 @@ server's credentials, so code that uses the default credential chain (``S3Backen
 signs for it; they are restored on exit. For an existing ``endpoint`` the credentials come from
 the environment as for any S3 tool, and the environment is left alone.
 
-Why s3rver by default (DESIGN.md, "Testing"): it is disk-backed, stays around 100-130 MiB of
+Why Ceph RGW by default: it is a production S3 server (multi-threaded C++, bucket index and
+per-object metadata in RADOS, multipart manifests, so Complete does not copy), which is what
+one-object-per-block costs a real store; ``tests/support/rgw.py`` starts it (one mon, one
+bluestore OSD over a sparse file, radosgw on a loopback port, one S3 user) in 5-20 s and
+:attr:`BenchServer.pids` names its three daemons for CPU accounting. It needs the Debian
+packages ``ceph-mon ceph-osd radosgw ceph-common``.
+
+s3rver (DESIGN.md, "Testing") is disk-backed, stays around 100-130 MiB of
 memory and serves ranged GETs without reading the whole object, where moto keeps bodies in
 memory and reads a whole object per range. moto is the faithful one (real error codes and
 part-size rules) and is here for small runs and CI.
@@ -51,9 +58,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+if __package__ in (None, ""):  # run as a script: make `tests.support` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.rgw import RGWCluster, RGWError
+
 HOST = "127.0.0.1"
 REGION = "us-east-1"
-KINDS = ("s3rver", "moto")
+KINDS = ("rgw", "s3rver", "moto")
+DEFAULT_KIND = "rgw"
 S3RVER_VERSION = "3.7.1"
 S3RVER_ACCESS_KEY = "S3RVER"
 S3RVER_SECRET_KEY = "S3RVER"
@@ -84,17 +97,21 @@ class BenchServer:
     """A running S3 endpoint and how to sign for it."""
 
     url: str
-    kind: str  # "s3rver", "moto" or "external"
+    kind: str  # "rgw", "s3rver", "moto" or "external"
     access_key: str | None = None  # None: the default credential chain (external endpoints)
     secret_key: str | None = None
     region: str = REGION
     pid: int | None = None  # of the server process we started
     data_dir: str | None = None  # s3rver's on-disk store
     log_path: str | None = None
+    #: every process of the server (RGW: radosgw, OSD, mon), for CPU accounting and pinning
+    pids: tuple[int, ...] = ()
 
     @property
     def name(self) -> str:
         """How figures name the server: ``s3rver 3.7.1``, ``moto 5.x`` or the URL."""
+        if self.kind == "rgw":
+            return f"ceph rgw {_ceph_version()}"
         if self.kind == "s3rver":
             return f"s3rver {S3RVER_VERSION}"
         if self.kind == "moto":
@@ -133,6 +150,15 @@ async def settle_disk() -> None:
     pays only for its own writes.
     """
     await asyncio.to_thread(os.sync)
+
+
+def _ceph_version() -> str:
+    try:
+        out = subprocess.run(["ceph", "--version"], capture_output=True, text=True, timeout=30,
+                             check=False).stdout.split()
+    except OSError:
+        return "?"
+    return out[2] if len(out) > 2 else "?"
 
 
 def free_port(host: str = HOST) -> int:
@@ -214,15 +240,33 @@ def _patched_env(values: Mapping[str, str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def bench_server(kind: str = "s3rver", *, endpoint: str | None = None, set_env: bool = True,
+def _rgw_server(data_dir: str | None, set_env: bool) -> Iterator[BenchServer]:
+    cluster = RGWCluster(data_dir)
+    try:
+        try:
+            cluster.start()
+        except RGWError as exc:
+            raise ServerError(str(exc)) from exc
+        pids = cluster.pids()
+        server = BenchServer(cluster.endpoint, "rgw", cluster.access_key, cluster.secret_key,
+                             cluster.region, pids["rgw"], str(cluster.dir),
+                             str(cluster.dir / "log"), tuple(pids.values()))
+        with _patched_env(server.env()) if set_env else contextlib.nullcontext():
+            yield server
+    finally:
+        cluster.stop()
+
+
+@contextlib.contextmanager
+def bench_server(kind: str = DEFAULT_KIND, *, endpoint: str | None = None, set_env: bool = True,
                  node_dir: Path = DEFAULT_NODE_DIR, data_dir: str | None = None,
                  startup_timeout: float = 60.0) -> Iterator[BenchServer]:
     """Start (or, with ``endpoint``, just name) an S3 server for the duration of the block.
 
-    ``kind`` is ``s3rver`` or ``moto``; ignored when ``endpoint`` is given. ``data_dir`` is the
-    parent directory for s3rver's store (default: the system temp dir, which must be on disk,
-    not tmpfs, for runs of a few GiB). ``set_env`` puts the server's credentials in the AWS
-    variables while the block runs.
+    ``kind`` is ``rgw``, ``s3rver`` or ``moto``; ignored when ``endpoint`` is given. ``data_dir``
+    is the parent directory for RGW's or s3rver's store (default: the system temp dir, which
+    must be on disk, not tmpfs, for runs of a few GiB). ``set_env`` puts the server's
+    credentials in the AWS variables while the block runs.
     """
     if endpoint:
         yield BenchServer(endpoint.rstrip("/"), "external",
@@ -230,6 +274,10 @@ def bench_server(kind: str = "s3rver", *, endpoint: str | None = None, set_env: 
         return
     if kind not in KINDS:
         raise ServerError(f"unknown server kind {kind!r}: use one of {', '.join(KINDS)}")
+    if kind == "rgw":
+        with _rgw_server(data_dir, set_env) as server:
+            yield server
+        return
     port = free_port()
     url = f"http://{HOST}:{port}"
     store_dir: str | None = None
@@ -255,7 +303,8 @@ def bench_server(kind: str = "s3rver", *, endpoint: str | None = None, set_env: 
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
         server = BenchServer(server.url, server.kind, server.access_key, server.secret_key,
-                             server.region, proc.pid, server.data_dir, server.log_path)
+                             server.region, proc.pid, server.data_dir, server.log_path,
+                             (proc.pid,))
         _wait_ready(url, proc, startup_timeout, log.name)
         with _patched_env(server.env()) if set_env else contextlib.nullcontext():
             yield server
@@ -273,17 +322,19 @@ def bench_server(kind: str = "s3rver", *, endpoint: str | None = None, set_env: 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     """``--server``, ``--endpoint``, ``--node-dir`` and ``--data-dir``, as every benchmark has."""
-    parser.add_argument("--server", choices=KINDS, default="s3rver",
-                        help="S3 server to start on a free loopback port: s3rver (npm, "
-                        "installed on demand; disk-backed, cheap ranged GETs) or moto (PyPI; "
-                        "faithful errors, in-memory) [default: s3rver]")
+    parser.add_argument("--server", choices=KINDS, default=DEFAULT_KIND,
+                        help="S3 server to start on a free loopback port: rgw (Ceph's RADOS "
+                        "Gateway, a production server; Debian packages ceph-mon ceph-osd "
+                        "radosgw ceph-common), s3rver (npm, installed on demand; one "
+                        "JavaScript thread, disk-backed) or moto (PyPI; faithful errors, "
+                        f"in-memory) [default: {DEFAULT_KIND}]")
     parser.add_argument("--endpoint", metavar="URL", default=None,
                         help="use this running S3 endpoint instead of starting a server "
                         "(credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)")
     parser.add_argument("--node-dir", metavar="DIR", type=Path, default=DEFAULT_NODE_DIR,
                         help=f"npm prefix where s3rver is installed [default: {DEFAULT_NODE_DIR}]")
     parser.add_argument("--data-dir", metavar="DIR", default=None,
-                        help="parent directory of s3rver's on-disk store, which is removed "
+                        help="parent directory of RGW's or s3rver's on-disk store, removed "
                         "afterwards (must be on disk) [default: the system temp dir]")
 
 
@@ -307,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with server_from_args(args) as server:
             out: IO[str] = sys.stdout
-            print(f"{server.name} at {server.url} (pid {server.pid})", file=out)
+            pids = " ".join(map(str, server.pids))
+            print(f"{server.name} at {server.url} (pids {pids})", file=out)
             for k, v in server.env().items():
                 print(f"export {k}={v}", file=out)
             out.flush()

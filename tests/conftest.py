@@ -11,6 +11,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
+from tests.support.rgw import RGWCluster
 from tests.support.s3server import ACCESS_KEY, REGION, SECRET_KEY, MotoServer
 
 # Backend credentials for every S3 client the tests create (standard AWS variables).
@@ -28,6 +29,33 @@ def s3_server() -> Iterator[MotoServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def rgw_server() -> Iterator[RGWCluster]:
+    """One Ceph RGW (mon, OSD, radosgw) for the whole session, for tests marked ``rgw``.
+
+    Its S3 user has the same keys as moto's (the AWS variables above), so the same clients and
+    gateway subprocesses sign for either. Missing Ceph packages are an error (RGWError names
+    the apt-get line), never a skip: ``--rgw`` asks for these tests.
+    """
+    server = RGWCluster(access_key=ACCESS_KEY, secret_key=SECRET_KEY)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+#: parametrise a fixture over the S3 servers a suite runs against: moto always, RGW with --rgw
+S3_SERVERS = ["moto", pytest.param("rgw", marks=pytest.mark.rgw)]
+
+
+def s3_server_for(request: pytest.FixtureRequest, kind: str) -> MotoServer | RGWCluster:
+    """The session's moto or RGW server, by a ``S3_SERVERS`` parameter (RGW started lazily)."""
+    name = "rgw_server" if kind == "rgw" else "s3_server"
+    server: MotoServer | RGWCluster = request.getfixturevalue(name)
+    return server
 
 
 @pytest.fixture
@@ -63,9 +91,24 @@ def bucket(s3_client: Any) -> str:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--rgw", action="store_true", default=False,
+                     help="also run the tests marked rgw against a real Ceph RGW on loopback "
+                          "(needs: apt-get install -y --no-install-recommends ceph-mon "
+                          "ceph-osd radosgw ceph-common; missing packages fail, never skip); "
+                          "without it they are deselected")
     parser.addoption("--long", action="store_true", default=False,
                      help="run the full reliability suite (tests/reliability): longer loads, "
                           "more crashes and faults; CI runs the short version")
     parser.addoption("--reliability-report", metavar="PATH", default=None,
                      help="write the reliability suite's table (Markdown) and counts (JSON, "
                           "PATH with .json) here")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without ``--rgw`` the ``rgw`` tests are deselected (counted as such in the summary)."""
+    if config.getoption("--rgw"):
+        return
+    keep = [item for item in items if item.get_closest_marker("rgw") is None]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep

@@ -34,6 +34,16 @@ def test_gateway_benchmark_quick_json() -> None:
     for name in ("gateway_put_MiBps_256KiB_c1", "direct_get_MiBps_2MiB_c8",
                  "restore_batch_s", "restore_per_block_direct_c8_s"):
         assert doc[name] > 0, name
+    # every PUT phase is costed per process; moto counts no requests, so that ratio is null
+    assert doc["split_cores"] is False
+    assert doc["direct_put_server_cpu_s_per_GiB_256KiB_c8"] > 0
+    ratio = doc["backend_cpu_ratio_put_256KiB"]
+    assert isinstance(ratio, (int, float)) and ratio >= 0
+    assert doc["backend_requests_ratio_put_256KiB"] is None
+    assert doc["gateway_put_requests_per_GiB_256KiB_c8"] is None
+    cpu = doc["gateway_put_cpu_s_per_GiB_256KiB_c8"]
+    assert set(cpu) == {"client", "gateway", "server"}
+    assert cpu["gateway"] > 0 and doc["direct_put_cpu_s_per_GiB_256KiB_c8"]["gateway"] == 0
 
 
 def test_gateway_floor_benchmark_quick_json() -> None:

@@ -1,5 +1,8 @@
 """Real S3 clients against a running gateway over HTTP: boto3, the minio SDK, presigned URLs
-fetched with a plain HTTP client, and the native client. Bytes read back are the bytes written."""
+fetched with a plain HTTP client, and the native client. Bytes read back are the bytes written.
+
+The module's gateways run on moto and, with ``pytest --rgw``, again on Ceph RGW (the round trip
+through a production S3 server's multipart uploads and ranged reads)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +21,26 @@ import minio
 import pytest
 
 from s3kv.client import S3KVClient
+from tests.conftest import S3_SERVERS, s3_server_for
 from tests.gateway.conftest import (
+    DOMAIN,
     GW_ACCESS,
     GW_SECRET,
+    SMALL,
     TOKEN,
     Gateway,
     backend_store,
     gateway_client,
     running_gateway,
 )
-from tests.support.s3server import MotoServer
+
+
+@pytest.fixture(scope="module", params=S3_SERVERS)
+def gateway(request: pytest.FixtureRequest) -> Iterator[Gateway]:
+    """One gateway per backend server (moto; RGW with --rgw) for this module's tests."""
+    args = [*SMALL, "--domain", DOMAIN, "--dram-cache", "32MiB"]
+    with running_gateway(backend_store(s3_server_for(request, request.param)), args) as gw:
+        yield gw
 
 
 def _code(exc: Any) -> tuple[str, int]:
@@ -145,12 +159,12 @@ def test_boto3_delete_objects(gw_s3: Any, gw_bucket: str) -> None:
     assert [o["Key"] for o in left["Contents"]] == ["d2", "d4"]
 
 
-@pytest.fixture(scope="module")
-def big_gateway(s3_server: MotoServer) -> Any:
+@pytest.fixture(scope="module", params=S3_SERVERS)
+def big_gateway(request: pytest.FixtureRequest) -> Any:
     """A gateway that takes 40 MiB blocks (multipart uploads become one block)."""
     args = ["--segment-size", "100MiB", "--part-size", "5MiB", "--max-block-size", "48MiB",
             "--seal-after", "0.5", "--sync-interval", "0"]
-    with running_gateway(backend_store(s3_server), args) as gw:
+    with running_gateway(backend_store(s3_server_for(request, request.param)), args) as gw:
         yield gw
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 
 import pytest
 
@@ -12,94 +13,98 @@ from s3kv.backends.multipart import MultipartUpload
 from s3kv.errors import BackendError, ConfigError, ObjectMissing
 from s3kv.retry import RetryPolicy
 from s3kv.sizes import MiB
-from tests.support.s3server import MotoServer
+from tests.conftest import S3_SERVERS, s3_server_for
 
 
-async def test_put_get_range_head_list_delete(backend: Backend) -> None:
+async def test_put_get_range_head_list_delete(any_backend: Backend) -> None:
     data = os.urandom(100_000)
-    await backend.put_object("a/b/obj1", data)
-    await backend.put_object("a/c/obj2", b"xyz")
-    assert await backend.get_object("a/b/obj1") == data
-    assert await backend.get_range("a/b/obj1", 10, 20) == data[10:30]
-    assert await backend.get_range("a/b/obj1", 99_990, 50) == data[99_990:]
-    assert await backend.head_object("a/b/obj1") == len(data)
-    listed = await backend.list_objects("a/")
+    await any_backend.put_object("a/b/obj1", data)
+    await any_backend.put_object("a/c/obj2", b"xyz")
+    assert await any_backend.get_object("a/b/obj1") == data
+    assert await any_backend.get_range("a/b/obj1", 10, 20) == data[10:30]
+    assert await any_backend.get_range("a/b/obj1", 99_990, 50) == data[99_990:]
+    assert await any_backend.head_object("a/b/obj1") == len(data)
+    listed = await any_backend.list_objects("a/")
     assert [o.key for o in listed] == ["a/b/obj1", "a/c/obj2"]
     assert [o.size for o in listed] == [len(data), 3]
-    assert [o.key for o in await backend.list_objects("a/b")] == ["a/b/obj1"]
-    await backend.delete_objects(["a/b/obj1", "does/not/exist"])
+    assert [o.key for o in await any_backend.list_objects("a/b")] == ["a/b/obj1"]
+    await any_backend.delete_objects(["a/b/obj1", "does/not/exist"])
     with pytest.raises(ObjectMissing):
-        await backend.get_object("a/b/obj1")
+        await any_backend.get_object("a/b/obj1")
     with pytest.raises(ObjectMissing):
-        await backend.head_object("a/b/obj1")
-    assert [o.key for o in await backend.list_objects("a/")] == ["a/c/obj2"]
+        await any_backend.head_object("a/b/obj1")
+    assert [o.key for o in await any_backend.list_objects("a/")] == ["a/c/obj2"]
 
 
-async def test_multipart_round_trip(backend: Backend) -> None:
+async def test_multipart_round_trip(any_backend: Backend) -> None:
     part = 5 * MiB
     chunks = [os.urandom(part), os.urandom(part), os.urandom(1234)]
-    up = MultipartUpload(backend, "seg/one", part, RetryPolicy(), asyncio.Semaphore(2))
+    up = MultipartUpload(any_backend, "seg/one", part, RetryPolicy(), asyncio.Semaphore(2))
     await up.start()
     for c in chunks:
         await up.add_part(c)
-    assert [u.key for u in await backend.list_multipart_uploads("seg/")] == ["seg/one"]
+    assert [u.key for u in await any_backend.list_multipart_uploads("seg/")] == ["seg/one"]
     await up.complete()
     whole = b"".join(chunks)
-    assert await backend.head_object("seg/one") == len(whole)
-    assert await backend.get_range("seg/one", part - 10, 20) == whole[part - 10:part + 10]
-    assert await backend.get_object("seg/one") == whole
-    assert await backend.list_multipart_uploads("seg/") == []
+    assert await any_backend.head_object("seg/one") == len(whole)
+    assert await any_backend.get_range("seg/one", part - 10, 20) == whole[part - 10:part + 10]
+    assert await any_backend.get_object("seg/one") == whole
+    assert await any_backend.list_multipart_uploads("seg/") == []
 
 
-async def test_multipart_abort_leaves_nothing(backend: Backend) -> None:
-    up = MultipartUpload(backend, "seg/two", 5 * MiB, RetryPolicy(), asyncio.Semaphore(2))
+async def test_multipart_abort_leaves_nothing(any_backend: Backend) -> None:
+    up = MultipartUpload(any_backend, "seg/two", 5 * MiB, RetryPolicy(), asyncio.Semaphore(2))
     await up.start()
     await up.add_part(os.urandom(5 * MiB))
     await asyncio.sleep(0)
     await up.abort()
-    assert await backend.list_multipart_uploads("seg/") == []
+    assert await any_backend.list_multipart_uploads("seg/") == []
     with pytest.raises(ObjectMissing):
-        await backend.head_object("seg/two")
+        await any_backend.head_object("seg/two")
 
 
-async def test_multipart_failure_aborts(backend: Backend) -> None:
+async def test_multipart_failure_aborts(any_backend: Backend) -> None:
     """A part that fails makes complete() raise, and the upload is aborted, not left behind."""
-    up = MultipartUpload(backend, "seg/three", 5 * MiB, RetryPolicy(attempts=1),
+    up = MultipartUpload(any_backend, "seg/three", 5 * MiB, RetryPolicy(attempts=1),
                          asyncio.Semaphore(2))
     await up.start()
     await up.add_part(os.urandom(5 * MiB))
-    await backend.abort_multipart("seg/three", up.upload_id or "")  # pull the rug
+    await any_backend.abort_multipart("seg/three", up.upload_id or "")  # pull the rug
     with pytest.raises(BackendError):  # the next part, or at the latest complete(), fails
         await up.add_part(os.urandom(5 * MiB))
         await up.complete()
     await up.abort()  # what a caller does when add_part fails; complete() does it itself
-    assert await backend.list_multipart_uploads("seg/") == []
+    assert await any_backend.list_multipart_uploads("seg/") == []
     with pytest.raises(ObjectMissing):
-        await backend.head_object("seg/three")
+        await any_backend.head_object("seg/three")
 
 
-async def test_check(backend: Backend) -> None:
-    await backend.check()
+async def test_check(any_backend: Backend) -> None:
+    await any_backend.check()
 
 
-async def test_get_range_errors(backend: Backend) -> None:
+async def test_get_range_errors(any_backend: Backend) -> None:
     """A missing object is ObjectMissing (a miss), on every backend and read path."""
     with pytest.raises(ObjectMissing):
-        await backend.get_range("no/such/object", 0, 10)
-    await backend.put_object("small", b"0123456789")
-    assert await backend.get_range("small", 4, 100) == b"456789"  # short at the end
+        await any_backend.get_range("no/such/object", 0, 10)
+    await any_backend.put_object("small", b"0123456789")
+    assert await any_backend.get_range("small", 4, 100) == b"456789"  # short at the end
 
 
-async def test_s3_ranged_reads_without_botocore(s3_server: MotoServer, bucket: str) -> None:
+@pytest.mark.parametrize("server_kind", S3_SERVERS)
+async def test_s3_ranged_reads_without_botocore(request: pytest.FixtureRequest,
+                                                server_kind: str) -> None:
     """The S3 backend's fast ranged GETs (no botocore) read what botocore reads, and translate
     errors the same way: a missing bucket is a BackendError, not a miss. Credentials come
     from botocore's chain."""
-    fast = await S3Backend(S3Location(bucket, "", (s3_server.endpoint,))).open()
-    slow = await S3Backend(S3Location(bucket, "", (s3_server.endpoint,)),
-                           fast_reads=False).open()
-    gone = await S3Backend(S3Location("no-such-bucket-here", "", (s3_server.endpoint,))).open()
+    endpoint = s3_server_for(request, server_kind).endpoint
+    bucket = f"ranged-{uuid.uuid4().hex[:12]}"
+    fast = await S3Backend(S3Location(bucket, "", (endpoint,))).open()
+    slow = await S3Backend(S3Location(bucket, "", (endpoint,)), fast_reads=False).open()
+    gone = await S3Backend(S3Location("no-such-bucket-here", "", (endpoint,))).open()
     assert fast._ranged is not None and slow._ranged is None  # the path under test is taken
     try:
+        await fast.ensure_bucket()
         data = os.urandom(3 * MiB + 17)
         await fast.put_object("obj", data)
         for start, length in ((0, 1), (5, 4096), (MiB - 3, 2 * MiB), (3 * MiB, 100)):

@@ -88,8 +88,8 @@ async def test_segment_sizes_alignment_and_format(backend: Backend) -> None:
     assert seen == written
 
 
-async def test_restart_recovery_with_and_without_sidecars(backend: Backend) -> None:
-    store = await open_store(backend)
+async def test_restart_recovery_with_and_without_sidecars(any_backend: Backend) -> None:
+    store = await open_store(any_backend)
     written = {}
     try:
         await store.create_namespace("kvns")
@@ -106,7 +106,7 @@ async def test_restart_recovery_with_and_without_sidecars(backend: Backend) -> N
         await store.close()
 
     async def check() -> None:
-        again = await open_store(backend)
+        again = await open_store(any_backend)
         try:
             assert again.list_namespaces() == ["kvns"]
             for key, data in written.items():
@@ -117,9 +117,9 @@ async def test_restart_recovery_with_and_without_sidecars(backend: Backend) -> N
             await again.close()
 
     await check()
-    sidecars = [o.key for o in await backend.list_objects("manifests/")]
+    sidecars = [o.key for o in await any_backend.list_objects("manifests/")]
     assert sidecars
-    await backend.delete_objects(sidecars)
+    await any_backend.delete_objects(sidecars)
     await check()  # footers are the source of truth
 
 
@@ -165,12 +165,12 @@ async def test_prefix_chain_reads_are_coalesced(backend: Backend) -> None:
         await store.close()
 
 
-async def test_durable_put_is_on_backend_when_acknowledged(backend: Backend) -> None:
-    store = await open_store(backend, seal_after=0.3)
+async def test_durable_put_is_on_backend_when_acknowledged(any_backend: Backend) -> None:
+    store = await open_store(any_backend, seal_after=0.3)
     try:
         await store.create_namespace("kvns")
         await store.put("kvns", b"d", b"durable-bytes", durable=True)
-        assert len(await _segments_on_backend(backend)) == 1
+        assert len(await _segments_on_backend(any_backend)) == 1
     finally:
         await store.close()
 
@@ -250,9 +250,9 @@ async def test_without_budget_live_blocks_stay_and_dead_segments_go(backend: Bac
         await store.close()
 
 
-async def test_two_instances_share_a_bucket(backend: Backend) -> None:
-    a = await open_store(backend, node_id="node-a")
-    b = await open_store(backend, node_id="node-b")
+async def test_two_instances_share_a_bucket(any_backend: Backend) -> None:
+    a = await open_store(any_backend, node_id="node-a")
+    b = await open_store(any_backend, node_id="node-b")
     try:
         await a.create_namespace("kvns")
         await a.put("kvns", b"from-a", b"A" * 5000)

@@ -26,6 +26,7 @@ import boto3
 from botocore.config import Config
 
 from tests.conftest import make_s3_client
+from tests.support.rgw import RGWCluster
 from tests.support.s3server import REGION, MotoServer, free_port
 
 GW_ACCESS = "s3kvgatewaytest"
@@ -153,7 +154,7 @@ class Gateway:
             os.unlink(self.log_path)
 
 
-def backend_store(server: MotoServer, bucket: str | None = None) -> str:
+def backend_store(server: MotoServer | RGWCluster, bucket: str | None = None) -> str:
     """A fresh backend bucket on ``server`` and the s3:// store URL naming it."""
     bucket = bucket or f"gw-{uuid.uuid4().hex[:12]}"
     make_s3_client(server.endpoint).create_bucket(Bucket=bucket)

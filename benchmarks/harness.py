@@ -1,0 +1,353 @@
+"""The benchmarks' shared harness: server, topology, the gateway process, CPU per process,
+server-side counters, repeats and medians. Every script in benchmarks/ answers one question
+with these parts:
+
+- servers: :func:`add_arguments` gives ``--server`` (rgw by default, s3rver, moto),
+  ``--endpoint``, ``--node-dir``, ``--data-dir`` and ``--split-cores``; :func:`server_from_args`
+  starts the server (``benchmarks.servers``);
+- topology: :func:`apply_topology` with ``--split-cores`` pins every process of the S3 server
+  (RGW: radosgw, OSD, mon, every thread) to the first allowed CPU, the storage node, and this
+  process to the second, the inference node: the client and everything it starts afterwards
+  (the gateway, ``s3kv bench`` subprocesses) inherit that CPU, so the direct path gets the same
+  split. Without it everything shares every CPU;
+- the two sides: :func:`gateway_process` runs ``s3kv serve`` on a store of the server;
+- CPU accounting: :class:`CPUMeter` samples user+system CPU-seconds of named process groups
+  (``client``, ``gateway``, and each server process: ``rgw``, ``osd``, ``mon``) and
+  :meth:`CPUMeter.delta` turns two samples into CPU-seconds per group and their server sum;
+- server counters: :func:`server_counters` reads RGW's own request and byte counters (None on
+  servers without them), so both sides are counted the same way, where the server sees them;
+- the two sides: :class:`S3Side` (one S3 endpoint, the gateway's front or the server itself,
+  and a bucket: timed PUT and GET phases, a cost sample around each PUT phase),
+  :func:`run_concurrently`, :func:`payloads`, :class:`Progress`;
+- repeats: :func:`medians` takes each numeric figure's median over repeated rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from botocore.exceptions import ClientError
+
+from benchmarks.servers import (
+    BenchServer,
+    ServerError,
+    add_server_arguments,
+    bench_server,
+    free_port,
+    server_from_args,
+    settle_disk,
+)
+from tests.support.rgw import RGWError, bucket_objects, rgw_counters
+
+__all__ = ["BenchServer", "CPUMeter", "Progress", "S3Side", "ServerError", "Topology",
+           "add_arguments", "add_server_arguments", "apply_topology", "bench_server",
+           "bucket_objects_on", "free_port", "gateway_pid", "gateway_process", "medians",
+           "mib_s", "payloads", "per_gib", "run_concurrently", "server_counters",
+           "server_from_args", "settle_disk"]
+
+ROOT = Path(__file__).resolve().parent.parent
+GiB = 1 << 30
+#: the daemons of RGWCluster by the order of BenchServer.pids
+RGW_NAMES = ("mon", "osd", "rgw")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The server flags (``benchmarks.servers``) and ``--split-cores``."""
+    add_server_arguments(parser)
+    parser.add_argument("--split-cores", action="store_true",
+                        help="pin the S3 server's processes (every thread) to the first CPU "
+                        "and the client, the gateway and everything else this benchmark starts "
+                        "to the second, as storage and inference nodes are separate machines "
+                        "(needs 2 CPUs) [default: everything shares every CPU]")
+
+
+# ---- topology ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Topology:
+    split: bool
+    server_cpus: tuple[int, ...]
+    client_cpus: tuple[int, ...]
+
+    def describe(self) -> dict[str, Any]:
+        return {"split_cores": self.split, "server_cpus": list(self.server_cpus),
+                "client_cpus": list(self.client_cpus)}
+
+
+def _pin_tree(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` and of its descendants to ``cpus``."""
+    procs = [psutil.Process(pid)]
+    with contextlib.suppress(psutil.Error):
+        procs += procs[0].children(recursive=True)
+    for proc in procs:
+        try:
+            tids = [t.id for t in proc.threads()]
+        except psutil.Error:
+            continue
+        for tid in tids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.sched_setaffinity(tid, cpus)
+
+
+def apply_topology(server: BenchServer, split: bool) -> Topology:
+    """With ``split``, the server's processes on one CPU and this process on another."""
+    allowed = tuple(sorted(os.sched_getaffinity(0)))
+    if not split:
+        return Topology(False, allowed, allowed)
+    if len(allowed) < 2:
+        raise ServerError("--split-cores needs at least 2 CPUs")
+    if not server.pids:
+        raise ServerError("--split-cores needs a server this benchmark started (not --endpoint)")
+    server_cpu, client_cpu = allowed[0], allowed[1]
+    for pid in server.pids:
+        _pin_tree(pid, {server_cpu})
+    _pin_tree(os.getpid(), {client_cpu})
+    return Topology(True, (server_cpu,), (client_cpu,))
+
+
+# ---- CPU per process -----------------------------------------------------------------------
+def server_process_names(server: BenchServer) -> dict[str, int]:
+    """Name -> pid of the server's processes (``rgw``/``osd``/``mon``, or ``server``)."""
+    if server.kind == "rgw" and len(server.pids) == len(RGW_NAMES):
+        return dict(zip(RGW_NAMES, server.pids, strict=True))
+    return {"server": server.pids[0]} if server.pids else {}
+
+
+@dataclass
+class CPUMeter:
+    """CPU-seconds (user + system, all threads) of named processes; ``server`` names which of
+    them are the S3 server's, whose sum is reported as ``server``."""
+
+    procs: dict[str, int] = field(default_factory=dict)
+    server: tuple[str, ...] = ()
+
+    @classmethod
+    def for_run(cls, server: BenchServer, **others: int) -> CPUMeter:
+        names = server_process_names(server)
+        return cls({"client": os.getpid(), **others, **names}, tuple(names))
+
+    def sample(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, pid in self.procs.items():
+            try:
+                t = psutil.Process(pid).cpu_times()
+                out[name] = t.user + t.system
+            except psutil.Error:
+                out[name] = 0.0
+        return out
+
+    def delta(self, before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+        d = {k: max(0.0, after[k] - before.get(k, 0.0)) for k in after}
+        d["server"] = sum(d[k] for k in self.server)
+        return d
+
+
+def per_gib(values: Mapping[str, float], nbytes: int) -> dict[str, float]:
+    return {k: round(v * GiB / nbytes, 3) for k, v in values.items()} if nbytes else {}
+
+
+def gateway_pid() -> int:
+    """The ``s3kv serve`` child of this process (the gateway the benchmark started)."""
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if "s3kv.cli" in child.cmdline() and "serve" in child.cmdline():
+                return int(child.pid)
+    raise ServerError("no s3kv serve child process found")
+
+
+# ---- server-side counters ------------------------------------------------------------------
+def server_counters(server: BenchServer) -> dict[str, int] | None:
+    """RGW's request/byte counters; None for servers that keep none (moto, s3rver)."""
+    if server.kind != "rgw" or server.data_dir is None:
+        return None
+    try:
+        return rgw_counters(server.data_dir)
+    except RGWError as exc:
+        raise ServerError(str(exc)) from exc
+
+
+def bucket_objects_on(server: BenchServer, bucket: str) -> tuple[int, int] | None:
+    """(objects, bytes) in ``bucket`` as the server's bucket index counts them (RGW only)."""
+    if server.kind != "rgw" or server.data_dir is None:
+        return None
+    return bucket_objects(server.data_dir, bucket)
+
+
+# ---- the two sides: operations, payloads, progress ---------------------------------------------
+async def run_concurrently(n: int, concurrency: int,
+                           op: Callable[[int], Awaitable[None]]) -> None:
+    """op(0..n-1), ``concurrency`` at a time, each worker taking the next index."""
+    it = iter(range(n))
+
+    async def worker() -> None:
+        for i in it:
+            await op(i)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+class Progress:
+    """Progress lines on stderr (off for ``--json``); ``stamped`` prefixes the seconds since
+    start."""
+
+    def __init__(self, enabled: bool, *, stamped: bool = False) -> None:
+        self.enabled = enabled
+        self.stamped = stamped
+        self.started = time.monotonic()
+
+    def __call__(self, msg: str) -> None:
+        if self.enabled:
+            stamp = f"[{time.monotonic() - self.started:6.1f}s] " if self.stamped else ""
+            print(f"{stamp}{msg}", file=sys.stderr, flush=True)
+
+
+def payloads(n: int, size: int) -> list[bytes]:
+    """``n`` distinct blocks of ``size`` bytes, cut from one random buffer (cheap to make)."""
+    pool = os.urandom(max(size + n * 4099, 8 << 20))
+    return [pool[i * 4099:i * 4099 + size] for i in range(n)]
+
+
+def mib_s(nbytes: int, seconds: float) -> float:
+    return nbytes / (1 << 20) / seconds if seconds > 0 else 0.0
+
+
+# ---- phases --------------------------------------------------------------------------------
+class S3Side:
+    """One S3 endpoint (the gateway's front, or the server directly) and a bucket on it."""
+
+    def __init__(self, name: str, client: Any, bucket: str,
+                 flush: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.name = name
+        self.client = client
+        self.bucket = bucket
+        self.flush = flush
+        self.slowdowns = 0  # 503 SlowDown answers retried during PUT phases
+        #: set by the benchmark: a cost sample (CPU per process, server counters) taken just
+        #: before and just after each timed PUT phase (flush included), kept in ``last_put``
+        self.sample: Callable[[], dict[str, Any]] | None = None
+        self.last_put: tuple[dict[str, Any], dict[str, Any]] | None = None
+        #: the warm-up's keys and blocks, read again (untimed) to settle the server
+        self.warm: tuple[list[str], list[bytes]] = ([], [])
+
+    async def put_all(self, keys: Sequence[str], blocks: Sequence[bytes],
+                      concurrency: int) -> float:
+        async def op(i: int) -> None:
+            while True:  # 503 SlowDown is retried after Retry-After, as S3 clients do
+                try:
+                    await self.client.put_object(Bucket=self.bucket, Key=keys[i],
+                                                 Body=blocks[i])
+                    return
+                except ClientError as exc:
+                    if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") != 503:
+                        raise
+                    self.slowdowns += 1
+                    retry = exc.response.get("ResponseMetadata", {}).get(
+                        "HTTPHeaders", {}).get("retry-after", "1")
+                    await asyncio.sleep(float(retry))
+
+        await settle_disk()
+        before = self.sample() if self.sample is not None else {}
+        t0 = time.perf_counter()
+        await run_concurrently(len(keys), concurrency, op)
+        if self.flush is not None:
+            await self.flush()
+        elapsed = time.perf_counter() - t0
+        if self.sample is not None:
+            self.last_put = (before, self.sample())
+        return elapsed
+
+    async def get_all(self, keys: Sequence[str], blocks: Sequence[bytes],
+                      concurrency: int) -> float:
+        bad: list[str] = []
+
+        async def op(i: int) -> None:
+            resp = await self.client.get_object(Bucket=self.bucket, Key=keys[i])
+            async with resp["Body"] as body:
+                data = await body.read()
+            if data != blocks[i]:
+                bad.append(keys[i])
+
+        await settle_disk()
+        t0 = time.perf_counter()
+        await run_concurrently(len(keys), concurrency, op)
+        elapsed = time.perf_counter() - t0
+        if bad:
+            raise RuntimeError(f"{self.name}: {len(bad)} blocks read back wrong, e.g. {bad[0]}")
+        return elapsed
+
+
+# ---- repeats -------------------------------------------------------------------------------
+def medians(rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Each numeric figure's median over the rounds; other values from the first round."""
+    out: dict[str, Any] = {}
+    for key, first in rounds[0].items():
+        values = [r[key] for r in rounds if key in r]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            out[key] = statistics.median(values)
+        else:
+            out[key] = first
+    return out
+
+
+# ---- the gateway side ----------------------------------------------------------------------
+@contextlib.contextmanager
+def gateway_process(server: BenchServer, store: str, args: Sequence[str], *,
+                    access: str, secret: str, ready_path: str = "/readyz",
+                    timeout: float = 60.0) -> Iterator[str]:
+    """A ``s3kv serve`` subprocess on ``store`` (an ``s3://`` URL on the server) with ``args``;
+    yields its URL and stops it (SIGTERM, then SIGKILL) afterwards."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = dict(os.environ)
+    env.update(server.env())
+    env["S3KV_ACCESS_KEY"] = access
+    env["S3KV_SECRET_KEY"] = secret
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    argv = [sys.executable, "-m", "s3kv.cli", "serve", "--listen", f"127.0.0.1:{port}",
+            "--store", store, *args]
+    log = tempfile.NamedTemporaryFile(prefix="bench-gateway-", suffix=".log",  # noqa: SIM115
+                                      delete=False)
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    ok = False
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise ServerError(f"gateway exited at start; see {log.name}:\n"
+                                  f"{Path(log.name).read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(url + ready_path, timeout=1):
+                    break
+            except (urllib.error.URLError, OSError):
+                if time.monotonic() > deadline:
+                    raise ServerError(f"gateway not ready in {timeout:.0f} s; see "
+                                      f"{log.name}") from None
+                time.sleep(0.1)
+        yield url
+        ok = True
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        if ok:
+            os.unlink(log.name)
+        else:
+            print(f"gateway log: {log.name}", file=sys.stderr)
