@@ -151,6 +151,8 @@ class BodyReader:
         self._hashers: list[Any] = [h for h in (self._md5, self._sha) if h is not None]
         if self._checksum is not None and self._checksum is not self._sha:
             self._hashers.append(self._checksum)
+        #: the digest update of the previous piece, running in a worker thread (pipelined)
+        self._pending: asyncio.Future[None] | None = None
         self.size = 0
         self._started = False
         self._done = False
@@ -220,8 +222,15 @@ class BodyReader:
         self.size += n
         if self.size > self._max_size:
             raise self._too_large()
-        if self._offload is not None and n >= self._offload and self._hashers:
-            await asyncio.to_thread(self._update, piece)
+        if not self._hashers:
+            return
+        if self._pending is not None:  # digests update in order: one piece in flight at most
+            await self._pending
+            self._pending = None
+        if self._offload is not None and n >= self._offload:
+            # the thread hashes this piece while the loop reads the next (hashlib and zlib
+            # release the GIL on large buffers); pieces are immutable bytes
+            self._pending = asyncio.get_running_loop().run_in_executor(None, self._update, piece)
         else:
             self._update(piece)
 
@@ -355,6 +364,9 @@ class BodyReader:
         """End-of-body checks; call after iterating to the end. Returns sizes and digests."""
         if not self._done:
             raise RuntimeError("iterate the body to its end before verify()")
+        if self._pending is not None:
+            await self._pending
+            self._pending = None
         if self.declared_size is not None and self.size != self.declared_size:
             raise RequestError("IncompleteBody", "You did not provide the number of bytes "
                                "specified by x-amz-decoded-content-length.")

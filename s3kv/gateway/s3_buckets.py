@@ -9,6 +9,7 @@ from aiohttp import web
 
 from s3kv.errors import RequestError
 from s3kv.gateway.bodies import read_small
+from s3kv.gateway.objattrs import object_etag
 from s3kv.gateway.ops import caller
 from s3kv.gateway.requests import Target, max_keys, validate_key
 from s3kv.gateway.s3xml import (
@@ -34,10 +35,6 @@ _SUBRESOURCES = {"acl", "policy", "versioning", "tagging", "lifecycle", "cors", 
                  "logging", "notification", "replication", "encryption", "object-lock",
                  "ownershipControls", "publicAccessBlock", "uploads", "versions", "accelerate",
                  "requestPayment", "analytics", "inventory", "metrics", "intelligent-tiering"}
-
-
-def etag_of(crc: int, size: int) -> str:
-    return f'"{crc:08x}{size:x}"'
 
 
 async def list_buckets(request: web.Request, st: GatewayState) -> web.StreamResponse:
@@ -141,7 +138,7 @@ async def list_objects(request: web.Request, st: GatewayState, t: Target) -> web
             truncated = True
             break
         contents.append(ObjectEntry(meta.key.decode(), meta.written_at,
-                                    etag_of(meta.crc, meta.size), meta.size))
+                                    object_etag(meta), meta.size))
         last = meta.key
     page = ListV2Page(
         bucket=t.bucket, prefix=prefix, delimiter=delimiter, max_keys=limit,

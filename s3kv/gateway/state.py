@@ -11,6 +11,7 @@ from aiohttp import web
 from s3kv.config import Settings
 from s3kv.errors import RequestError
 from s3kv.gateway.access import Credential
+from s3kv.gateway.conditions import KeyLocks
 from s3kv.gateway.metrics import GatewayMetrics
 from s3kv.gateway.sigv4 import SigV4Verifier
 from s3kv.store.store import BlockStore
@@ -48,6 +49,8 @@ class GatewayState:
     budget: MemoryBudget
     #: front credentials by access key (empty: anonymous mode)
     credentials: dict[str, Credential] = field(default_factory=dict)
+    #: per-key locks of S3 writes (conditional writes check and write under them)
+    key_locks: KeyLocks = field(default_factory=KeyLocks)
     shutting_down: bool = False
     inflight: int = 0  # requests being handled now (the middleware counts them)
     _idle: asyncio.Event = field(default_factory=asyncio.Event, repr=False)

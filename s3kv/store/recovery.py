@@ -116,7 +116,7 @@ class Recovery:
                     store._dead(current)
                 continue
             store._index_put(nid, e.key, Location(seg_id, e.offset, e.length, e.raw_length,
-                                                  e.crc, e.codec, e.written_at))
+                                                  e.crc, e.codec, e.written_at, e.attrs))
         return len(stream)
 
     # ---- start --------------------------------------------------------------------------
