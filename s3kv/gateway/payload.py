@@ -14,13 +14,16 @@ InvalidRequest). Errors from ``verify()``: XAmzContentSHA256Mismatch, BadDigest 
 byte is read. Nothing read is trustworthy until ``verify()`` has returned: the caller keeps the
 pieces private (a buffer it can drop) until then.
 
-The MD5 for the ETag is computed by default (``md5=False`` turns it off): measured here at
-~650 MB/s, i.e. ~1.6 ms per MiB and ~0.4 ms for a 256 KiB block; it gives clients the ETag S3
-gives. Digests run inline, one piece at a time: MD5 + SHA-256 + CRC32 of a 1 MiB piece hold the
-event loop ~2.8 ms (~0.8 ms for 256 KiB). Moving them to a worker thread (``asyncio.to_thread``;
-hashlib and zlib release the GIL) was measured slower on this 2-core machine (64 MiB body:
-292 -> 268 MB/s with MD5, 436 -> 313 MB/s without), so it is used only for the numpy CRC32C /
-CRC64NVME fallback (~5-10 ms per MiB), or for every piece of ``offload_bytes`` or more if set.
+The MD5 for the ETag is computed by default (``md5=False`` turns it off, for ``--etag fast``):
+~1.6 ms of CPU per MiB here; it gives clients the ETag S3 gives. Digests (MD5, SHA-256 of a
+signed payload, the client's checksum) are fed incrementally, piece by piece, never on a joined
+body. Pieces of ``offload_bytes`` (default 256 KiB) or more are hashed in a worker thread,
+pipelined: the thread hashes piece i while the loop reads piece i+1 (at most one piece in
+flight, so digests update in order; hashlib and zlib release the GIL on large buffers). Measured
+with benchmarks/etag_cost.py (docs/performance.md): against inline hashing, the same CPU, ~3x
+the body throughput of one reader on this loaded 2-core machine, and the event loop is no
+longer held for each MiB's digests. Smaller pieces are hashed inline (a thread hop would cost
+more than the hash). ``offload_bytes=None`` keeps the default; a huge value hashes inline.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from s3kv.errors import RequestError
-from s3kv.gateway.checksums import ALGORITHMS, Checksum, is_slow, new_checksum
+from s3kv.gateway.checksums import ALGORITHMS, Checksum, new_checksum
 from s3kv.gateway.sigv4 import (
     EMPTY_SHA256,
     AuthContext,
@@ -50,6 +53,8 @@ from s3kv.gateway.sigv4 import (
 from s3kv.sizes import MiB
 
 PIECE_SIZE = 1 * MiB
+#: pieces at least this large are hashed in a worker thread (pipelined)
+OFFLOAD_BYTES = 256 * 1024
 _MAX_LINE = 4096
 _MAX_TRAILERS = 16
 #: what a broken body stream raises; RequestPayloadError: aiohttp could not parse the HTTP
@@ -113,7 +118,7 @@ class BodyReader:
         self._auth = auth
         self._max_size = max_size
         self._piece = piece_size
-        self._offload = offload_bytes
+        self._offload = OFFLOAD_BYTES if offload_bytes is None else offload_bytes
         if auth is not None:
             self.mode, self._content_sha = auth.payload_mode, auth.content_sha256
         else:
@@ -146,8 +151,6 @@ class BodyReader:
                 self._checksum = self._sha
             else:
                 self._checksum = new_checksum(self._algo)
-        if offload_bytes is None and self._algo is not None and is_slow(self._algo):
-            self._offload = 256 * 1024
         self._hashers: list[Any] = [h for h in (self._md5, self._sha) if h is not None]
         if self._checksum is not None and self._checksum is not self._sha:
             self._hashers.append(self._checksum)

@@ -335,8 +335,9 @@ def test_part_number(gw_s3: Any, gw_bucket: str) -> None:
 
 
 def test_metadata_and_etag_survive_a_restart(gateway: Gateway, gw_bucket: str) -> None:
-    """The module's gateway restarts on its store: what the index held comes back from the
-    manifests (the tests after this one simply use the restarted gateway)."""
+    """The module's gateway restarts on its store, the second time with ``--etag fast``: what
+    the index held comes back from the manifests, stored MD5 ETags included; new PUTs get the
+    fast ETag, the same in every answer. It ends restarted as it was."""
     s3, bucket = gateway_client(gateway.endpoint), gw_bucket
     data = os.urandom(300_000)
     s3.put_object(Bucket=bucket, Key="kept", Body=data, ContentType="application/x-kv",
@@ -347,13 +348,30 @@ def test_metadata_and_etag_survive_a_restart(gateway: Gateway, gw_bucket: str) -
                                  MultipartUpload={"Parts": done})
     before = {k: s3.head_object(Bucket=bucket, Key=k, ChecksumMode="ENABLED")
               for k in ("kept", "kept-mp")}
-    assert gateway.terminate() == 0  # seals and uploads what is in memory
-    gateway.start()
-    s3 = gateway_client(gateway.endpoint)
-    for key, old in before.items():
-        new = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
-        for field in ("ETag", "ContentType", "Metadata", "ChecksumCRC32", "ContentLength"):
-            assert new.get(field) == old.get(field), (key, field)
     assert before["kept"]["ETag"] == _md5(data)
     assert before["kept"]["Metadata"] == {"layer": "7"}
-    assert s3.get_object(Bucket=bucket, Key="kept-mp", PartNumber=2)["Body"].read() == b"tail"
+    args = list(gateway.args)
+    try:
+        assert gateway.terminate() == 0  # seals and uploads what is in memory
+        gateway.args = [*args, "--etag", "fast"]
+        gateway.start()
+        s3 = gateway_client(gateway.endpoint)
+        for key, old in before.items():
+            new = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+            for field in ("ETag", "ContentType", "Metadata", "ChecksumCRC32", "ContentLength"):
+                assert new.get(field) == old.get(field), (key, field)
+        got = s3.get_object(Bucket=bucket, Key="kept-mp", PartNumber=2)
+        assert got["Body"].read() == b"tail"
+
+        fresh = os.urandom(70_000)
+        put = s3.put_object(Bucket=bucket, Key="fast", Body=fresh)
+        fast = f'"{zlib.crc32(fresh):08x}{len(fresh):x}"'
+        assert put["ETag"] == fast
+        assert s3.head_object(Bucket=bucket, Key="fast")["ETag"] == fast
+        assert s3.get_object(Bucket=bucket, Key="fast")["ETag"] == fast
+        listed = {o["Key"]: o["ETag"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]}
+        assert listed == {"fast": fast, "kept": _md5(data), "kept-mp": before["kept-mp"]["ETag"]}
+    finally:
+        gateway.stop()
+        gateway.args = args
+        gateway.start()
