@@ -295,6 +295,18 @@ def test_checksum_mode(gw_s3: Any, gw_bucket: str) -> None:
     assert head["ChecksumSHA256"] == composite
     assert head["ResponseMetadata"]["HTTPHeaders"]["x-amz-checksum-type"] == "COMPOSITE"
 
+    # multipart, FULL_OBJECT CRC32: the CRC of the whole body, which botocore checks on GET
+    up, done = _multipart(gw_s3, gw_bucket, "mp-full", parts, ChecksumAlgorithm="CRC32",
+                          ChecksumType="FULL_OBJECT")
+    assert up["ChecksumType"] == "FULL_OBJECT"
+    whole = base64.b64encode(zlib.crc32(b"".join(parts)).to_bytes(4, "big")).decode()
+    fin = gw_s3.complete_multipart_upload(Bucket=gw_bucket, Key="mp-full",
+                                          UploadId=up["UploadId"], ChecksumType="FULL_OBJECT",
+                                          MultipartUpload={"Parts": done})
+    assert fin["ChecksumCRC32"] == whole and fin["ChecksumType"] == "FULL_OBJECT"
+    got = gw_s3.get_object(Bucket=gw_bucket, Key="mp-full", ChecksumMode="ENABLED")
+    assert got["ChecksumCRC32"] == whole and got["Body"].read() == b"".join(parts)
+
     # a part whose listed checksum is not the one it was uploaded with
     up, done = _multipart(gw_s3, gw_bucket, "mp-bad", [b"abc"], ChecksumAlgorithm="SHA256")
     done[0]["ChecksumSHA256"] = base64.b64encode(b"\0" * 32).decode()
