@@ -133,9 +133,9 @@ async def raw_client(endpoint: str, op: str, size: int, conc: int, duration: flo
 
 async def generator_client(endpoint: str, op: str, size: int, conc: int, duration: float,
                            multipart: bool) -> tuple[int, int]:
+    from s3kv.wire.sigv4 import Credentials
     from warp.benchmarks import load
     from warp.runner import run_client
-    from warp.sigv4 import Credentials
 
     cfg = BenchConfig(op=op, endpoints=(endpoint,), bucket=BUCKET, obj_size=size,
                       concurrent=conc, duration=duration, objects=64, prepared=True,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from s3kv.errors import ConfigError, S3KVError
+from s3kv.errors import ConfigError
 from s3kv.sizes import GiB, KiB, MiB, parse_size
 
 ENV_PREFIX = "S3KV_"
@@ -190,12 +190,9 @@ class Settings:
         return settings
 
     def validate(self) -> None:
-        from s3kv.store.codecs import parse_codec_spec
-
-        try:
-            parse_codec_spec(self.default_codec)
-        except S3KVError as exc:
-            raise ConfigError(f"default_codec: {exc}") from None
+        """What can be checked without knowing the store or the gateway; the settings they
+        own (the default codec, the credentials) are checked by them at start-up
+        (:func:`s3kv.gateway.server.check_settings`)."""
         if self.part_size < 1 or self.segment_size % self.part_size:
             raise ConfigError(
                 f"segment_size ({self.segment_size}) must be a multiple of part_size "
@@ -212,10 +209,6 @@ class Settings:
             raise ConfigError("max_open_segments and max_parts_in_flight must be >= 1")
         if not 0.0 <= self.compact_threshold < 1.0:
             raise ConfigError("compact_threshold must be in [0, 1)")
-        if self.credentials_file or self.access_key:
-            from s3kv.gateway.access import credential_table
-
-            credential_table(self.access_key, self.secret_key, self.credentials_file)
         if self.capacity and self.capacity < 2 * self.segment_size:
             raise ConfigError(
                 f"capacity ({self.capacity}) must hold at least two segments "

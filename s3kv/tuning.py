@@ -46,10 +46,10 @@ from typing import Any
 from s3kv.config import Settings
 from s3kv.errors import ConfigError
 from s3kv.sizes import MiB, format_size
+from s3kv.wire.sigv4 import Credentials
 from warp.analysis.aggregate import percentile
 from warp.payload import PayloadSource, variant_of
 from warp.s3 import S3Client
-from warp.sigv4 import Credentials
 
 S3_MIN_PART = 5 * MiB
 MAX_PARTS = 10_000

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +49,19 @@ def test_settings_validation() -> None:
         Settings.load({"log_format": "xml"}, env={})
     with pytest.raises(ConfigError, match="invalid size"):
         Settings.load(env={"S3KV_CAPACITY": "lots"})
+
+
+def test_serve_checks_store_and_gateway_settings_at_start(tmp_path: Path) -> None:
+    """What config.py cannot check (codecs, credentials files) `s3kv serve` refuses before it
+    opens the store or listens, with the setting named."""
+    for flags, why in ((["--default-codec", "lz4"], "default_codec: unknown codec 'lz4'"),
+                       (["--credentials-file", str(tmp_path / "absent.toml")],
+                        "cannot read credentials file")):
+        proc = subprocess.run([sys.executable, "-m", "s3kv.cli", "serve", "--store",
+                               f"file://{tmp_path}/data", "--listen", "127.0.0.1:1", *flags],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0 and why in proc.stderr, proc.stderr
+        assert not (tmp_path / "data").exists()
 
 
 def test_secrets_masked() -> None:

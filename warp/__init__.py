@@ -4,8 +4,9 @@ Layers, each in its own module, data flowing one way:
 
 - :mod:`warp.config`: the settings of one benchmark client (a dataclass, JSON round-trip);
 - :mod:`warp.payload`: shared pre-generated payload buffers and checksums of what is written;
-- :mod:`warp.sigv4` and :mod:`warp.s3`: a small S3 client on aiohttp, signing with
-  ``UNSIGNED-PAYLOAD`` so that payload hashing never bounds throughput;
+- :mod:`warp.s3`: a small S3 client on aiohttp, signing with :mod:`s3kv.wire.sigv4` and
+  ``UNSIGNED-PAYLOAD`` so that payload hashing never bounds throughput, GETs through
+  :mod:`s3kv.wire.fastget`;
 - :mod:`warp.benchmarks`: one module per benchmark type (put, get, mixed, stat, delete, list),
   found through a small registry;
 - :mod:`warp.runner` and :mod:`warp.client`: workers, op generation and one client process;

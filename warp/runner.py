@@ -19,13 +19,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from s3kv.clock import now_ns, now_s
+from s3kv.wire.sigv4 import Credentials
 from warp.benchmarks.base import Benchmark, Context
-from warp.clock import now_ns, now_s
 from warp.config import BenchConfig
 from warp.payload import PayloadSource
 from warp.records import Record, RecordWriter
 from warp.s3 import OpResult, S3Client
-from warp.sigv4 import Credentials
 
 
 @dataclass

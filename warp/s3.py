@@ -3,7 +3,7 @@
 Each call is one operation and returns an :class:`OpResult` (status, bytes, first byte, end,
 error, retries): errors are data, never exceptions, so a benchmark keeps going and counts them.
 PUT bodies stream as memoryview slices of the shared payload buffer; GET bodies are received
-into reused per-connection buffers (:mod:`warp.fastget`), hashed there and dropped, so memory
+into reused per-connection buffers (:mod:`s3kv.wire.fastget`), hashed there and dropped, so memory
 does not grow with object size.
 """
 
@@ -21,12 +21,12 @@ from urllib.parse import urlsplit
 import aiohttp
 from yarl import URL
 
-from s3kv.backends.body import SlicedBody
-from warp.clock import now_ns
-from warp.fastget import GetPool, ProtocolError
+from s3kv.clock import now_ns
+from s3kv.wire.body import SlicedBody
+from s3kv.wire.fastget import GetPool, ProtocolError
+from s3kv.wire.sigv4 import UNSIGNED, Credentials, Signer, canonical_query, quote_path
 from warp.payload import Expected, Hasher, PayloadSource
 from warp.records import VERIFY_PREFIX
-from warp.sigv4 import UNSIGNED, Credentials, Signer, canonical_query, quote_path
 
 #: statuses worth a retry (server busy or failing), as Warp's Go client retries them
 TRANSIENT = frozenset({500, 502, 503, 504})

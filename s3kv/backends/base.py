@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-Buffer = bytes | bytearray | memoryview
+from s3kv.wire.body import Buffer as Buffer
+
 #: takes a ranged read's bytes in order as they arrive; a view is valid only during the call
 Sink = Callable[[memoryview], None]
 

@@ -3,9 +3,9 @@
 Every block read is one ranged GET of a segment. Through aiobotocore one costs the gateway
 ~2.3 ms of CPU for 256 KiB and ~5.3 ms for 2 MiB here (request building, signing through the
 event system, response parsing, a bytes object per socket read and a join), about twice what
-the GET itself costs. This path signs with SigV4 (warp.sigv4), sends the request on a
-keep-alive connection of warp.fastget's pool and copies the body from the connection's reused
-receive buffer into one buffer of the requested length: ~0.9 and ~2.5 ms.
+the GET itself costs. This path signs with SigV4 (s3kv.wire.sigv4), sends the request on a
+keep-alive connection of s3kv.wire.fastget's pool and copies the body from the connection's
+reused receive buffer into one buffer of the requested length: ~0.9 and ~2.5 ms.
 
 Errors are translated onto s3kv.errors as S3Backend.translate does for botocore's.
 """
@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 
 from s3kv.backends.base import Sink
 from s3kv.errors import BackendError, BackendUnavailable, ObjectMissing
-from warp.fastget import GetPool, ProtocolError
-from warp.sigv4 import EMPTY_SHA256, Credentials, Signer, quote_path
+from s3kv.wire.fastget import GetPool, ProtocolError
+from s3kv.wire.sigv4 import EMPTY_SHA256, Credentials, Signer, quote_path
 
 _CODE = re.compile(rb"<Code>([^<]{1,64})</Code>")
 _PARTIAL = frozenset({206})

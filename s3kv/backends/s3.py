@@ -29,10 +29,10 @@ from botocore.exceptions import (
 from botocore.httpsession import get_cert_path
 
 from s3kv.backends.base import Buffer, ObjectInfo, Sink, UploadInfo, feed_whole_range
-from s3kv.backends.body import SLICE, SlicedBody
 from s3kv.backends.ranged import RangedReader
 from s3kv.errors import BackendError, BackendUnavailable, ObjectMissing
-from warp.sigv4 import Credentials
+from s3kv.wire.body import SLICE, SlicedBody
+from s3kv.wire.sigv4 import Credentials
 
 T = TypeVar("T")
 

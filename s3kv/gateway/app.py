@@ -35,10 +35,10 @@ from s3kv.gateway.access import check_namespace, credential_table
 from s3kv.gateway.metrics import GatewayMetrics
 from s3kv.gateway.requests import parse_target
 from s3kv.gateway.s3xml import error_document
-from s3kv.gateway.sigv4 import SigV4Verifier
 from s3kv.gateway.state import STATE, GatewayState, MemoryBudget, state_of
 from s3kv.log import get_logger
 from s3kv.store.store import BlockStore
+from s3kv.wire.sigv4_verify import SigV4Verifier
 
 log = get_logger(__name__)
 

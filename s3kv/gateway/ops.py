@@ -10,8 +10,8 @@ from aiohttp import web
 
 from s3kv.errors import BackendError, RequestError
 from s3kv.gateway.access import ANONYMOUS, Credential
-from s3kv.gateway.sigv4 import AuthContext, has_auth
 from s3kv.gateway.state import GatewayState, state_of
+from s3kv.wire.sigv4_verify import AuthContext, has_auth
 
 READY_PROBE_TIMEOUT = 2.0
 #: where authenticate() leaves the request's credential

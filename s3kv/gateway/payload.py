@@ -43,14 +43,15 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from s3kv.errors import RequestError
 from s3kv.gateway.checksums import ALGORITHMS, Checksum, new_checksum
-from s3kv.gateway.sigv4 import (
-    EMPTY_SHA256,
-    AuthContext,
-    PayloadMode,
-    header_values,
-    parse_payload_mode,
-)
 from s3kv.sizes import MiB
+from s3kv.wire.sigv4 import (
+    EMPTY_SHA256,
+    PayloadMode,
+    chunk_string_to_sign,
+    parse_payload_mode,
+    signature,
+)
+from s3kv.wire.sigv4_verify import AuthContext, header_values
 
 PIECE_SIZE = 1 * MiB
 #: pieces at least this large are hashed in a worker thread (pipelined)
@@ -273,8 +274,8 @@ class BodyReader:
 
     def _sign(self, kind: str, prev: str, digest: str) -> str:
         assert self._auth is not None
-        sts = "\n".join([kind, self._auth.amz_date, self._auth.scope, prev, digest])
-        return hmac.new(self._auth.signing_key, sts.encode(), hashlib.sha256).hexdigest()
+        return signature(self._auth.signing_key, chunk_string_to_sign(
+            kind, self._auth.amz_date, self._auth.scope, prev, digest))
 
     async def _chunked(self) -> AsyncIterator[bytes]:
         verify = self.mode.chunk_signed and self._auth is not None

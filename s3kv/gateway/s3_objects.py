@@ -8,7 +8,6 @@ import dataclasses
 
 from aiohttp import web
 
-from s3kv.backends.body import SLICE
 from s3kv.errors import RequestError
 from s3kv.gateway import multipart, objattrs
 from s3kv.gateway.bodies import read_body
@@ -18,6 +17,7 @@ from s3kv.gateway.payload import BodyResult
 from s3kv.gateway.requests import Target, durability, parse_range, validate_key
 from s3kv.gateway.state import GatewayState
 from s3kv.store.codecs import codec_from_headers
+from s3kv.wire.body import SLICE
 
 
 async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
@@ -177,7 +177,7 @@ def _keep_content_type(resp: web.StreamResponse, headers: dict[str, str]) -> Non
 
 async def write_sliced(resp: web.StreamResponse, data: bytes | memoryview) -> None:
     """Write ``data`` in views of at most SLICE bytes: what one socket write leaves unsent,
-    Python 3.11's transport copies and then trims send by send (see s3kv/backends/body.py)."""
+    Python 3.11's transport copies and then trims send by send (see s3kv/wire/body.py)."""
     view = memoryview(data)
     for i in range(0, len(view), SLICE):
         await resp.write(view[i:i + SLICE])

@@ -17,11 +17,12 @@ from threadpoolctl import threadpool_limits
 
 from s3kv.config import Settings
 from s3kv.errors import ConfigError
+from s3kv.gateway.access import credential_table
 from s3kv.gateway.app import make_app
 from s3kv.gateway.multipart import UPLOADS, Uploads
 from s3kv.gateway.state import STATE
 from s3kv.log import get_logger
-from s3kv.store.store import BlockStore
+from s3kv.store.store import BlockStore, check_store_settings
 
 log = get_logger(__name__)
 
@@ -56,7 +57,16 @@ def check_exposure(settings: Settings, host: str) -> None:
             "S3KV_SECRET_KEY (clients sign with them), or listen on 127.0.0.1")
 
 
+def check_settings(settings: Settings) -> None:
+    """The settings the store and the gateway own, checked before anything starts (config.py
+    checks the rest on load): the default codec, the front credentials."""
+    check_store_settings(settings)
+    if settings.credentials_file or settings.access_key:
+        credential_table(settings.access_key, settings.secret_key, settings.credentials_file)
+
+
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
+    check_settings(settings)
     host, port = parse_listen(settings.listen)
     check_exposure(settings, host)
     if not (settings.access_key or settings.credentials_file):

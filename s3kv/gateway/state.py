@@ -13,8 +13,8 @@ from s3kv.errors import RequestError
 from s3kv.gateway.access import Credential
 from s3kv.gateway.conditions import KeyLocks
 from s3kv.gateway.metrics import GatewayMetrics
-from s3kv.gateway.sigv4 import SigV4Verifier
 from s3kv.store.store import BlockStore
+from s3kv.wire.sigv4_verify import SigV4Verifier
 
 
 class MemoryBudget:

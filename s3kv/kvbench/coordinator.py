@@ -22,9 +22,9 @@ from tqdm import tqdm
 from s3kv.errors import ConfigError
 from s3kv.kvbench.rank import RankPass, RunSpec
 from s3kv.kvbench.report import stats_delta
+from s3kv.wire.sigv4 import Credentials
 from warp.payload import PayloadSource
 from warp.s3 import S3Client
-from warp.sigv4 import Credentials
 
 #: a result line holds every latency of a pass; allow long lines
 LINE_LIMIT = 256 << 20

@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from s3kv.clock import now_ns, now_s
 from s3kv.kvbench.targets import GatewayTarget, IoResult, IoSetup, S3Target, Target
 from s3kv.kvbench.workload import ContextDist, Workload
-from warp.clock import now_ns, now_s
+from s3kv.wire.sigv4 import Credentials
 from warp.payload import PayloadSource
 from warp.records import RecordWriter
-from warp.sigv4 import Credentials
 
 
 @dataclass(frozen=True)

@@ -25,14 +25,14 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from s3kv.backends.body import SlicedBody
+from s3kv.clock import now_ns
 from s3kv.errors import ConfigError
 from s3kv.frames import FRAMES, STORED_HEADER, frames_head, read_records
-from warp.clock import now_ns
+from s3kv.wire.body import SlicedBody
+from s3kv.wire.sigv4 import Credentials
 from warp.payload import Hasher, PayloadSource, variant_of
 from warp.records import Record, RecordWriter
 from warp.s3 import OpResult, S3Client
-from warp.sigv4 import Credentials
 
 #: the gateway answers at most this many keys per native request
 MAX_BATCH_KEYS = 4096

@@ -19,11 +19,13 @@ from s3kv.config import Settings
 from s3kv.errors import (
     BackendError,
     BackendUnavailable,
+    ConfigError,
     InvalidInput,
     InvalidNamespace,
     NamespaceExists,
     NamespaceNotEmpty,
     NamespaceNotFound,
+    S3KVError,
     TooLarge,
 )
 from s3kv.log import get_logger
@@ -62,6 +64,14 @@ def validate_namespace(name: str) -> None:
         raise InvalidNamespace(
             f"invalid namespace (bucket) name {name!r}: 3-63 lowercase letters, digits, dots "
             "and hyphens, starting and ending with a letter or digit")
+
+
+def check_store_settings(settings: Settings) -> None:
+    """The settings only the store can check (config.py does not know the codecs)."""
+    try:
+        parse_codec_spec(settings.default_codec)
+    except S3KVError as exc:
+        raise ConfigError(f"default_codec: {exc}") from None
 
 
 class BlockStore:

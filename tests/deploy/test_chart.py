@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from s3kv.config import Settings
+from s3kv.gateway.server import check_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "s3kv"
@@ -326,6 +327,7 @@ def test_configmap_keys_are_settings_the_gateway_reads(values_file: Path | None)
     assert set(data) <= Settings.env_names(), set(data) - Settings.env_names()
     # and the gateway accepts them: the same parsing and validation `s3kv serve` does
     settings = Settings.load(env=data)
+    check_settings(settings)
     assert settings.listen == "0.0.0.0:9470"
     values = _values(values_file) or {}
     expected = copy.deepcopy(yaml.safe_load((CHART / "values.yaml").read_text())["config"])

@@ -25,6 +25,7 @@ import yaml
 
 from s3kv.cli import build_parser
 from s3kv.config import Settings
+from s3kv.gateway.server import check_settings
 from tests.support.s3server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,6 +229,7 @@ def test_compose_wires_minio_gateway_and_prometheus() -> None:
     s3kv_vars = {k for k in env if k.startswith("S3KV_")}
     assert s3kv_vars <= Settings.env_names(), s3kv_vars - Settings.env_names()
     settings = Settings.load(env={k: str(env[k]) for k in s3kv_vars})
+    check_settings(settings)
     endpoints = re.search(r"endpoint=([^&]+)", settings.store).group(1)  # type: ignore[union-attr]
     assert {e.split("//")[1].split(":")[0] for e in endpoints.split(",")} == hosts
     port = settings.listen.rsplit(":", 1)[1]

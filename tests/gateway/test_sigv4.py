@@ -15,7 +15,8 @@ from botocore.credentials import Credentials
 from multidict import CIMultiDict
 
 from s3kv.errors import RequestError
-from s3kv.gateway.sigv4 import AuthContext, PayloadMode, SigV4Verifier, canonical_query, has_auth
+from s3kv.wire.sigv4 import PayloadMode, canonical_query
+from s3kv.wire.sigv4_verify import AuthContext, SigV4Verifier, has_auth
 
 AK, SK = "AKIDS3KVTEST", "s3kv/secret+key"
 ENDPOINT = "http://localhost:9470"
@@ -209,7 +210,7 @@ def test_aws_streaming_example_seed_signature() -> None:
 def test_parse_stamp_matches_strptime_and_rejects_the_rest() -> None:
     from datetime import UTC, datetime
 
-    from s3kv.gateway.sigv4 import parse_stamp
+    from s3kv.wire.sigv4_verify import parse_stamp
 
     for text in ("20261130T120000Z", "20240229T235959Z", "19700101T000000Z"):
         assert parse_stamp(text) == datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)

@@ -29,6 +29,7 @@ from botocore.config import Config
 from s3kv.config import Settings
 from s3kv.errors import ConfigError
 from s3kv.frames import encode_frames
+from s3kv.gateway.server import check_settings
 from tests.reliability.conftest import Report
 from tests.support import rawhttp
 from tests.support.gateway import (
@@ -162,12 +163,14 @@ def test_bad_credentials_file_refused_at_start(tmp_path: Path,
         path = tmp_path / f"c{i}.toml"
         path.write_text(text)
         with pytest.raises(ConfigError, match=why):
-            Settings.load(env={"S3KV_CREDENTIALS_FILE": str(path)})
+            check_settings(Settings.load(env={"S3KV_CREDENTIALS_FILE": str(path)}))
     with pytest.raises(ConfigError, match="cannot read credentials file"):
-        Settings.load(env={"S3KV_CREDENTIALS_FILE": str(tmp_path / "absent.toml")})
+        check_settings(Settings.load(env={"S3KV_CREDENTIALS_FILE": str(tmp_path / "absent.toml")}))
     good = tmp_path / "good.toml"
     good.write_text(CREDENTIALS_TOML)
-    assert Settings.load(env={"S3KV_CREDENTIALS_FILE": str(good)}).credentials_file
+    settings = Settings.load(env={"S3KV_CREDENTIALS_FILE": str(good)})
+    check_settings(settings)
+    assert settings.credentials_file
     reliability_report.record("security", "bad credentials files refused at start "
                               "(missing secret, bad patterns, duplicates, unknown fields...)",
                               faults=len(BAD_FILES) + 1)

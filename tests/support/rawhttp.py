@@ -3,7 +3,7 @@
 Clients such as boto3 normalise paths, refuse control characters and frame bodies correctly;
 the security and fuzz suites need to send exactly the bytes they choose (``%2e%2e``, broken
 chunked framing, huge headers, a replayed signature with another body). The signer is written
-from the SigV4 specification, independently of s3kv/gateway/sigv4.py: the canonical URI is the
+from the SigV4 specification, independently of s3kv/wire/: the canonical URI is the
 path exactly as sent (S3 does not double-encode it).
 """
 

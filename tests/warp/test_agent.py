@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from warp.clock import now_s
+from s3kv.clock import now_s
 from warp.records import read_records
 from warp.runner import LiveStats
 

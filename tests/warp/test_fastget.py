@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from warp.fastget import GetPool
+from s3kv.wire.fastget import GetPool
 
 BODY = b"0123456789" * 1000
 

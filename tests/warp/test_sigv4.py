@@ -9,7 +9,7 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as BotoCredentials
 
-from warp.sigv4 import UNSIGNED, Credentials, Signer, canonical_query, quote_path
+from s3kv.wire.sigv4 import UNSIGNED, Credentials, Signer, canonical_query, quote_path
 
 
 class _UnsignedPayloadAuth(S3SigV4Auth):

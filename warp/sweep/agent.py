@@ -25,8 +25,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from s3kv.clock import now_s
 from warp.client import Job
-from warp.clock import now_s
 from warp.sweep.handles import LocalClient
 
 DEFAULT_PORT = 7761

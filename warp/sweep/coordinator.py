@@ -22,11 +22,11 @@ from typing import Any
 
 from tqdm import tqdm
 
+from s3kv.clock import now_s
 from s3kv.errors import ConfigError
 from warp.analysis import AnalysisOptions, analyze_files
 from warp.benchmarks import load
 from warp.client import Job
-from warp.clock import now_s
 from warp.config import BenchConfig
 from warp.records import read_records, write_records
 from warp.runner import delete_prefix, prepare_object_set

@@ -19,9 +19,9 @@ from typing import Any
 
 import aiohttp
 
+from s3kv.clock import now_s
 from s3kv.errors import S3KVError
 from warp.client import Job
-from warp.clock import now_s
 
 READY_TIMEOUT_S = 600.0  # the first GET phase may wait for nothing, later ones for no upload
 

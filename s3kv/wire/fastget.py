@@ -8,6 +8,9 @@ buffer is reused for the next read. Nothing is allocated per chunk and no body i
 Only what a GET needs of HTTP/1.1: one request at a time per keep-alive connection, bodies
 delimited by Content-Length (S3 servers answer GETs with it); a chunked response is accepted
 for short (error) bodies only, and one with neither is read to the end of the connection.
+
+Used by warp's S3 client for its GETs and by the S3 backend's ranged reads
+(:mod:`s3kv.backends.ranged`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from warp.clock import now_ns
+from s3kv.clock import now_ns
 
 RECV_BUFFER = 1 << 20
 HEAD_LIMIT = 64 << 10

@@ -10,56 +10,41 @@ through a second, normalised candidate); the query is re-encoded and sorted; the
 line is the ``x-amz-content-sha256`` header (``UNSIGNED-PAYLOAD`` for presigned URLs unless
 ``X-Amz-Content-Sha256`` is in the query). Unsigned ``x-amz-*`` headers are tolerated (SDKs
 differ on which they sign); every header that *is* listed in SignedHeaders is covered.
+
+The canonical request, string to sign and signing key are :mod:`s3kv.wire.sigv4`'s, the ones
+the signer uses.
 """
 
 from __future__ import annotations
 
-import enum
-import hashlib
 import hmac
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 from s3kv.errors import RequestError
+from s3kv.wire.sigv4 import (
+    ALGORITHM,
+    AMZ_DATE_FMT,
+    PayloadMode,
+    canonical_query,
+    canonical_request,
+    credential_scope,
+    derive_signing_key,
+    parse_payload_mode,
+    signature,
+    string_to_sign,
+    trim,
+    uri_encode,
+)
 
-ALGORITHM = "AWS4-HMAC-SHA256"
 MAX_SKEW = timedelta(minutes=15)
 MAX_PRESIGN_EXPIRES = 7 * 24 * 3600
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-_AMZ_DATE_FMT = "%Y%m%dT%H%M%SZ"
-_HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 _STAMP = re.compile(r"([0-9]{4})([0-9]{2})([0-9]{2})T([0-9]{2})([0-9]{2})([0-9]{2})Z")
 _SIG_RE = re.compile(r"^[0-9a-f]{64}$")
-_SPACES = re.compile(r" +")
-
-
-class PayloadMode(enum.Enum):
-    """What ``x-amz-content-sha256`` announced about the body."""
-
-    SIGNED = "signed"  # a hex SHA-256 of the whole body (AuthContext.content_sha256)
-    UNSIGNED = "UNSIGNED-PAYLOAD"
-    STREAMING_SIGNED = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
-    STREAMING_UNSIGNED_TRAILER = "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
-    STREAMING_SIGNED_TRAILER = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER"
-
-    @property
-    def streaming(self) -> bool:
-        return self.value.startswith("STREAMING-")
-
-    @property
-    def chunk_signed(self) -> bool:
-        return self in (PayloadMode.STREAMING_SIGNED, PayloadMode.STREAMING_SIGNED_TRAILER)
-
-    @property
-    def trailer(self) -> bool:
-        return self.value.endswith("-TRAILER")
-
-
-_LITERAL_MODES = {m.value: m for m in PayloadMode if m is not PayloadMode.SIGNED}
 
 
 @dataclass(frozen=True)
@@ -82,37 +67,6 @@ def _bad(code: str, message: str, status: int = 400) -> RequestError:
     return RequestError(code, message, status)
 
 
-def hmac_sha256(key: bytes, msg: str | bytes) -> bytes:
-    return hmac.new(key, msg.encode() if isinstance(msg, str) else msg, hashlib.sha256).digest()
-
-
-def derive_signing_key(secret: str, date: str, region: str, service: str = "s3") -> bytes:
-    k = hmac_sha256(("AWS4" + secret).encode(), date)
-    k = hmac_sha256(k, region)
-    k = hmac_sha256(k, service)
-    return hmac_sha256(k, "aws4_request")
-
-
-def uri_encode(text: str, *, keep_slash: bool) -> str:
-    """RFC 3986 encoding as SigV4 defines it: everything but A-Z a-z 0-9 - _ . ~ (and '/')."""
-    return quote(text, safe="/~" if keep_slash else "~")
-
-
-def canonical_query(raw_query: str, *, drop: str | None = None) -> str:
-    """Decode each name/value, re-encode strictly, sort by name then value; keep repeats."""
-    pairs: list[tuple[str, str]] = []
-    for part in raw_query.split("&"):
-        if not part:
-            continue
-        name, _, value = part.partition("=")
-        name = uri_encode(unquote(name), keep_slash=False)
-        if drop is not None and name == drop:
-            continue
-        pairs.append((name, uri_encode(unquote(value), keep_slash=False)))
-    pairs.sort()
-    return "&".join(f"{n}={v}" for n, v in pairs)
-
-
 def query_params(raw_query: str) -> dict[str, list[str]]:
     """Decoded query parameters, repeated names kept in order (``+`` is literal, as S3 reads it)."""
     out: dict[str, list[str]] = {}
@@ -123,18 +77,6 @@ def query_params(raw_query: str) -> dict[str, list[str]]:
     return out
 
 
-def parse_payload_mode(value: str) -> tuple[PayloadMode, str | None]:
-    """``x-amz-content-sha256`` -> (mode, lowercase hex digest when the payload is signed)."""
-    mode = _LITERAL_MODES.get(value)
-    if mode is not None:
-        return mode, None
-    if _HEX64.match(value):
-        return PayloadMode.SIGNED, value.lower()
-    raise _bad("InvalidArgument", "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, "
-               "STREAMING-UNSIGNED-PAYLOAD-TRAILER, STREAMING-AWS4-HMAC-SHA256-PAYLOAD, "
-               "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER or a valid sha256 value.")
-
-
 def header_values(headers: Mapping[str, str], name: str) -> list[str]:
     getall = getattr(headers, "getall", None)
     if getall is not None:
@@ -143,12 +85,9 @@ def header_values(headers: Mapping[str, str], name: str) -> list[str]:
     return [] if value is None else [value]
 
 
-def canonical_headers(headers: Mapping[str, str], signed: list[str]) -> str:
-    lines = []
-    for name in signed:
-        values = [_SPACES.sub(" ", v.strip()) for v in header_values(headers, name)]
-        lines.append(f"{name}:{','.join(values)}\n")
-    return "".join(lines)
+def signed_header_values(headers: Mapping[str, str], signed: list[str]) -> list[tuple[str, str]]:
+    """(name, value) of each signed header, repeated headers' trimmed values joined by ``,``."""
+    return [(name, ",".join(trim(v) for v in header_values(headers, name))) for name in signed]
 
 
 def parse_stamp(text: str) -> datetime:
@@ -257,7 +196,7 @@ class SigV4Verifier:
             except (IndexError, TypeError, ValueError):
                 raise _bad("AccessDenied", "AWS authentication requires a valid Date or "
                            "x-amz-date header", 403) from None
-            amz_date = when.strftime(_AMZ_DATE_FMT)
+            amz_date = when.strftime(AMZ_DATE_FMT)
         if amz_date[:8] != date:
             raise _bad("AuthorizationHeaderMalformed", f"invalid credential date {date!r}: it "
                        f"is not the date of the request ({amz_date[:8]})")
@@ -350,15 +289,15 @@ class SigV4Verifier:
                        "in our records.", 403)
         return access_key, date, region
 
-
     def _check_signature(self, method: str, raw_path: str, cquery: str,
                          headers: Mapping[str, str], signed: list[str], hashed_payload: str,
                          access_key: str, date: str, region: str, amz_date: str,
-                         signature: str, mode: PayloadMode, content_sha: str | None, *,
+                         given: str, mode: PayloadMode, content_sha: str | None, *,
                          presigned: bool) -> AuthContext:
-        scope = f"{date}/{region}/s3/aws4_request"
+        scope = credential_scope(date, region)
         key = self._signing_key(access_key, date, region)
-        cheaders = canonical_headers(headers, signed)
+        cheaders = signed_header_values(headers, signed)
+        signed_names = ";".join(signed)
         path = raw_path or "/"
         candidates = [path]
         normalised = uri_encode(unquote(path), keep_slash=True)
@@ -366,18 +305,16 @@ class SigV4Verifier:
             candidates.append(normalised)
         ok = False
         for cpath in candidates:
-            creq = "\n".join([method.upper(), cpath, cquery, cheaders, ";".join(signed),
-                              hashed_payload])
-            sts = "\n".join([ALGORITHM, amz_date, scope,
-                             hashlib.sha256(creq.encode()).hexdigest()])
-            expected = hmac.new(key, sts.encode(), hashlib.sha256).hexdigest()
+            creq = canonical_request(method.upper(), cpath, cquery, cheaders, signed_names,
+                                     hashed_payload)
+            expected = signature(key, string_to_sign(amz_date, scope, creq))
             # bytes: compare_digest raises TypeError on str with non-ASCII characters
             ok = hmac.compare_digest(expected.encode(),
-                                     signature.encode("utf-8", "surrogateescape")) or ok
-        if not ok or not _SIG_RE.match(signature):
+                                     given.encode("utf-8", "surrogateescape")) or ok
+        if not ok or not _SIG_RE.match(given):
             raise _bad("SignatureDoesNotMatch", "The request signature we calculated does not "
                        "match the signature you provided. Check your key and signing method.",
                        403)
         return AuthContext(access_key=access_key, region=region, date=date, amz_date=amz_date,
-                           scope=scope, signing_key=key, seed_signature=signature,
+                           scope=scope, signing_key=key, seed_signature=given,
                            payload_mode=mode, content_sha256=content_sha, presigned=presigned)

@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.payload import Payload
 
-from s3kv.backends.base import Buffer
-
+#: what a body is made of (the backends' Buffer)
+Buffer = bytes | bytearray | memoryview
 #: bytes per transport write: a few times the loopback socket's send window
 SLICE = 1 << 20
 
