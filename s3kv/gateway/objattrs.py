@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from email.utils import formatdate
 
 from s3kv.errors import RequestError
-from s3kv.gateway.payload import stored_content_encoding
 from s3kv.store import layout
 from s3kv.store.store import BlockMeta
+from s3kv.wire.sigv4_verify import header_values
 
 #: S3's limit on user metadata: the UTF-8 bytes of every name (without x-amz-meta-) and value
 MAX_USER_METADATA = 2048
@@ -135,6 +135,13 @@ def object_etag(meta: BlockMeta, attrs: ObjectAttrs | None = None) -> str:
     """The object's ETag, quoted, as every answer (PUT, Complete, GET, HEAD, LIST) gives it."""
     a = attrs if attrs is not None else attrs_of(meta)
     return f'"{a.etag or fast_etag(meta.crc, meta.size)}"'
+
+
+def stored_content_encoding(headers: Mapping[str, str]) -> str | None:
+    """The Content-Encoding to store with the object: the client's, less ``aws-chunked``."""
+    values = ",".join(header_values(headers, "content-encoding"))
+    kept = [v.strip() for v in values.split(",") if v.strip() and v.strip() != "aws-chunked"]
+    return ",".join(kept) or None
 
 
 def from_request(headers: Mapping[str, str]) -> ObjectAttrs:

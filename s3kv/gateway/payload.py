@@ -14,16 +14,11 @@ InvalidRequest). Errors from ``verify()``: XAmzContentSHA256Mismatch, BadDigest 
 byte is read. Nothing read is trustworthy until ``verify()`` has returned: the caller keeps the
 pieces private (a buffer it can drop) until then.
 
-The MD5 for the ETag is computed by default (``md5=False`` turns it off, for ``--etag fast``):
-~1.6 ms of CPU per MiB here; it gives clients the ETag S3 gives. Digests (MD5, SHA-256 of a
-signed payload, the client's checksum) are fed incrementally, piece by piece, never on a joined
-body. Pieces of ``offload_bytes`` (default 256 KiB) or more are hashed in a worker thread,
-pipelined: the thread hashes piece i while the loop reads piece i+1 (at most one piece in
-flight, so digests update in order; hashlib and zlib release the GIL on large buffers). Measured
-with benchmarks/etag_cost.py (docs/performance.md): against inline hashing, the same CPU, ~3x
-the body throughput of one reader on this loaded 2-core machine, and the event loop is no
-longer held for each MiB's digests. Smaller pieces are hashed inline (a thread hop would cost
-more than the hash). ``offload_bytes=None`` keeps the default; a huge value hashes inline.
+The MD5 for the ETag is computed by default (``md5=False``: ``--etag fast``). Digests (MD5, a
+signed payload's SHA-256, the client's checksum) are fed piece by piece, never on a joined body;
+pieces of ``offload_bytes`` (default 256 KiB) or more are hashed in a worker thread, pipelined
+(piece i hashes while the loop reads piece i+1; one in flight, so digests update in order).
+benchmarks/etag_cost.py: the same CPU as inline, 2.1 of MD5's 2.7 ms/MiB off the loop thread.
 """
 
 from __future__ import annotations
@@ -101,13 +96,6 @@ def _b64(value: str, size: int) -> bytes | None:
     except (binascii.Error, ValueError):
         return None
     return raw if len(raw) == size else None
-
-
-def stored_content_encoding(headers: Mapping[str, str]) -> str | None:
-    """The Content-Encoding to store with the object: the client's, less ``aws-chunked``."""
-    values = ",".join(header_values(headers, "content-encoding"))
-    kept = [v.strip() for v in values.split(",") if v.strip() and v.strip() != "aws-chunked"]
-    return ",".join(kept) or None
 
 
 class BodyReader:
