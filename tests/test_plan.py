@@ -85,7 +85,7 @@ def test_seed_node_defaults() -> None:
 
 
 def test_sessions_per_tb_matches_reference_csv() -> None:
-    # reference/kv-quant-quality.csv, 16 bits: 1743 sessions per TB at 10K tokens. That is
+    # s3kv/reference/kv-quant-quality.csv, 16 bits: 1743 sessions per TB at 10K tokens. That is
     # Qwen2.5-7B (57,344 B/token), decimal TB, whole sessions:
     # 1e12 / (10,000 x 57,344) = 1743.86 -> 1743 (TiB would give 1917; Llama 8B gives 762)
     p = plan(PlanInputs(model="qwen2.5-7b", context_tokens=10_000))

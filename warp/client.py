@@ -23,7 +23,8 @@ from typing import Any
 from s3kv.errors import S3KVError
 from warp.benchmarks import load
 from warp.config import BenchConfig
-from warp.runner import LiveStats, run_client
+from warp.recorder import LiveStats
+from warp.runner import run_client
 
 
 @dataclass(frozen=True)

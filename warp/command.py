@@ -18,7 +18,8 @@ from warp.analysis.report import to_dict, to_text
 from warp.benchmarks import load
 from warp.flags import add_client_flags, config_from_args, endpoints_of, profile_of
 from warp.localserver import LocalS3Server
-from warp.runner import LiveStats, run_client
+from warp.recorder import LiveStats
+from warp.runner import run_client
 
 
 def default_records_path(op: str) -> Path:

@@ -14,7 +14,8 @@ from typing import Any
 from s3kv.errors import ConfigError
 from s3kv.sizes import MiB
 
-#: Warp's defaults for a real cluster (the figure in reference/ was made with them)
+#: Warp's defaults for a real cluster (the built-in reference curve minio-qlc-8node, in
+#: s3kv/reference/, was made with them)
 WARP_OBJ_SIZE = 256 * MiB
 WARP_CONCURRENT = 32
 WARP_DURATION_S = 300.0

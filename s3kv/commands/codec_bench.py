@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from s3kv.errors import ConfigError
+from s3kv.reference import locate
 from s3kv.store.codecs import bench
 from s3kv.store.codecs.synth import synthetic_blocks
 
-DEFAULT_REFERENCE = Path("..") / "shared" / "reference" / "kv-quant-quality.csv"
+DEFAULT_REFERENCE = "kv-quant-quality"
 
 
 def register(subparsers: Any) -> None:
@@ -62,10 +63,10 @@ def register(subparsers: Any) -> None:
                    help="vectors per block when splitting .npy inputs (default: 4096)")
     p.add_argument("--repeat", type=int, default=3, metavar="N",
                    help="encode/decode every block N times for the timings (default: 3)")
-    p.add_argument("--reference", type=Path, default=None, metavar="CSV",
-                   help="reference quality table (effective_bits, compression_ratio, "
-                        "cosine_similarity); default: ../shared/reference/kv-quant-quality.csv "
-                        "relative to the current directory, skipped silently if absent")
+    p.add_argument("--reference", default=DEFAULT_REFERENCE, metavar="NAME|CSV",
+                   help="reference quality table: a built-in one by name or a CSV with "
+                        "effective_bits, compression_ratio, cosine_similarity (default: "
+                        f"{DEFAULT_REFERENCE}, the table shipped with s3kv)")
     p.add_argument("--check", action="store_true",
                    help="exit 1 if a kvq row's ratio or mean cosine is below its reference row")
     p.add_argument("--json", action="store_true",
@@ -77,9 +78,10 @@ def run(args: argparse.Namespace) -> int:
     for name in ("head_dim", "layers", "heads", "tokens", "block_vectors", "repeat"):
         if getattr(args, name) is not None and getattr(args, name) <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive")
-    ref_path = args.reference if args.reference is not None else DEFAULT_REFERENCE
-    if args.reference is not None and not ref_path.is_file():
-        raise ConfigError(f"--reference {ref_path}: no such file")
+    try:
+        ref_path = locate(args.reference)
+    except ConfigError as exc:
+        raise ConfigError(f"--reference: {exc}") from None
     reference = bench.load_reference(ref_path)
     sources: list[tuple[str, list[bench.F32]]] = []
     if not args.no_synthetic:

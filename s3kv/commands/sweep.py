@@ -37,9 +37,10 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     g.add_argument("--agent-token", default=os.environ.get("S3KV_AGENT_TOKEN", ""),
                    metavar="TOKEN", help="bearer token the agents expect "
                                          "[env S3KV_AGENT_TOKEN]")
-    g.add_argument("--reference", default="", metavar="FILE",
-                   help="reference curve to draw beside the measured one: CSV with clients, "
-                        "put_gib_s, get_gib_s (e.g. shared/reference/minio-qlc-8node-warp.csv)")
+    g.add_argument("--reference", default="", metavar="NAME|FILE",
+                   help="reference curve to draw beside the measured one: a built-in one by "
+                        "name (minio-qlc-8node: 8 MinIO nodes on QLC, Warp defaults) or a CSV "
+                        "with clients, put_gib_s, get_gib_s (GiB/s)")
     add_client_flags(p)
     p.set_defaults(func=run)
 
@@ -50,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
+    from s3kv.reference import locate
     from warp.flags import config_from_args, endpoints_of, profile_of
     from warp.localserver import LocalS3Server
     from warp.sweep import summary
@@ -57,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from warp.units import parse_client_range
 
     clients = tuple(parse_client_range(args.clients))
+    reference = str(locate(args.reference)) if args.reference else ""  # before any run
     ops = tuple(o.strip().lower() for o in args.ops.split(",") if o.strip())
     out = Path(args.out or time.strftime("sweep-%Y%m%d-%H%M%S"))
     endpoints = endpoints_of(args)
@@ -75,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = SweepConfig(
             template=config_from_args(args, "put", endpoints), clients=clients, out=out, ops=ops,
             agents=tuple(a.strip() for a in args.agents.split(",") if a.strip()),
-            agent_token=args.agent_token, reference=args.reference,
+            agent_token=args.agent_token, reference=reference,
             trim=profile_of(args).trim, local_server=server is not None,
             progress=not args.json)
         outcome = asyncio.run(Sweep(cfg).run())

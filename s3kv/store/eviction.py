@@ -14,23 +14,44 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
+from s3kv.backends.base import Backend
+from s3kv.config import Settings
 from s3kv.errors import BackendError
 from s3kv.log import get_logger
+from s3kv.store.catalog import Catalog
+from s3kv.store.fetch import Block
+from s3kv.store.index import Location
 from s3kv.store.segments import SegmentInfo, SegmentState, segment_key, sidecar_key
-
-if TYPE_CHECKING:
-    from s3kv.store.store import BlockStore
+from s3kv.store.stats import StoreStats
+from s3kv.store.writer import SegmentWriter
 
 log = get_logger(__name__)
 
 INTERVAL = 0.5
 
 
+class Rewriter(Protocol):
+    """What compaction needs of the store: a block's stored bytes, and appending them again."""
+
+    async def get_many(self, namespace: str, keys: Sequence[bytes], *,
+                       decode: bool = True) -> list[Block | None]: ...
+
+    async def rewrite(self, namespace: str, key: bytes, data: Block, old: Location) -> None: ...
+
+
 class Evictor:
-    def __init__(self, store: BlockStore) -> None:
-        self.store = store
+    def __init__(self, settings: Settings, backend: Backend, prefix: str, catalog: Catalog,
+                 writer: SegmentWriter, stats: StoreStats, rewriter: Rewriter) -> None:
+        self.settings = settings
+        self.backend = backend
+        self.prefix = prefix
+        self.catalog = catalog
+        self.writer = writer
+        self.stats = stats
+        self.rewriter = rewriter
 
     async def loop(self) -> None:
         while True:
@@ -41,9 +62,9 @@ class Evictor:
                 log.warning("eviction.failed", error=str(exc))
 
     def _choose(self) -> list[tuple[SegmentInfo, str]]:
-        s = self.store.settings
+        s = self.settings
         now = time.time()
-        sealed = self.store.segments.sealed()
+        sealed = self.catalog.segments.sealed()
         chosen: dict[int, tuple[SegmentInfo, str]] = {}
         if s.ttl > 0:
             for seg in sealed:
@@ -62,7 +83,7 @@ class Evictor:
                 chosen[seg.seg_id] = (seg, "low_live_ratio")
         if s.capacity > 0:
             total = sum(seg.length for seg in sealed if seg.seg_id not in chosen)
-            total += self.store.writer.memory_bytes()
+            total += self.writer.memory_bytes()
             for seg in sorted(sealed, key=lambda x: (x.last_access, x.sealed_at)):
                 if total <= s.capacity:
                     break
@@ -75,7 +96,7 @@ class Evictor:
         """Evict what the policy picks now; returns the number of segments deleted."""
         done = 0
         for seg, reason in self._choose():
-            if reason == "low_live_ratio" and self.store.settings.compact_mode == "compact" \
+            if reason == "low_live_ratio" and self.settings.compact_mode == "compact" \
                     and not await self._compact(seg):
                 continue  # the rewrite could not finish (backpressure): keep it, try later
             await self._delete(seg, reason)
@@ -84,40 +105,39 @@ class Evictor:
 
     async def _compact(self, seg: SegmentInfo) -> bool:
         """Rewrite the segment's hot live blocks; False if that could not be completed."""
-        store = self.store
-        entries = [e for e in store.index.segment_entries(seg.seg_id) if e[3]]
+        index = self.catalog.index
+        entries = [e for e in index.segment_entries(seg.seg_id) if e[3]]
         moved = 0
         for nid, key, loc, _hot in entries:
-            name = next((n for n, i in store.namespaces.items() if i == nid), None)
+            name = self.catalog.namespace_name(nid)
             if name is None:
                 continue
-            data = (await store.get_many(name, [key], decode=False))[0]
+            data = (await self.rewriter.get_many(name, [key], decode=False))[0]
             if data is None:
                 continue
-            if store.index.get(nid, key) != loc:
+            if index.get(nid, key) != loc:
                 continue  # overwritten meanwhile
             try:
-                await store.rewrite(name, key, data, loc)
+                await self.rewriter.rewrite(name, key, data, loc)
             except BackendError as exc:
                 log.warning("compaction.deferred", segment=seg.name, error=str(exc))
                 return False
             moved += len(data)
-        store.stats.compactions += 1
-        store.stats.compaction_bytes += moved
+        self.stats.compactions += 1
+        self.stats.compaction_bytes += moved
         log.info("segment.compacted", segment=seg.name, hot_blocks=len(entries), bytes=moved)
         return True
 
     async def _delete(self, seg: SegmentInfo, reason: str) -> None:
-        store = self.store
-        keys = [segment_key(store.prefix, seg.name), sidecar_key(store.prefix, seg.name)]
+        keys = [segment_key(self.prefix, seg.name), sidecar_key(self.prefix, seg.name)]
         seg.state = SegmentState.EVICTING  # reads now miss instead of racing the delete
         try:
-            await store.writer.retry.run(lambda: store.backend.delete_objects(keys))
+            await self.writer.retry.run(lambda: self.backend.delete_objects(keys))
         except BackendError:
             seg.state = SegmentState.SEALED  # still there: try again next round
             raise
-        blocks = store.forget_segment(seg.seg_id)
-        store.stats.evictions += 1
-        store.stats.evicted_bytes += seg.length
+        blocks = self.catalog.forget_segment(seg.seg_id)
+        self.stats.evictions += 1
+        self.stats.evicted_bytes += seg.length
         log.info("segment.evicted", segment=seg.name, reason=reason, bytes=seg.length,
                  live_blocks=blocks)

@@ -48,7 +48,7 @@ class OpenSegment:
         manifest = self.manifest_bytes + layout.entry_bytes(ns_new, key, attrs)
         return start + length + manifest + layout.TRAILER_SIZE <= segment_size
 
-    def _write(self, data: bytes | memoryview) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         """Copy into the current part (the only copy of a block's bytes on the write path);
         a full part is queued for upload as it is and never written again."""
         view = memoryview(data)
@@ -77,9 +77,9 @@ class OpenSegment:
     def append(self, data: bytes | memoryview, align: int) -> int:
         pad = layout.align_up(self.size, align) - self.size
         if pad:
-            self._write(bytes(pad))
+            self.write(bytes(pad))
         offset = self.size
-        self._write(data)
+        self.write(data)
         return offset
 
     def add_entry(self, entry: layout.Entry) -> None:

@@ -15,12 +15,12 @@ import asyncio
 import contextlib
 import json
 import time
-from typing import TYPE_CHECKING
 
-from s3kv.backends.base import ObjectInfo
+from s3kv.backends.base import Backend, ObjectInfo
 from s3kv.errors import BackendError, IntegrityError, InvalidInput
 from s3kv.log import get_logger
 from s3kv.store import layout
+from s3kv.store.catalog import Catalog
 from s3kv.store.codecs import parse_codec_spec
 from s3kv.store.index import Location
 from s3kv.store.segments import (
@@ -30,9 +30,6 @@ from s3kv.store.segments import (
     sidecar_key,
 )
 
-if TYPE_CHECKING:
-    from s3kv.store.store import BlockStore
-
 log = get_logger(__name__)
 
 #: multipart uploads of other nodes older than this are considered orphans
@@ -41,10 +38,15 @@ LOAD_CONCURRENCY = 16
 
 
 class Recovery:
-    def __init__(self, store: BlockStore) -> None:
-        self.store = store
-        self.prefix = store.prefix
-        self.backend = store.backend
+    def __init__(self, backend: Backend, prefix: str, catalog: Catalog, node_id: str,
+                 sync_interval: float) -> None:
+        """``node_id``: this node's (its unfinished uploads are a crash's); ``sync_interval``:
+        seconds between looks at other replicas' segments (0: never)."""
+        self.backend = backend
+        self.prefix = prefix
+        self.catalog = catalog
+        self.node_id = node_id
+        self.sync_interval = sync_interval
 
     # ---- listing ------------------------------------------------------------------------
     async def _list(self, kind: str) -> dict[str, ObjectInfo]:
@@ -96,27 +98,26 @@ class Recovery:
     # ---- applying -----------------------------------------------------------------------
     def _apply(self, manifests: list[layout.Manifest]) -> int:
         """Register segments and replay their entries, last writer wins. Returns entries."""
-        store = self.store
+        cat = self.catalog
         stream: list[tuple[float, int, layout.Entry]] = []
         for m in manifests:
-            info = store.segments.add(m.segment, SegmentState.SEALED, own=False)
+            info = cat.segments.add(m.segment, SegmentState.SEALED, own=False)
             info.length = m.segment_length
             info.sealed_at = info.last_access = info.created_at = m.created_at
             info.block_bytes = sum(e.length for e in m.entries if not e.tombstone)
             stream.extend((e.written_at, info.seg_id, e) for e in m.entries)
         stream.sort(key=lambda t: (t[0], t[1]))
         for _, seg_id, e in stream:
-            nid = store._register_namespace(e.namespace)
-            current = store.index.get(nid, e.key)
+            nid = cat.register_namespace(e.namespace)
+            current = cat.index.get(nid, e.key)
             if current is not None and current.written_at >= e.written_at:
                 continue
             if e.tombstone:
                 if current is not None:
-                    store.index.remove(nid, e.key)
-                    store._dead(current)
+                    cat.remove(nid, e.key)
                 continue
-            store._index_put(nid, e.key, Location(seg_id, e.offset, e.length, e.raw_length,
-                                                  e.crc, e.codec, e.written_at, e.attrs))
+            cat.put(nid, e.key, Location(seg_id, e.offset, e.length, e.raw_length, e.crc,
+                                         e.codec, e.written_at, e.attrs))
         return len(stream)
 
     # ---- start --------------------------------------------------------------------------
@@ -133,21 +134,21 @@ class Recovery:
         entries = self._apply(manifests)
         await self._abort_orphans()
         log.info("store.recovered", segments=len(manifests), entries=entries,
-                 blocks=len(self.store.index), stale_sidecars=len(stale),
+                 blocks=len(self.catalog.index), stale_sidecars=len(stale),
                  seconds=round(time.monotonic() - started, 3))
 
     async def _load_namespaces(self) -> None:
         for obj in await self.backend.list_objects(f"{self.prefix}namespaces/"):
             try:
                 record = json.loads(await self.backend.get_object(obj.key))
-                self.store._register_namespace(str(record["name"]),
-                                               parse_codec_spec(str(record.get("codec", "none"))),
-                                               float(record.get("created_at", 0.0)))
+                self.catalog.register_namespace(
+                    str(record["name"]), parse_codec_spec(str(record.get("codec", "none"))),
+                    float(record.get("created_at", 0.0)))
             except (ValueError, KeyError, BackendError, InvalidInput) as exc:
                 log.warning("namespace.unreadable", key=obj.key, error=str(exc))
 
     async def _abort_orphans(self) -> None:
-        own = f"{self.prefix}segments/{self.store.writer.node_id}/"
+        own = f"{self.prefix}segments/{self.node_id}/"
         now = time.time()
         try:
             uploads = await self.backend.list_multipart_uploads(f"{self.prefix}segments/")
@@ -163,14 +164,14 @@ class Recovery:
     # ---- running ------------------------------------------------------------------------
     async def sync_once(self) -> int:
         """Load segments sealed by other replicas, forget vanished ones. Returns new segments."""
-        store = self.store
+        cat = self.catalog
         listed_at = time.time()
         segs = await self._list("segments")
         sidecars = await self._list("manifests")
-        known = store.segments.names()
-        for info in store.segments.sealed():
+        known = cat.segments.names()
+        for info in cat.segments.sealed():
             if info.name not in segs and info.sealed_at < listed_at:
-                dropped = store.forget_segment(info.seg_id)
+                dropped = cat.forget_segment(info.seg_id)
                 log.info("segment.vanished", segment=info.name, blocks=dropped)
         # only segments whose sidecar exists: a segment without one may still be completing
         new = sorted(n for n in segs if n not in known and n in sidecars)
@@ -180,7 +181,7 @@ class Recovery:
         return len(new)
 
     async def sync_loop(self) -> None:
-        interval = self.store.settings.sync_interval
+        interval = self.sync_interval
         if interval <= 0:
             return
         while True:

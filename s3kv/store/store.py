@@ -1,7 +1,9 @@
 """BlockStore: the block store's public face. Knows nothing of HTTP.
 
 put -> codec -> checksum -> segment writer (-> backend); get -> index -> memory / DRAM tier /
-coalesced ranged GET -> checksum -> codec. Recovery, replica sync and eviction run beside it.
+coalesced ranged GET -> checksum -> codec. Recovery, replica sync and eviction run beside it,
+on the store's :class:`~s3kv.store.catalog.Catalog` (what is where), never on the store: no
+other module of s3kv.store imports this one.
 """
 
 from __future__ import annotations
@@ -24,14 +26,15 @@ from s3kv.errors import (
     InvalidNamespace,
     NamespaceExists,
     NamespaceNotEmpty,
-    NamespaceNotFound,
     S3KVError,
     TooLarge,
 )
 from s3kv.log import get_logger
 from s3kv.store import layout
+from s3kv.store.catalog import Catalog
 from s3kv.store.codecs import NONE_ID, CodecSpec, codec_for, parse_codec_spec
 from s3kv.store.dram import DramCache
+from s3kv.store.eviction import Evictor
 from s3kv.store.fetch import Block, BlockFetcher, checksum_async
 from s3kv.store.index import BlockIndex, Location
 from s3kv.store.recovery import Recovery
@@ -75,25 +78,48 @@ def check_store_settings(settings: Settings) -> None:
 
 
 class BlockStore:
-    def __init__(self, backend: Backend, prefix: str, settings: Settings) -> None:
+    def __init__(self, backend: Backend, prefix: str, settings: Settings, *,
+                 owns_backend: bool = False) -> None:
+        """``owns_backend``: close the backend on :meth:`close`."""
         self.backend = backend
         self.prefix = prefix
         self.settings = settings
         self.stats = StoreStats()
-        self.index = BlockIndex()
-        self.segments = SegmentTable()
+        self.catalog = Catalog()
         self.dram = DramCache(settings.dram_cache)
-        self.namespaces: dict[str, int] = {}
-        self.namespace_codecs: dict[str, CodecSpec] = {}
-        self.namespace_created: dict[str, float] = {}
-        self.writer = SegmentWriter(backend, prefix, settings, self.segments, self.stats,
+        self.writer = SegmentWriter(backend, prefix, settings, self.catalog.segments, self.stats,
                                     self._segment_failed)
         self.ready = False
-        self.fetcher = BlockFetcher(backend, prefix, self.index, self.segments, self.dram,
-                                    self.writer, self.stats, self.forget_segment, self._dead)
+        self.fetcher = BlockFetcher(backend, prefix, self.catalog.index, self.catalog.segments,
+                                    self.dram, self.writer, self.stats,
+                                    self.catalog.forget_segment, self.catalog.dead)
+        self._recovery = Recovery(backend, prefix, self.catalog, self.writer.node_id,
+                                  settings.sync_interval)
+        self._evictor = Evictor(settings, backend, prefix, self.catalog, self.writer,
+                                self.stats, self)
         self._background: list[asyncio.Task[None]] = []
-        self._recovery: Recovery | None = None
-        self._owns_backend = False
+        self._owns_backend = owns_backend
+
+    # ---- what is where (the catalog's, read by the gateway and tests) -------------------
+    @property
+    def index(self) -> BlockIndex:
+        return self.catalog.index
+
+    @property
+    def segments(self) -> SegmentTable:
+        return self.catalog.segments
+
+    @property
+    def namespaces(self) -> dict[str, int]:
+        return self.catalog.namespaces
+
+    @property
+    def namespace_codecs(self) -> dict[str, CodecSpec]:
+        return self.catalog.namespace_codecs
+
+    @property
+    def namespace_created(self) -> dict[str, float]:
+        return self.catalog.namespace_created
 
     # ---- lifecycle ----------------------------------------------------------------------
     @classmethod
@@ -104,17 +130,17 @@ class BlockStore:
         if backend is None:
             backend, prefix = await open_backend(settings.store,
                                                  request_timeout=settings.backend_timeout)
-        store = cls(backend, prefix, settings)
-        store._owns_backend = owns
-        from s3kv.store.eviction import Evictor
-
-        recovery = Recovery(store)
-        store._recovery = recovery
-        await recovery.rebuild()
-        store.ready = True
-        store._background.append(asyncio.create_task(recovery.sync_loop()))
-        store._background.append(asyncio.create_task(Evictor(store).loop()))
+        store = cls(backend, prefix, settings, owns_backend=owns)
+        await store.start()
         return store
+
+    async def start(self) -> None:
+        """Rebuild the index from manifests, then start replica sync and eviction (once)."""
+        assert not self.ready, "the store is started already"
+        await self._recovery.rebuild()
+        self.ready = True
+        self._background.append(asyncio.create_task(self._recovery.sync_loop()))
+        self._background.append(asyncio.create_task(self._evictor.loop()))
 
     async def close(self) -> None:
         """Seal and upload everything in memory, stop background work, close the backend."""
@@ -132,23 +158,11 @@ class BlockStore:
 
     async def recovery_sync(self) -> int:
         """Pick up other replicas' new segments now (also runs every sync_interval)."""
-        assert self._recovery is not None
         return await self._recovery.sync_once()
 
     # ---- namespaces ---------------------------------------------------------------------
     def ns_id(self, name: str) -> int:
-        nid = self.namespaces.get(name)
-        if nid is None:
-            raise NamespaceNotFound(f"namespace {name!r} does not exist")
-        return nid
-
-    def _register_namespace(self, name: str, codec: CodecSpec | None = None,
-                            created_at: float = 0.0) -> int:
-        if name not in self.namespaces:
-            self.namespaces[name] = max(self.namespaces.values(), default=0) + 1
-            self.namespace_codecs[name] = codec or CodecSpec()
-            self.namespace_created[name] = created_at
-        return self.namespaces[name]
+        return self.catalog.ns_id(name)
 
     async def create_namespace(self, name: str, codec: str | CodecSpec | None = None) -> None:
         """Create a namespace with its default codec (``none``, ``zstd:level=3``, ``kvq:...``:
@@ -165,7 +179,7 @@ class BlockStore:
         await self.writer.retry.run(lambda: self.backend.put_object(
             f"{self.prefix}namespaces/{name}.json", record))
         self.stats.backend_bytes_written += len(record)
-        self._register_namespace(name, spec, created)
+        self.catalog.register_namespace(name, spec, created)
 
     async def delete_namespace(self, name: str) -> None:
         nid = self.ns_id(name)
@@ -173,9 +187,7 @@ class BlockStore:
             raise NamespaceNotEmpty(f"namespace {name!r} is not empty")
         await self.writer.retry.run(lambda: self.backend.delete_objects(
             [f"{self.prefix}namespaces/{name}.json"]))
-        self.namespaces.pop(name)
-        self.namespace_codecs.pop(name, None)
-        self.namespace_created.pop(name, None)
+        self.catalog.drop_namespace(name)
         self.dram.invalidate_namespace(nid)
 
     def list_namespaces(self) -> list[str]:
@@ -213,8 +225,8 @@ class BlockStore:
         entry = layout.Entry(namespace, key, 0, len(stored), raw_len, crc, codec_id, 0.0,
                              attrs=attrs)
         seg, placed = await self.writer.append(entry, stored)
-        self._index_put(nid, key, Location(seg.info.seg_id, placed.offset, len(stored), raw_len,
-                                           crc, codec_id, placed.written_at, attrs))
+        self.catalog.put(nid, key, Location(seg.info.seg_id, placed.offset, len(stored), raw_len,
+                                            crc, codec_id, placed.written_at, attrs))
         self.dram.invalidate(nid, key)
         self.stats.blocks_put += 1
         self.stats.bytes_accepted += raw_len
@@ -239,19 +251,6 @@ class BlockStore:
         for fut in futures:
             await fut
 
-    def _index_put(self, nid: int, key: bytes, loc: Location) -> None:
-        old = self.index.put(nid, key, loc)
-        if old is not None:
-            self._dead(old)
-        info = self.segments.get(loc.segment)
-        if info is not None and not info.own:
-            info.live_bytes += loc.length
-
-    def _dead(self, loc: Location) -> None:
-        info = self.segments.get(loc.segment)
-        if info is not None:
-            info.live_bytes -= loc.length
-
     async def rewrite(self, namespace: str, key: bytes, data: Block, old: Location) -> None:
         """Compaction: append a live block again, unless it changed meanwhile."""
         nid = self.ns_id(namespace)
@@ -260,23 +259,20 @@ class BlockStore:
         seg, placed = await self.writer.append(entry, data)
         if self.index.get(nid, key) != old:
             return  # overwritten or deleted while we appended: the newer write stands
-        self._index_put(nid, key, Location(seg.info.seg_id, placed.offset, old.length,
-                                           old.raw_length, old.crc, old.codec,
-                                           placed.written_at, old.attrs))
+        self.catalog.put(nid, key, Location(seg.info.seg_id, placed.offset, old.length,
+                                            old.raw_length, old.crc, old.codec,
+                                            placed.written_at, old.attrs))
 
     async def evict_now(self) -> int:
         """Run the eviction policy once (tests and operations)."""
-        from s3kv.store.eviction import Evictor
-
-        return await Evictor(self).run_once()
+        return await self._evictor.run_once()
 
     async def delete(self, namespace: str, key: bytes) -> bool:
         nid = self.ns_id(namespace)
-        old = self.index.remove(nid, key)
+        old = self.catalog.remove(nid, key)
         self.dram.invalidate(nid, key)
         if old is None:
             return False
-        self._dead(old)
         self.stats.deletes += 1
         tomb = layout.Entry(namespace, key, 0, 0, 0, 0, 0, 0.0, layout.FLAG_TOMBSTONE)
         try:
@@ -290,9 +286,7 @@ class BlockStore:
             raise InvalidInput(f"key must be 1..{layout.MAX_KEY_BYTES} bytes, got {len(key)}")
 
     def _segment_failed(self, info: SegmentInfo) -> None:
-        lost = self.index.drop_segment(info.seg_id)
-        self.stats.blocks_lost += lost
-        self.segments.remove(info.seg_id)
+        self.stats.blocks_lost += self.catalog.forget_segment(info.seg_id)
 
     # ---- reads --------------------------------------------------------------------------
     def head(self, namespace: str, key: bytes) -> BlockMeta | None:
@@ -340,13 +334,7 @@ class BlockStore:
         leading = next((i for i, p in enumerate(present) if not p), len(present))
         return leading, present
 
-    # ---- segments -----------------------------------------------------------------------
-    def forget_segment(self, seg_id: int) -> int:
-        """Drop a segment and every block it holds from the index (it is gone)."""
-        dropped = self.index.drop_segment(seg_id)
-        self.segments.remove(seg_id)
-        return dropped
-
+    # ---- figures ------------------------------------------------------------------------
     def summary(self) -> dict[str, float]:
         out = self.stats.as_dict()
         out["index_entries"] = len(self.index)

@@ -258,9 +258,9 @@ class SegmentWriter:
             manifest.segment_length = offset + len(body) + layout.TRAILER_SIZE
             body = manifest.encode()  # same length, now with the segment length filled in
             if offset > seg.size:
-                seg._write(bytes(offset - seg.size))
-            seg._write(body)
-            seg._write(layout.encode_trailer(offset, body))
+                seg.write(bytes(offset - seg.size))
+            seg.write(body)
+            seg.write(layout.encode_trailer(offset, body))
             seg.finish_last_part()
             seg.queue.put_nowait(None)
             assert seg.uploader is not None

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from s3kv.clock import now_s
+from warp.recorder import LiveStats
 from warp.records import read_records
-from warp.runner import LiveStats
 
 
 def _free_port() -> int:

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from s3kv.reference import locate
 from warp.records import read_records
 from warp.sweep.plot import DPI, HEIGHT_IN, WIDTH_IN
 
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / \
-    "minio-qlc-8node-warp.csv"
+REFERENCE = locate("minio-qlc-8node")  # shipped with the package
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -61,8 +61,6 @@ def test_sweep_clients_1_to_3(s3_server: Any, s3_client: Any, bucket: str,
 
 
 def test_reference_file_shape() -> None:
-    if not REFERENCE.exists():  # the shared data sits beside the repository
-        return
     from warp.sweep.summary import knee, read_reference, saturation
 
     ref = read_reference(REFERENCE)

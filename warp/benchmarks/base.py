@@ -6,15 +6,13 @@ import asyncio
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from s3kv.errors import S3KVError
 from warp.config import BenchConfig
 from warp.payload import PayloadSource, variant_of
+from warp.recorder import Recorder
 from warp.s3 import OpResult, S3Client
-
-if TYPE_CHECKING:
-    from warp.runner import Recorder
 
 
 class BenchError(S3KVError):

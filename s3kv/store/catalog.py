@@ -1,0 +1,83 @@
+"""The store's catalog: what is where.
+
+The block index (namespace id, key) -> location, the segment table, the namespaces (name -> id,
+codec, creation time) and the live bytes of each segment: a block overwritten or deleted is
+dead in its segment, which eviction reads to find segments worth dropping or compacting.
+
+:class:`~s3kv.store.store.BlockStore` composes one; the background jobs (recovery, eviction)
+and the fetcher work on it through these methods and never on the store itself.
+"""
+
+from __future__ import annotations
+
+from s3kv.errors import NamespaceNotFound
+from s3kv.store.codecs import CodecSpec
+from s3kv.store.index import BlockIndex, Location
+from s3kv.store.segments import SegmentTable
+
+
+class Catalog:
+    def __init__(self) -> None:
+        self.index = BlockIndex()
+        self.segments = SegmentTable()
+        self.namespaces: dict[str, int] = {}
+        self.namespace_codecs: dict[str, CodecSpec] = {}
+        self.namespace_created: dict[str, float] = {}
+
+    # ---- namespaces ---------------------------------------------------------------------
+    def ns_id(self, name: str) -> int:
+        nid = self.namespaces.get(name)
+        if nid is None:
+            raise NamespaceNotFound(f"namespace {name!r} does not exist")
+        return nid
+
+    def namespace_name(self, nid: int) -> str | None:
+        return next((n for n, i in self.namespaces.items() if i == nid), None)
+
+    def register_namespace(self, name: str, codec: CodecSpec | None = None,
+                           created_at: float = 0.0) -> int:
+        """The namespace's id, registering it first if it is new (at start, from its record
+        or from the first entry that names it)."""
+        if name not in self.namespaces:
+            self.namespaces[name] = max(self.namespaces.values(), default=0) + 1
+            self.namespace_codecs[name] = codec or CodecSpec()
+            self.namespace_created[name] = created_at
+        return self.namespaces[name]
+
+    def drop_namespace(self, name: str) -> int:
+        """Forget a namespace (its blocks must be gone); returns the id it had."""
+        nid = self.namespaces.pop(name)
+        self.namespace_codecs.pop(name, None)
+        self.namespace_created.pop(name, None)
+        return nid
+
+    # ---- blocks -------------------------------------------------------------------------
+    def put(self, nid: int, key: bytes, loc: Location) -> None:
+        """Point the key at ``loc``; what it pointed at before is dead."""
+        old = self.index.put(nid, key, loc)
+        if old is not None:
+            self.dead(old)
+        info = self.segments.get(loc.segment)
+        if info is not None and not info.own:
+            info.live_bytes += loc.length
+
+    def remove(self, nid: int, key: bytes) -> Location | None:
+        """Drop the key; its block is dead. Returns where it was (None: it was absent)."""
+        old = self.index.remove(nid, key)
+        if old is not None:
+            self.dead(old)
+        return old
+
+    def dead(self, loc: Location) -> None:
+        """The block at ``loc`` is no longer live in its segment."""
+        info = self.segments.get(loc.segment)
+        if info is not None:
+            info.live_bytes -= loc.length
+
+    # ---- segments -----------------------------------------------------------------------
+    def forget_segment(self, seg_id: int) -> int:
+        """Drop a segment and every block it holds from the index (it is gone); returns
+        how many blocks that was."""
+        dropped = self.index.drop_segment(seg_id)
+        self.segments.remove(seg_id)
+        return dropped
