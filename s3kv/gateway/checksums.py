@@ -188,8 +188,3 @@ ALGORITHMS: dict[str, tuple[Callable[[], Checksum], int]] = {
 
 def new_checksum(name: str) -> Checksum:
     return ALGORITHMS[name][0]()
-
-
-def is_slow(name: str) -> bool:
-    """True for the numpy CRC fallbacks (worth a worker thread for large pieces)."""
-    return name in ("crc32c", "crc64nvme") and _crt is None

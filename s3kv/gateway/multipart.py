@@ -1,18 +1,34 @@
 """Multipart uploads at the gateway: parts are staged in memory (within the memory budget)
 and become one block at CompleteMultipartUpload. A block is at most ``max_block_size``, so an
-upload is bounded; idle uploads are dropped after ``UPLOAD_TTL`` seconds."""
+upload is bounded; idle uploads are dropped after ``UPLOAD_TTL`` seconds.
+
+The object's ETag is ``md5(concatenated part MD5s)-N`` as S3's (``--etag fast``: of the parts'
+fast ETags); its attributes (content headers and user metadata from CreateMultipartUpload, the
+part sizes for GET ?partNumber, the flexible checksum) are stored with the block. A checksum
+algorithm declared at Create (``x-amz-checksum-algorithm``) is echoed by every call; the
+object's checksum is COMPOSITE (``base64(H(part digests))-N``) or FULL_OBJECT (CRCs only: the
+checksum of the whole body) as ``x-amz-checksum-type`` asks. A Complete repeated after success
+(a client retry) gets the first answer again, from a bounded memory of recent completions.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import hashlib
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 
 from aiohttp import web
+from zlib_ng import zlib_ng
 
 from s3kv.errors import RequestError
 from s3kv.gateway.bodies import read_body, read_small
+from s3kv.gateway.checksums import ALGORITHMS, new_checksum
+from s3kv.gateway.conditions import check_write, is_conditional_write
+from s3kv.gateway.objattrs import Checksum, ObjectAttrs, fast_etag, from_request, object_etag
 from s3kv.gateway.requests import Target, durability, validate_key
 from s3kv.gateway.s3xml import (
     complete_multipart_upload,
@@ -25,6 +41,17 @@ from s3kv.store.codecs import CodecSpec, codec_from_headers
 XML = "application/xml"
 MIN_PART = 5 * 1024 * 1024
 UPLOAD_TTL = 3600.0
+#: completed uploads remembered for a repeated Complete (each costs a few hundred bytes)
+COMPLETED_MEMORY = 1024
+_CRCS = ("crc32", "crc32c", "crc64nvme")
+
+
+@dataclass
+class Part:
+    data: bytes
+    etag: str  # quoted
+    reserved: int  # memory budget held
+    checksum: str | None = None  # base64 digest in the upload's checksum algorithm
 
 
 @dataclass
@@ -32,17 +59,35 @@ class Upload:
     bucket: str
     key: bytes
     codec: CodecSpec | None = None  # declared at CreateMultipartUpload
+    attrs: ObjectAttrs = field(default_factory=ObjectAttrs)  # content headers, user metadata
+    algorithm: str | None = None  # x-amz-checksum-algorithm, lower case
+    checksum_type: str = "COMPOSITE"
     created: float = field(default_factory=time.monotonic)
-    parts: dict[int, tuple[bytes, str, int]] = field(default_factory=dict)  # data, etag, budget
+    parts: dict[int, Part] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
-        return sum(len(p[0]) for p in self.parts.values())
+        return sum(len(p.data) for p in self.parts.values())
+
+    def checksum_headers(self) -> dict[str, str]:
+        if self.algorithm is None:
+            return {}
+        return {"x-amz-checksum-algorithm": self.algorithm.upper(),
+                "x-amz-checksum-type": self.checksum_type}
+
+
+@dataclass(frozen=True)
+class Completed:
+    bucket: str
+    key: bytes
+    body: bytes
+    headers: dict[str, str]
 
 
 class Uploads:
     def __init__(self) -> None:
         self.active: dict[str, Upload] = {}
+        self.completed: OrderedDict[str, Completed] = OrderedDict()
 
     def get(self, upload_id: str, t: Target) -> Upload:
         up = self.active.get(upload_id)
@@ -54,13 +99,18 @@ class Uploads:
     def drop(self, upload_id: str, st: GatewayState) -> None:
         up = self.active.pop(upload_id, None)
         if up is not None:
-            for _, _, reserved in up.parts.values():
-                st.budget.release(reserved)
+            for part in up.parts.values():
+                st.budget.release(part.reserved)
 
     def expire(self, st: GatewayState) -> None:
         now = time.monotonic()
         for uid in [u for u, up in self.active.items() if now - up.created > UPLOAD_TTL]:
             self.drop(uid, st)
+
+    def remember(self, upload_id: str, done: Completed) -> None:
+        self.completed[upload_id] = done
+        while len(self.completed) > COMPLETED_MEMORY:
+            self.completed.popitem(last=False)
 
 
 UPLOADS: web.AppKey[Uploads] = web.AppKey("s3kv_uploads", Uploads)
@@ -72,6 +122,26 @@ def uploads_of(request: web.Request) -> Uploads:
     return request.app[UPLOADS]
 
 
+def _checksum_declaration(request: web.Request) -> tuple[str | None, str]:
+    raw = request.headers.get("x-amz-checksum-algorithm")
+    kind = request.headers.get("x-amz-checksum-type", "").strip().upper()
+    if raw is None:
+        if kind:
+            raise RequestError("InvalidRequest", "x-amz-checksum-type needs "
+                               "x-amz-checksum-algorithm.")
+        return None, "COMPOSITE"
+    algo = raw.strip().lower()
+    if algo not in ALGORITHMS:
+        raise RequestError("InvalidRequest", f"Checksum algorithm {raw!r} is not supported: use "
+                           "CRC32, CRC32C, CRC64NVME, SHA1 or SHA256.")
+    kind = kind or ("FULL_OBJECT" if algo == "crc64nvme" else "COMPOSITE")
+    if kind not in ("COMPOSITE", "FULL_OBJECT") or (kind == "FULL_OBJECT" and algo not in _CRCS) \
+            or (kind == "COMPOSITE" and algo == "crc64nvme"):
+        raise RequestError("InvalidRequest", f"The {kind} checksum type cannot be used with the "
+                           f"{algo.upper()} checksum algorithm.")
+    return algo, kind
+
+
 async def create(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
     key = validate_key(t.key)
     st.store.ns_id(t.bucket)
@@ -79,9 +149,11 @@ async def create(request: web.Request, st: GatewayState, t: Target) -> web.Strea
     ups.expire(st)
     upload_id = uuid.uuid4().hex
     codec = codec_from_headers(request.headers, st.store.namespace_codecs[t.bucket])
-    ups.active[upload_id] = Upload(t.bucket, key, codec)
+    algo, kind = _checksum_declaration(request)
+    up = Upload(t.bucket, key, codec, from_request(request.headers), algo, kind)
+    ups.active[upload_id] = up
     return web.Response(body=initiate_multipart_upload(t.bucket, t.key, upload_id),
-                        content_type=XML)
+                        content_type=XML, headers=up.checksum_headers())
 
 
 async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
@@ -103,6 +175,12 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
     raise RequestError("NotImplemented", "s3kv does not implement ListParts.", 501)
 
 
+def _digest(algo: str, data: bytes) -> str:
+    h = new_checksum(algo)
+    h.update(data)
+    return base64.b64encode(h.digest()).decode()
+
+
 async def upload_part(request: web.Request, st: GatewayState, t: Target,
                       up: Upload) -> web.StreamResponse:
     try:
@@ -112,42 +190,116 @@ async def upload_part(request: web.Request, st: GatewayState, t: Target,
     if not 1 <= number <= 10000:
         raise RequestError("InvalidArgument", "Part number must be an integer between 1 and "
                            "10000, inclusive.")
-    room = st.settings.max_block_size - up.size + len(up.parts.get(number, (b"",))[0])
+    have = up.parts.get(number)
+    room = st.settings.max_block_size - up.size + (len(have.data) if have else 0)
     if room <= 0:
         raise RequestError("EntityTooLarge", "The upload exceeds the gateway's max block size.")
-    body = await read_body(request, st, room, md5=True)
-    etag = f'"{body.result.md5_hex}"'
+    body = await read_body(request, st, room, md5=st.settings.etag == "md5")
+    try:
+        data = bytes(body.data)
+        sent = body.result.checksums
+        if up.algorithm is not None and sent and up.algorithm not in sent:
+            raise RequestError("InvalidRequest", f"The upload was created with the "
+                               f"{up.algorithm.upper()} checksum algorithm; this part carries "
+                               f"{sorted(sent)[0].upper()}.")
+        checksum = None
+        if up.algorithm is not None:
+            checksum = sent.get(up.algorithm) or await asyncio.to_thread(_digest, up.algorithm,
+                                                                         data)
+        md5 = body.result.md5_hex
+        etag = f'"{md5}"' if md5 else f'"{fast_etag(zlib_ng.crc32(data), len(data))}"'
+    except BaseException:
+        st.budget.release(body.reserved)
+        raise
     old = up.parts.pop(number, None)
     if old is not None:
-        st.budget.release(old[2])
-    up.parts[number] = (bytes(body.data), etag, body.reserved)
-    return web.Response(headers={"ETag": etag})
+        st.budget.release(old.reserved)
+    up.parts[number] = Part(data, etag, body.reserved, checksum)
+    headers = {"ETag": etag}
+    if checksum is not None and up.algorithm is not None:
+        headers[f"x-amz-checksum-{up.algorithm}"] = checksum
+    return web.Response(headers=headers)
+
+
+def _object_checksum(up: Upload, chosen: list[Part], data: bytes) -> Checksum | None:
+    """The object's checksum (run in a thread: FULL_OBJECT hashes the whole body)."""
+    if up.algorithm is None:
+        return None
+    if up.checksum_type == "FULL_OBJECT":
+        return Checksum(up.algorithm, _digest(up.algorithm, data), "FULL_OBJECT")
+    h = new_checksum(up.algorithm)
+    for part in chosen:
+        assert part.checksum is not None
+        h.update(base64.b64decode(part.checksum))
+    value = base64.b64encode(h.digest()).decode()
+    return Checksum(up.algorithm, f"{value}-{len(chosen)}", "COMPOSITE")
+
+
+def _repeat(request: web.Request, t: Target, upload_id: str,
+            ups: Uploads) -> web.StreamResponse | None:
+    done = ups.completed.get(upload_id)
+    if done is None or done.bucket != t.bucket or done.key != validate_key(t.key):
+        return None
+    return web.Response(body=done.body, content_type=XML, headers=done.headers)
 
 
 async def complete(request: web.Request, st: GatewayState, t: Target, upload_id: str,
                    ups: Uploads) -> web.StreamResponse:
+    if upload_id not in ups.active:
+        again = _repeat(request, t, upload_id, ups)
+        if again is not None:
+            await read_small(request, st)  # the retry's body, read as the first one was
+            return again
     up = ups.get(upload_id, t)
     listed = parse_complete_multipart_upload(await read_small(request, st))
     if not listed:
         raise RequestError("MalformedXML", "You must specify at least one part.")
-    chosen: list[bytes] = []
-    md5s = hashlib.md5()
+    chosen: list[Part] = []
+    etags = hashlib.md5()
     for i, part in enumerate(listed):
         have = up.parts.get(part.part_number)
-        if have is None or have[1].strip('"') != part.etag.strip('"'):
+        if have is None or have.etag.strip('"') != part.etag.strip('"'):
             raise RequestError("InvalidPart", f"Part {part.part_number} was not uploaded or its "
                                "ETag does not match.")
-        if i < len(listed) - 1 and len(have[0]) < MIN_PART:
+        if any(have.checksum != v for a, v in part.checksums.items() if a == up.algorithm):
+            raise RequestError("InvalidPart", f"The {up.algorithm} checksum listed for part "
+                               f"{part.part_number} is not the one it was uploaded with.")
+        if i < len(listed) - 1 and len(have.data) < MIN_PART:
             raise RequestError("EntityTooSmall", f"Part {part.part_number} is smaller than the "
                                "minimum allowed size (5 MiB) and is not the last part.")
-        chosen.append(have[0])
-        md5s.update(bytes.fromhex(have[1].strip('"')))
-    data = b"".join(chosen)
+        chosen.append(have)
+        tag = have.etag.strip('"')
+        etags.update(bytes.fromhex(tag) if len(tag) == 32 else tag.encode())
+    data = b"".join(p.data for p in chosen)
     if len(data) > st.settings.max_block_size:
         raise RequestError("EntityTooLarge", "The upload exceeds the gateway's max block size.")
+    checksum = await asyncio.to_thread(_object_checksum, up, chosen, data)
+    sent = request.headers.get(f"x-amz-checksum-{up.algorithm}") if up.algorithm else None
+    if sent is not None and checksum is not None and sent.strip() != checksum.value \
+            and sent.strip().split("-")[0] != checksum.value.split("-")[0]:
+        raise RequestError("BadDigest", f"The {up.algorithm} you specified did not match the "
+                           "calculated checksum.")
+    etag = f"{etags.hexdigest()}-{len(listed)}"
+    attrs = replace(up.attrs, etag=etag, checksum=checksum,
+                    parts=tuple(len(p.data) for p in chosen))
     durable = durability(request)
-    await st.store.put(t.bucket, up.key, data, durable=durable, codec=up.codec)
+    async with st.key_locks.hold(t.bucket, up.key):
+        if is_conditional_write(request.headers):
+            check_write(request.headers, _current(st, t.bucket, up.key))
+        meta = await st.store.put(t.bucket, up.key, data, durable=durable, codec=up.codec,
+                                  attrs=attrs.encode())
     ups.drop(upload_id, st)
-    etag = f'"{md5s.hexdigest()}-{len(listed)}"'
-    return web.Response(body=complete_multipart_upload(f"/{t.bucket}/{t.key}", t.bucket, t.key,
-                                                       etag), content_type=XML)
+    c = (checksum.algorithm, checksum.value, checksum.type) if checksum is not None else None
+    body = complete_multipart_upload(f"/{t.bucket}/{t.key}", t.bucket, t.key,
+                                     object_etag(meta, attrs), c)
+    headers = {}
+    if checksum is not None:
+        headers[f"x-amz-checksum-{checksum.algorithm}"] = checksum.value
+        headers["x-amz-checksum-type"] = checksum.type
+    ups.remember(upload_id, Completed(t.bucket, up.key, body, headers))
+    return web.Response(body=body, content_type=XML, headers=headers)
+
+
+def _current(st: GatewayState, bucket: str, key: bytes) -> str | None:
+    meta = st.store.head(bucket, key)
+    return None if meta is None else object_etag(meta)

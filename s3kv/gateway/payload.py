@@ -14,13 +14,11 @@ InvalidRequest). Errors from ``verify()``: XAmzContentSHA256Mismatch, BadDigest 
 byte is read. Nothing read is trustworthy until ``verify()`` has returned: the caller keeps the
 pieces private (a buffer it can drop) until then.
 
-The MD5 for the ETag is computed by default (``md5=False`` turns it off): measured here at
-~650 MB/s, i.e. ~1.6 ms per MiB and ~0.4 ms for a 256 KiB block; it gives clients the ETag S3
-gives. Digests run inline, one piece at a time: MD5 + SHA-256 + CRC32 of a 1 MiB piece hold the
-event loop ~2.8 ms (~0.8 ms for 256 KiB). Moving them to a worker thread (``asyncio.to_thread``;
-hashlib and zlib release the GIL) was measured slower on this 2-core machine (64 MiB body:
-292 -> 268 MB/s with MD5, 436 -> 313 MB/s without), so it is used only for the numpy CRC32C /
-CRC64NVME fallback (~5-10 ms per MiB), or for every piece of ``offload_bytes`` or more if set.
+The MD5 for the ETag is computed by default (``md5=False``: ``--etag fast``). Digests (MD5, a
+signed payload's SHA-256, the client's checksum) are fed piece by piece, never on a joined body;
+pieces of ``offload_bytes`` (default 256 KiB) or more are hashed in a worker thread, pipelined
+(piece i hashes while the loop reads piece i+1; one in flight, so digests update in order).
+benchmarks/etag_cost.py: the same CPU as inline, 2.1 of MD5's 2.7 ms/MiB off the loop thread.
 """
 
 from __future__ import annotations
@@ -39,7 +37,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from s3kv.errors import RequestError
-from s3kv.gateway.checksums import ALGORITHMS, Checksum, is_slow, new_checksum
+from s3kv.gateway.checksums import ALGORITHMS, Checksum, new_checksum
 from s3kv.sizes import MiB
 from s3kv.wire.sigv4 import (
     EMPTY_SHA256,
@@ -51,6 +49,8 @@ from s3kv.wire.sigv4 import (
 from s3kv.wire.sigv4_verify import AuthContext, header_values
 
 PIECE_SIZE = 1 * MiB
+#: pieces at least this large are hashed in a worker thread (pipelined)
+OFFLOAD_BYTES = 256 * 1024
 _MAX_LINE = 4096
 _MAX_TRAILERS = 16
 #: what a broken body stream raises; RequestPayloadError: aiohttp could not parse the HTTP
@@ -98,13 +98,6 @@ def _b64(value: str, size: int) -> bytes | None:
     return raw if len(raw) == size else None
 
 
-def stored_content_encoding(headers: Mapping[str, str]) -> str | None:
-    """The Content-Encoding to store with the object: the client's, less ``aws-chunked``."""
-    values = ",".join(header_values(headers, "content-encoding"))
-    kept = [v.strip() for v in values.split(",") if v.strip() and v.strip() != "aws-chunked"]
-    return ",".join(kept) or None
-
-
 class BodyReader:
     def __init__(self, stream: ByteStream, headers: Mapping[str, str],
                  auth: AuthContext | None = None, *, max_size: int,
@@ -114,7 +107,7 @@ class BodyReader:
         self._auth = auth
         self._max_size = max_size
         self._piece = piece_size
-        self._offload = offload_bytes
+        self._offload = OFFLOAD_BYTES if offload_bytes is None else offload_bytes
         if auth is not None:
             self.mode, self._content_sha = auth.payload_mode, auth.content_sha256
         else:
@@ -147,11 +140,11 @@ class BodyReader:
                 self._checksum = self._sha
             else:
                 self._checksum = new_checksum(self._algo)
-        if offload_bytes is None and self._algo is not None and is_slow(self._algo):
-            self._offload = 256 * 1024
         self._hashers: list[Any] = [h for h in (self._md5, self._sha) if h is not None]
         if self._checksum is not None and self._checksum is not self._sha:
             self._hashers.append(self._checksum)
+        #: the digest update of the previous piece, running in a worker thread (pipelined)
+        self._pending: asyncio.Future[None] | None = None
         self.size = 0
         self._started = False
         self._done = False
@@ -221,8 +214,15 @@ class BodyReader:
         self.size += n
         if self.size > self._max_size:
             raise self._too_large()
-        if self._offload is not None and n >= self._offload and self._hashers:
-            await asyncio.to_thread(self._update, piece)
+        if not self._hashers:
+            return
+        if self._pending is not None:  # digests update in order: one piece in flight at most
+            await self._pending
+            self._pending = None
+        if self._offload is not None and n >= self._offload:
+            # the thread hashes this piece while the loop reads the next (hashlib and zlib
+            # release the GIL on large buffers); pieces are immutable bytes
+            self._pending = asyncio.get_running_loop().run_in_executor(None, self._update, piece)
         else:
             self._update(piece)
 
@@ -356,6 +356,9 @@ class BodyReader:
         """End-of-body checks; call after iterating to the end. Returns sizes and digests."""
         if not self._done:
             raise RuntimeError("iterate the body to its end before verify()")
+        if self._pending is not None:
+            await self._pending
+            self._pending = None
         if self.declared_size is not None and self.size != self.declared_size:
             raise RequestError("IncompleteBody", "You did not provide the number of bytes "
                                "specified by x-amz-decoded-content-length.")

@@ -15,7 +15,6 @@ from s3kv.errors import RequestError
 from s3kv.gateway.bodies import read_small
 from s3kv.gateway.requests import Target, validate_key
 from s3kv.gateway.s3_listing import (
-    etag_of,
     list_buckets,
     list_objects_v1_handler,
     list_objects_v2_handler,
@@ -30,7 +29,7 @@ from s3kv.gateway.s3xml import (
 from s3kv.gateway.state import GatewayState
 from s3kv.store.codecs import HEADER_CODEC
 
-__all__ = ["dispatch", "etag_of", "list_buckets"]
+__all__ = ["dispatch", "list_buckets"]
 
 XML = "application/xml"
 RESERVED = {"healthz", "readyz", "metrics"}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from s3kv.errors import RequestError
+from s3kv.gateway.objattrs import object_etag
 from s3kv.gateway.ops import caller
 from s3kv.gateway.requests import Target, max_keys
 from s3kv.gateway.s3xml import (
@@ -36,13 +37,9 @@ REGION = "us-east-1"
 MAX_BUCKETS = 10000
 
 
-def etag_of(crc: int, size: int) -> str:
-    return f'"{crc:08x}{size:x}"'
-
-
 def listing_etag(meta: BlockMeta) -> str:
-    """The ETag a listing shows for a block: the one HEAD and GET answer."""
-    return etag_of(meta.crc, meta.size)
+    """The ETag a listing shows for a block: the one HEAD and GET answer (objattrs.py)."""
+    return object_etag(meta)
 
 
 def _token(key: bytes) -> str:

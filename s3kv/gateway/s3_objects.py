@@ -1,20 +1,22 @@
-"""S3 object operations: PutObject, GetObject (ranges), HeadObject, DeleteObject, and the
-multipart calls (delegated to multipart.py)."""
+"""S3 object operations: PutObject, GetObject (ranges, partNumber), HeadObject, DeleteObject,
+and the multipart calls (delegated to multipart.py). Object attributes (ETag, content headers,
+user metadata, checksum) come from objattrs.py, preconditions from conditions.py."""
 
 from __future__ import annotations
 
-from email.utils import formatdate
+import dataclasses
 
 from aiohttp import web
 
 from s3kv.errors import RequestError
-from s3kv.gateway import multipart
+from s3kv.gateway import multipart, objattrs
 from s3kv.gateway.bodies import read_body
+from s3kv.gateway.conditions import NOT_MODIFIED, check_read, check_write, is_conditional_write
+from s3kv.gateway.objattrs import Checksum, ObjectAttrs, attrs_of, object_etag
+from s3kv.gateway.payload import BodyResult
 from s3kv.gateway.requests import Target, durability, parse_range, validate_key
-from s3kv.gateway.s3_buckets import etag_of
 from s3kv.gateway.state import GatewayState
 from s3kv.store.codecs import codec_from_headers
-from s3kv.store.store import BlockMeta
 from s3kv.wire.body import SLICE
 
 
@@ -37,10 +39,21 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
         return await get_object(request, st, t, head=m == "HEAD")
     if m == "DELETE":
         request["op"] = "DeleteObject"
-        st.store.ns_id(t.bucket)
-        await st.store.delete(t.bucket, validate_key(t.key))
-        return web.Response(status=204)
+        return await delete_object(request, st, t)
     raise RequestError("MethodNotAllowed", f"{m} is not allowed on an object.", 405)
+
+
+def current_etag(st: GatewayState, bucket: str, key: bytes) -> str | None:
+    """The ETag of the object under ``key`` now; None if there is none."""
+    meta = st.store.head(bucket, key)
+    return None if meta is None else object_etag(meta)
+
+
+def body_checksum(result: BodyResult) -> Checksum | None:
+    """The verified flexible checksum the client sent with a body (at most one)."""
+    for algo, value in result.checksums.items():
+        return Checksum(algo, value)
+    return None
 
 
 async def put_object(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
@@ -48,24 +61,62 @@ async def put_object(request: web.Request, st: GatewayState, t: Target) -> web.S
     st.store.ns_id(t.bucket)  # NoSuchBucket before reading a byte
     durable = durability(request)
     codec = codec_from_headers(request.headers, st.store.namespace_codecs[t.bucket])
-    body = await read_body(request, st, st.settings.max_block_size)
+    attrs = objattrs.from_request(request.headers)
+    conditional = is_conditional_write(request.headers)
+    if conditional:  # fail before reading the body; checked again under the key's lock
+        check_write(request.headers, current_etag(st, t.bucket, key))
+    body = await read_body(request, st, st.settings.max_block_size,
+                           md5=st.settings.etag == "md5")
     try:
-        meta = await st.store.put(t.bucket, key, body.data, durable=durable, codec=codec)
+        attrs = dataclasses.replace(attrs, etag=body.result.md5_hex or "",
+                                    checksum=body_checksum(body.result))
+        blob = attrs.encode()
+        async with st.key_locks.hold(t.bucket, key):
+            if conditional:
+                check_write(request.headers, current_etag(st, t.bucket, key))
+            meta = await st.store.put(t.bucket, key, body.data, durable=durable, codec=codec,
+                                      attrs=blob)
     finally:
         st.budget.release(body.reserved)
-    headers = {"ETag": etag_of(meta.crc, meta.size)}
+    headers = {"ETag": object_etag(meta, attrs)}
     for algo, value in body.result.checksums.items():
         headers[f"x-amz-checksum-{algo}"] = value
+        headers["x-amz-checksum-type"] = "FULL_OBJECT"
     return web.Response(headers=headers)
 
 
-def object_headers(meta: BlockMeta) -> dict[str, str]:
-    return {
-        "ETag": etag_of(meta.crc, meta.size),
-        "Last-Modified": formatdate(meta.written_at, usegmt=True),
-        "Accept-Ranges": "bytes",
-        "Content-Type": "application/octet-stream",
-    }
+async def delete_object(request: web.Request, st: GatewayState,
+                        t: Target) -> web.StreamResponse:
+    st.store.ns_id(t.bucket)
+    key = validate_key(t.key)
+    async with st.key_locks.hold(t.bucket, key):
+        if is_conditional_write(request.headers):
+            check_write(request.headers, current_etag(st, t.bucket, key))
+        await st.store.delete(t.bucket, key)
+    return web.Response(status=204)
+
+
+def _part_number(t: Target) -> int | None:
+    raw = t.query.get("partNumber")
+    if raw is None:
+        return None
+    if not raw.isdigit() or not 1 <= int(raw) <= 10000:
+        raise RequestError("InvalidArgument", "Part number must be an integer between 1 and "
+                           "10000, inclusive.")
+    return int(raw)
+
+
+def _part_range(number: int, attrs: ObjectAttrs, size: int) -> tuple[int, int] | None:
+    """Bytes [start, end) of part ``number``; None: the whole object (partNumber=1 of an
+    object not uploaded in parts, as S3 answers)."""
+    count = len(attrs.parts) or 1
+    if number > count:
+        raise RequestError("InvalidPartNumber", "The requested partnumber is not satisfiable",
+                           416, {"Content-Range": f"bytes */{size}"})
+    if not attrs.parts:
+        return None
+    start = sum(attrs.parts[:number - 1])
+    return start, start + attrs.parts[number - 1]
 
 
 async def get_object(request: web.Request, st: GatewayState, t: Target, *,
@@ -74,8 +125,23 @@ async def get_object(request: web.Request, st: GatewayState, t: Target, *,
     meta = st.store.head(t.bucket, key)
     if meta is None:
         raise RequestError("NoSuchKey", "The specified key does not exist.", 404)
-    rng = parse_range(request.headers.get("Range"), meta.size)
-    headers = object_headers(meta)
+    attrs = attrs_of(meta)
+    part = _part_number(t)
+    range_header = request.headers.get("Range")
+    if part is not None and range_header is not None:
+        raise RequestError("InvalidRequest", "Cannot specify both Range header and partNumber "
+                           "query parameter.")
+    etag = object_etag(meta, attrs)
+    if check_read(request.headers, etag, meta.written_at) == NOT_MODIFIED:
+        kept = ("ETag", "Last-Modified", "Cache-Control", "Expires")
+        full = objattrs.response_headers(meta, attrs, {}, checksum=False)
+        return web.Response(status=304, headers={h: full[h] for h in kept if h in full})
+    rng = (parse_range(range_header, meta.size) if part is None
+           else _part_range(part, attrs, meta.size))
+    mode = request.headers.get("x-amz-checksum-mode", "").strip().upper() == "ENABLED"
+    headers = objattrs.response_headers(meta, attrs, t.query, checksum=mode and rng is None)
+    if part is not None and attrs.parts:
+        headers["x-amz-mp-parts-count"] = str(len(attrs.parts))
     status = 200
     start, end = 0, meta.size
     if rng is not None:
@@ -91,13 +157,22 @@ async def get_object(request: web.Request, st: GatewayState, t: Target, *,
     view = memoryview(data)[start:end]
     st.metrics.bytes_out.inc(len(view))
     if len(view) <= SLICE:
-        return web.Response(status=status, body=view, headers=headers)
+        small = web.Response(status=status, body=view, headers=headers)
+        _keep_content_type(small, headers)
+        return small
     resp = web.StreamResponse(status=status, headers=headers)
+    _keep_content_type(resp, headers)
     resp.content_length = len(view)
     await resp.prepare(request)
     await write_sliced(resp, view)
     await resp.write_eof()
     return resp
+
+
+def _keep_content_type(resp: web.StreamResponse, headers: dict[str, str]) -> None:
+    """aiohttp sets Content-Type from its own default for a body; the object's stands."""
+    if "Content-Type" in headers:
+        resp.headers["Content-Type"] = headers["Content-Type"]
 
 
 async def write_sliced(resp: web.StreamResponse, data: bytes | memoryview) -> None:

@@ -197,9 +197,15 @@ def initiate_multipart_upload(bucket: str, key: str, upload_id: str) -> bytes:
                 _el("Bucket", bucket) + _el("Key", key) + _el("UploadId", upload_id))
 
 
-def complete_multipart_upload(location: str, bucket: str, key: str, etag: str) -> bytes:
+def complete_multipart_upload(location: str, bucket: str, key: str, etag: str,
+                              checksum: tuple[str, str, str] | None = None) -> bytes:
+    """``checksum``: (algorithm, base64 value, checksum type) of the object, if it has one."""
+    extra = ""
+    if checksum is not None:
+        algo, value, kind = checksum
+        extra = _el(f"Checksum{algo.upper()}", value) + _el("ChecksumType", kind)
     return _doc("CompleteMultipartUploadResult", _el("Location", location) +
-                _el("Bucket", bucket) + _el("Key", key) + _el("ETag", etag))
+                _el("Bucket", bucket) + _el("Key", key) + _el("ETag", etag) + extra)
 
 
 def location_constraint(region: str | None) -> bytes:
@@ -272,6 +278,11 @@ def _text(elem: ET.Element, name: str, *, required: bool = True) -> str | None:
 class CompletedPart:
     part_number: int
     etag: str  # as sent, normally quoted
+    #: flexible checksums listed for the part: algorithm (lower case) -> base64 value
+    checksums: dict[str, str] = field(default_factory=dict)
+
+
+_PART_CHECKSUMS = ("crc32", "crc32c", "crc64nvme", "sha1", "sha256")
 
 
 def parse_complete_multipart_upload(data: bytes) -> list[CompletedPart]:
@@ -286,7 +297,9 @@ def parse_complete_multipart_upload(data: bytes) -> list[CompletedPart]:
         etag = (_text(el, "ETag") or "").strip()
         if not etag:
             raise _malformed("a Part has an empty ETag")
-        parts.append(CompletedPart(int(raw), etag))
+        sums = {a: (_text(el, f"Checksum{a.upper()}", required=False) or "").strip()
+                for a in _PART_CHECKSUMS}
+        parts.append(CompletedPart(int(raw), etag, {a: v for a, v in sums.items() if v}))
     if not parts:
         raise _malformed("CompleteMultipartUpload lists no Part")
     for a, b in pairwise(parts):

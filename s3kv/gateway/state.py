@@ -11,6 +11,7 @@ from aiohttp import web
 from s3kv.config import Settings
 from s3kv.errors import RequestError
 from s3kv.gateway.access import Credential
+from s3kv.gateway.conditions import KeyLocks
 from s3kv.gateway.metrics import GatewayMetrics
 from s3kv.store.store import BlockStore
 from s3kv.wire.sigv2 import SigV2Verifier
@@ -49,6 +50,8 @@ class GatewayState:
     budget: MemoryBudget
     #: front credentials by access key (empty: anonymous mode)
     credentials: dict[str, Credential] = field(default_factory=dict)
+    #: per-key locks of S3 writes (conditional writes check and write under them)
+    key_locks: KeyLocks = field(default_factory=KeyLocks)
     #: SigV2 (older tools, boto3's default presigned URLs), same credentials; None: anonymous
     verifier_v2: SigV2Verifier | None = None
     shutting_down: bool = False

@@ -1,7 +1,8 @@
 """The block index: (namespace, key) -> location, compact enough for tens of millions of blocks.
 
 A dict of bytes keys to tuples costs ~300 bytes per entry; this index keeps
-- the key bytes in one append-only arena (bytearray),
+- the key bytes, each followed by the block's attributes (opaque bytes, usually none), in one
+  append-only arena (bytearray),
 - the location fields in parallel typed arrays (``array.array``: C-typed, fast scalar access,
   viewable by numpy for vectorised scans),
 - an open-addressing hash table of int32 entry numbers (linear probing, load <= 0.6),
@@ -31,6 +32,7 @@ class Location:
     crc: int
     codec: int
     written_at: float
+    attrs: bytes = b""  # opaque attributes kept with the block (the S3 front's object metadata)
 
 
 class BlockIndex:
@@ -39,6 +41,7 @@ class BlockIndex:
         self._garbage = 0
         self._key_off = array("Q")
         self._key_len = array("H")
+        self._attr_len = array("H")
         self._ns = array("H")
         self._seg = array("I")
         self._off = array("I")
@@ -108,8 +111,13 @@ class BlockIndex:
         return None if e < 0 else self._location(e)
 
     def _location(self, e: int) -> Location:
+        alen = self._attr_len[e]
+        attrs = b""
+        if alen:
+            o = self._key_off[e] + self._key_len[e]
+            attrs = bytes(self._arena[o:o + alen])
         return Location(self._seg[e], self._off[e], self._len[e], self._raw[e], self._crc[e],
-                        self._codec[e], self._wat[e])
+                        self._codec[e], self._wat[e], attrs)
 
     def put(self, ns: int, key: bytes, loc: Location) -> Location | None:
         """Insert or replace; returns the location it replaced."""
@@ -117,13 +125,15 @@ class BlockIndex:
         slot, e = self._find(ns, key, h)
         if e >= 0:
             old = self._location(e)
+            if len(loc.attrs) != self._attr_len[e] or loc.attrs != old.attrs:
+                self._store_key(e, key, loc.attrs)
             self._set(e, loc)
             self._flags[e] = 0
             return old
         if (self._used + 1) > len(self._table) * 0.6:
             self._grow_table()
             slot, _ = self._find(ns, key, h)
-        e = self._new_entry(ns, key, h)
+        e = self._new_entry(ns, key, h, loc.attrs)
         self._set(e, loc)
         if self._table[slot] == EMPTY:
             self._used += 1
@@ -131,18 +141,29 @@ class BlockIndex:
         self._count += 1
         return None
 
-    def _new_entry(self, ns: int, key: bytes, h: int) -> int:
+    def _store_key(self, e: int, key: bytes, attrs: bytes) -> None:
+        """Write key + attributes anew at the arena's end (the old copy becomes garbage)."""
+        self._garbage += self._key_len[e] + self._attr_len[e]
+        self._key_off[e] = len(self._arena)
+        self._arena += key
+        self._arena += attrs
+        self._attr_len[e] = len(attrs)
+
+    def _new_entry(self, ns: int, key: bytes, h: int, attrs: bytes = b"") -> int:
         off = len(self._arena)
         self._arena += key
+        self._arena += attrs
         if self._free:
             e = self._free.pop()
             self._key_off[e], self._key_len[e], self._ns[e] = off, len(key), ns
+            self._attr_len[e] = len(attrs)
             self._flags[e] = 0
             self._hash[e] = h
             return e
         self._hash.append(h)
         self._key_off.append(off)
         self._key_len.append(len(key))
+        self._attr_len.append(len(attrs))
         self._ns.append(ns)
         for arr in (self._seg, self._off, self._len, self._raw, self._crc):
             arr.append(0)
@@ -170,8 +191,9 @@ class BlockIndex:
         return old
 
     def _release(self, e: int) -> None:
-        self._garbage += self._key_len[e]
+        self._garbage += self._key_len[e] + self._attr_len[e]
         self._key_len[e] = 0
+        self._attr_len[e] = 0
         self._seg[e] = 0xFFFFFFFF
         self._free.append(e)
         self._count -= 1
@@ -181,7 +203,7 @@ class BlockIndex:
     def _compact_arena(self) -> None:
         arena = bytearray()
         for e in range(len(self._seg)):
-            n = self._key_len[e]
+            n = self._key_len[e] + self._attr_len[e]
             if n == 0 and self._seg[e] == 0xFFFFFFFF:
                 self._key_off[e] = 0
                 continue
@@ -234,7 +256,7 @@ class BlockIndex:
 
     def memory_bytes(self) -> int:
         """Bytes held by the index's arrays (not counting Python object headers)."""
-        arrays = (self._key_off, self._key_len, self._ns, self._seg, self._off, self._len,
-                  self._raw, self._crc, self._codec, self._flags, self._wat, self._hash,
+        arrays = (self._key_off, self._key_len, self._attr_len, self._ns, self._seg, self._off,
+                  self._len, self._raw, self._crc, self._codec, self._flags, self._wat, self._hash,
                   self._table)
         return len(self._arena) + sum(a.itemsize * len(a) for a in arrays)

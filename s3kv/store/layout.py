@@ -18,14 +18,18 @@ from zlib_ng import zlib_ng
 
 from s3kv.errors import IntegrityError
 
-FORMAT_VERSION = 1
+#: version 2 adds per-entry attributes (opaque bytes after the key: the S3 front's ETag,
+#: content headers, user metadata, checksum, part sizes); version 1 segments still read
+FORMAT_VERSION = 2
+READABLE_VERSIONS = frozenset({1, 2})
 MANIFEST_MAGIC = b"S3KVMNF1"
 TRAILER_MAGIC = b"S3KVSEG1"
 
 # magic, version, flags, entry count, namespace count, segment length, created_at, name length
 _MANIFEST_HEAD = struct.Struct("<8sHHIHQdH")
-# ns index, key length, codec, flags, (pad), offset, stored length, raw length, crc32, written_at
-_ENTRY = struct.Struct("<HHBBxxQIIId")
+# ns index, key length, codec, flags, attrs length (v1: zero padding), offset, stored length,
+# raw length, crc32, written_at
+_ENTRY = struct.Struct("<HHBBHQIIId")
 _NS = struct.Struct("<H")
 # magic, version, flags, manifest length, manifest offset, manifest crc, trailer crc
 TRAILER = struct.Struct("<8sHHIQII")
@@ -34,6 +38,8 @@ TRAILER_SIZE = TRAILER.size  # 32
 FLAG_TOMBSTONE = 0x01
 
 MAX_KEY_BYTES = 1024
+#: an entry's attributes fit its u16 length field
+MAX_ATTRS_BYTES = 0xFFFF
 ENTRY_FIXED_BYTES = _ENTRY.size
 
 
@@ -61,6 +67,8 @@ class Entry:
     codec: int
     written_at: float
     flags: int = 0
+    #: opaque attributes the store keeps with the block (format version 2); b"" for none
+    attrs: bytes = b""
 
     @property
     def tombstone(self) -> bool:
@@ -74,22 +82,29 @@ class Manifest:
     segment_length: int = 0
     entries: list[Entry] = field(default_factory=list)
 
-    def encode(self) -> bytes:
+    def encode(self, version: int = FORMAT_VERSION) -> bytes:
+        """The manifest's bytes; ``version=1`` writes the old format (tests of old segments:
+        it has no room for attributes, so entries must carry none)."""
         namespaces: dict[str, int] = {}
         for e in self.entries:
             namespaces.setdefault(e.namespace, len(namespaces))
         name = self.segment.encode()
         out = bytearray(_MANIFEST_HEAD.pack(
-            MANIFEST_MAGIC, FORMAT_VERSION, 0, len(self.entries), len(namespaces),
+            MANIFEST_MAGIC, version, 0, len(self.entries), len(namespaces),
             self.segment_length, self.created_at, len(name)))
         out += name
         for ns in namespaces:
             raw = ns.encode()
             out += _NS.pack(len(raw)) + raw
         for e in self.entries:
-            out += _ENTRY.pack(namespaces[e.namespace], len(e.key), e.codec, e.flags, e.offset,
-                               e.length, e.raw_length, e.crc, e.written_at)
+            if len(e.attrs) > MAX_ATTRS_BYTES or (e.attrs and version < 2):
+                raise ValueError(f"entry attributes of {len(e.attrs)} bytes do not fit "
+                                 f"format version {version}")
+            out += _ENTRY.pack(namespaces[e.namespace], len(e.key), e.codec, e.flags,
+                               len(e.attrs), e.offset, e.length, e.raw_length, e.crc,
+                               e.written_at)
             out += e.key
+            out += e.attrs
         out += struct.pack("<I", checksum(out))
         return bytes(out)
 
@@ -105,7 +120,7 @@ class Manifest:
                 _MANIFEST_HEAD.unpack_from(body, 0)
             if magic != MANIFEST_MAGIC:
                 raise IntegrityError("not an s3kv manifest (bad magic)")
-            if version != FORMAT_VERSION:
+            if version not in READABLE_VERSIONS:
                 raise IntegrityError(f"unsupported manifest version {version}")
             pos = _MANIFEST_HEAD.size
             name = body[pos:pos + name_len].decode()
@@ -119,12 +134,17 @@ class Manifest:
             entries: list[Entry] = []
             unpack = _ENTRY.unpack_from
             for _ in range(n_entries):
-                ns_i, klen, codec, flags, off, length, raw_len, bcrc, wat = unpack(body, pos)
+                ns_i, klen, codec, flags, alen, off, length, raw_len, bcrc, wat = unpack(body,
+                                                                                         pos)
                 pos += _ENTRY.size
                 key = body[pos:pos + klen]
                 pos += klen
+                if version < 2 and alen:
+                    raise IntegrityError("a version 1 manifest entry has non-zero padding")
+                attrs = body[pos:pos + alen]
+                pos += alen
                 entries.append(Entry(ns_names[ns_i], key, off, length, raw_len, bcrc, codec,
-                                     wat, flags))
+                                     wat, flags, attrs))
         except (struct.error, IndexError, UnicodeDecodeError) as exc:
             raise IntegrityError(f"malformed manifest: {exc}") from exc
         if pos != len(body):
@@ -137,14 +157,16 @@ def manifest_overhead(segment: str) -> int:
     return _MANIFEST_HEAD.size + len(segment.encode()) + 4
 
 
-def entry_bytes(namespace_new: str | None, key: bytes) -> int:
-    """Bytes one more entry adds to a manifest (plus its namespace if not yet listed)."""
+def entry_bytes(namespace_new: str | None, key: bytes, attrs: int = 0) -> int:
+    """Bytes one more entry adds to a manifest (plus its namespace if not yet listed);
+    ``attrs``: the length of its attributes."""
     extra = _NS.size + len(namespace_new.encode()) if namespace_new is not None else 0
-    return _ENTRY.size + len(key) + extra
+    return _ENTRY.size + len(key) + attrs + extra
 
 
-def encode_trailer(manifest_offset: int, manifest: bytes) -> bytes:
-    head = TRAILER.pack(TRAILER_MAGIC, FORMAT_VERSION, 0, len(manifest), manifest_offset,
+def encode_trailer(manifest_offset: int, manifest: bytes,
+                   version: int = FORMAT_VERSION) -> bytes:
+    head = TRAILER.pack(TRAILER_MAGIC, version, 0, len(manifest), manifest_offset,
                         checksum(manifest), 0)
     crc = checksum(head[:-4])
     return head[:-4] + struct.pack("<I", crc)
@@ -157,7 +179,7 @@ def decode_trailer(data: bytes | bytearray) -> tuple[int, int, int]:
     magic, version, _flags, mlen, moff, mcrc, tcrc = TRAILER.unpack(data)
     if magic != TRAILER_MAGIC:
         raise IntegrityError("not an s3kv segment (bad trailer magic)")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise IntegrityError(f"unsupported segment format version {version}")
     if checksum(data[:-4]) != tcrc:
         raise IntegrityError("trailer checksum mismatch")

@@ -42,10 +42,10 @@ class OpenSegment:
         self.sealing = False
 
     def room_for(self, namespace: str, key: bytes, length: int, align: int,
-                 segment_size: int) -> bool:
+                 segment_size: int, attrs: int = 0) -> bool:
         start = layout.align_up(self.size, align)
         ns_new = namespace if namespace not in self.namespaces else None
-        manifest = self.manifest_bytes + layout.entry_bytes(ns_new, key)
+        manifest = self.manifest_bytes + layout.entry_bytes(ns_new, key, attrs)
         return start + length + manifest + layout.TRAILER_SIZE <= segment_size
 
     def write(self, data: bytes | memoryview) -> None:
@@ -84,7 +84,7 @@ class OpenSegment:
 
     def add_entry(self, entry: layout.Entry) -> None:
         ns_new = entry.namespace if entry.namespace not in self.namespaces else None
-        self.manifest_bytes += layout.entry_bytes(ns_new, entry.key)
+        self.manifest_bytes += layout.entry_bytes(ns_new, entry.key, len(entry.attrs))
         self.namespaces.add(entry.namespace)
         self.entries.append(entry)
 

@@ -117,7 +117,7 @@ class Recovery:
                     cat.remove(nid, e.key)
                 continue
             cat.put(nid, e.key, Location(seg_id, e.offset, e.length, e.raw_length, e.crc,
-                                         e.codec, e.written_at))
+                                         e.codec, e.written_at, e.attrs))
         return len(stream)
 
     # ---- start --------------------------------------------------------------------------

@@ -54,6 +54,8 @@ class BlockMeta:
     crc: int
     written_at: float
     codec: int
+    #: opaque attributes stored with the block (the S3 front's object metadata); b"": none
+    attrs: bytes = b""
 
     @property
     def etag(self) -> str:
@@ -193,13 +195,15 @@ class BlockStore:
 
     # ---- writes -------------------------------------------------------------------------
     async def put(self, namespace: str, key: bytes, data: bytes | memoryview, *,
-                  durable: bool = False, codec: CodecSpec | None = None) -> BlockMeta:
+                  durable: bool = False, codec: CodecSpec | None = None,
+                  attrs: bytes = b"") -> BlockMeta:
         """Store a block. Write-back by default; ``durable`` waits until its segment is sealed.
 
         ``codec``: this block's codec (the gateway derives it from the namespace's and the
         request's declarations); None: the namespace's. Encoding runs off the event loop.
         Raises TooLarge, NamespaceNotFound, InvalidInput (a block that does not fit the
-        declared shape), or Backpressure (retry later).
+        declared shape), or Backpressure (retry later). ``attrs``: opaque bytes kept with the
+        block in the index and its manifest entry (at most ``layout.MAX_ATTRS_BYTES``).
         """
         nid = self.ns_id(namespace)
         self._check_key(key)
@@ -207,6 +211,9 @@ class BlockStore:
         if raw_len > self.settings.max_block_size:
             raise TooLarge(f"block of {raw_len} bytes is over max_block_size "
                            f"({self.settings.max_block_size})")
+        if len(attrs) > layout.MAX_ATTRS_BYTES:
+            raise InvalidInput(f"block attributes of {len(attrs)} bytes are over "
+                               f"{layout.MAX_ATTRS_BYTES}")
         spec = codec or self.namespace_codecs[namespace]
         codec_id = NONE_ID
         stored: bytes | memoryview = data
@@ -215,17 +222,18 @@ class BlockStore:
             stored = await asyncio.to_thread(impl.encode, data)
             codec_id = impl.codec_id
         crc = await checksum_async(stored)
-        entry = layout.Entry(namespace, key, 0, len(stored), raw_len, crc, codec_id, 0.0)
+        entry = layout.Entry(namespace, key, 0, len(stored), raw_len, crc, codec_id, 0.0,
+                             attrs=attrs)
         seg, placed = await self.writer.append(entry, stored)
         self.catalog.put(nid, key, Location(seg.info.seg_id, placed.offset, len(stored), raw_len,
-                                            crc, codec_id, placed.written_at))
+                                            crc, codec_id, placed.written_at, attrs))
         self.dram.invalidate(nid, key)
         self.stats.blocks_put += 1
         self.stats.bytes_accepted += raw_len
         self.stats.bytes_stored += len(stored)
         if durable:
             await seg.done
-        return BlockMeta(key, raw_len, crc, placed.written_at, codec_id)
+        return BlockMeta(key, raw_len, crc, placed.written_at, codec_id, attrs)
 
     async def wait_durable(self, namespace: str, keys: Sequence[bytes]) -> None:
         """Wait until the segments holding these blocks are complete on the backend.
@@ -247,13 +255,13 @@ class BlockStore:
         """Compaction: append a live block again, unless it changed meanwhile."""
         nid = self.ns_id(namespace)
         entry = layout.Entry(namespace, key, 0, old.length, old.raw_length, old.crc, old.codec,
-                             old.written_at)  # the same block, written when it was written
+                             old.written_at, attrs=old.attrs)  # the same block, as written
         seg, placed = await self.writer.append(entry, data)
         if self.index.get(nid, key) != old:
             return  # overwritten or deleted while we appended: the newer write stands
         self.catalog.put(nid, key, Location(seg.info.seg_id, placed.offset, old.length,
                                             old.raw_length, old.crc, old.codec,
-                                            placed.written_at))
+                                            placed.written_at, old.attrs))
 
     async def evict_now(self) -> int:
         """Run the eviction policy once (tests and operations)."""
@@ -285,7 +293,7 @@ class BlockStore:
         loc = self.index.get(self.ns_id(namespace), key)
         if loc is None:
             return None
-        return BlockMeta(key, loc.raw_length, loc.crc, loc.written_at, loc.codec)
+        return BlockMeta(key, loc.raw_length, loc.crc, loc.written_at, loc.codec, loc.attrs)
 
     async def get(self, namespace: str, key: bytes) -> Block | None:
         """The block's bytes, or None on a miss (absent, evicted, corrupt, backend down)."""
@@ -316,7 +324,7 @@ class BlockStore:
         nid = self.ns_id(namespace)
         items = [(k, loc) for k, loc in self.index.iter_namespace(nid, prefix) if k > start_after]
         items.sort(key=lambda kl: kl[0])
-        return [BlockMeta(k, loc.raw_length, loc.crc, loc.written_at, loc.codec)
+        return [BlockMeta(k, loc.raw_length, loc.crc, loc.written_at, loc.codec, loc.attrs)
                 for k, loc in items[:limit]]
 
     def prefix_lookup(self, namespace: str, keys: Sequence[bytes]) -> tuple[int, list[bool]]:

@@ -106,11 +106,12 @@ class SegmentWriter:
         self._check_healthy()
         async with self._lock:
             self._check_healthy()  # again: the backend may have failed while we queued
-            seg = await self._segment_for(entry.namespace, entry.key, len(data))
+            seg = await self._segment_for(entry.namespace, entry.key, len(data),
+                                          len(entry.attrs))
             offset = seg.append(data, self.s.block_align) if len(data) else 0
             placed = layout.Entry(entry.namespace, entry.key, offset, entry.length,
                                   entry.raw_length, entry.crc, entry.codec,
-                                  entry.written_at or self._stamp(), entry.flags)
+                                  entry.written_at or self._stamp(), entry.flags, entry.attrs)
             seg.add_entry(placed)
             seg.info.block_bytes += len(data)
             seg.info.live_bytes += len(data)
@@ -164,10 +165,11 @@ class SegmentWriter:
                 task.cancel()
 
     # ---- segments -----------------------------------------------------------------------
-    async def _segment_for(self, namespace: str, key: bytes, length: int) -> OpenSegment:
+    async def _segment_for(self, namespace: str, key: bytes, length: int,
+                           attrs: int = 0) -> OpenSegment:
         seg = self._current
         if seg is not None and seg.room_for(namespace, key, length, self.s.block_align,
-                                            self.s.segment_size):
+                                            self.s.segment_size, attrs):
             return seg
         if seg is not None:
             self._seal_soon(seg, "full")

@@ -22,7 +22,8 @@ from multidict import CIMultiDict
 
 from s3kv.errors import RequestError
 from s3kv.gateway.checksums import _CRC32C, _CRC64NVME, new_checksum
-from s3kv.gateway.payload import BodyReader, stored_content_encoding
+from s3kv.gateway.objattrs import stored_content_encoding
+from s3kv.gateway.payload import BodyReader
 from s3kv.wire.sigv4 import PayloadMode
 from s3kv.wire.sigv4_verify import AuthContext, SigV4Verifier
 

@@ -1,0 +1,129 @@
+"""Conditional requests as S3 defines them, and the per-key locks that make writes atomic.
+
+Reads (GET, HEAD): If-Match, If-Unmodified-Since (412 PreconditionFailed), If-None-Match and
+If-Modified-Since (304 Not Modified), evaluated in RFC 9110 section 13.2.2's order: If-Match,
+else If-Unmodified-Since; then If-None-Match, else If-Modified-Since.
+
+Writes (PUT, CompleteMultipartUpload, DELETE): ``If-None-Match: *`` succeeds only if the key
+is absent (put-if-absent), ``If-Match: <etag>`` only if the key exists with that ETag; both
+answer 412 PreconditionFailed otherwise (a missing key included). A conditional write checks and
+writes under the key's lock (:class:`KeyLocks`), so two conditional writes of one key in one
+gateway never both pass: of many concurrent put-if-absent PUTs of a key exactly one succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from email.utils import parsedate_to_datetime
+
+from s3kv.errors import RequestError
+
+NOT_MODIFIED = 304
+
+
+def _etags(value: str) -> list[str]:
+    out = []
+    for item in value.split(","):
+        item = item.strip()
+        if item.startswith("W/"):
+            item = item[2:]
+        if item:
+            out.append(item.strip('"'))
+    return out
+
+
+def _matches(value: str, etag: str | None) -> bool:
+    """Whether an If-Match / If-None-Match list matches ``etag`` (None: no current object)."""
+    if etag is None:
+        return False
+    tags = _etags(value)
+    return "*" in tags or etag.strip('"') in tags
+
+
+def _date(headers: Mapping[str, str], name: str) -> float | None:
+    """A date header as Unix seconds; None if absent or unparseable (then it is ignored, as
+    RFC 9110 says)."""
+    value = headers.get(name)
+    if not value:
+        return None
+    try:
+        return parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
+
+def precondition_failed(condition: str) -> RequestError:
+    return RequestError("PreconditionFailed", "At least one of the pre-conditions you specified "
+                        f"did not hold ({condition}).", 412)
+
+
+def check_read(headers: Mapping[str, str], etag: str, last_modified: float) -> int | None:
+    """Evaluate GET/HEAD preconditions: None to answer normally, NOT_MODIFIED for a 304;
+    raises PreconditionFailed (412)."""
+    modified = float(int(last_modified))  # Last-Modified has whole seconds
+    if_match = headers.get("If-Match")
+    if if_match is not None:
+        if not _matches(if_match, etag):
+            raise precondition_failed("If-Match")
+    else:
+        since = _date(headers, "If-Unmodified-Since")
+        if since is not None and modified > since:
+            raise precondition_failed("If-Unmodified-Since")
+    if_none = headers.get("If-None-Match")
+    if if_none is not None:
+        if _matches(if_none, etag):
+            return NOT_MODIFIED
+    else:
+        since = _date(headers, "If-Modified-Since")
+        if since is not None and modified <= since:
+            return NOT_MODIFIED
+    return None
+
+
+def is_conditional_write(headers: Mapping[str, str]) -> bool:
+    return "If-Match" in headers or "If-None-Match" in headers
+
+
+def check_write(headers: Mapping[str, str], etag: str | None) -> None:
+    """Evaluate PUT/Complete/DELETE preconditions against the current ETag (None: the key is
+    absent). Raises PreconditionFailed (412), or NotImplemented for an If-None-Match other
+    than ``*``."""
+    if_none = headers.get("If-None-Match")
+    if if_none is not None:
+        if if_none.strip() != "*":
+            raise RequestError("NotImplemented", "A header you provided implies functionality "
+                               "that is not implemented: If-None-Match on a write takes only "
+                               "'*'.", 501)
+        if etag is not None:
+            raise precondition_failed("If-None-Match")
+    if_match = headers.get("If-Match")
+    if if_match is not None and not _matches(if_match, etag):
+        raise precondition_failed("If-Match")
+
+
+class KeyLocks:
+    """One asyncio lock per (bucket, key) with a conditional write in progress; a lock lives only
+    while someone holds or waits for it, so memory is bounded by the requests in flight."""
+
+    def __init__(self) -> None:
+        self._locks: dict[tuple[str, bytes], tuple[asyncio.Lock, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, bucket: str, key: bytes) -> AsyncIterator[None]:
+        k = (bucket, key)
+        lock, users = self._locks.get(k, (asyncio.Lock(), 0))
+        self._locks[k] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[k]
+            if users <= 1:
+                del self._locks[k]
+            else:
+                self._locks[k] = (lock, users - 1)

@@ -1,0 +1,153 @@
+"""S3 tools nobody here wrote, run against a running gateway: the AWS CLI (``aws s3 cp``,
+``aws s3 sync`` twice), s3cmd (``put``, ``get``, ``ls``, ``sync``: it checks that the ETag is
+the MD5 of what it sent) and the minio SDK (its ETag is the MD5 of the object)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import minio
+import pytest
+
+from tests.gateway.conftest import GW_ACCESS, GW_SECRET, Gateway, backend_store, running_gateway
+from tests.support.s3server import REGION, MotoServer
+
+BIN = Path(sys.executable).parent
+MP_ARGS = ["--segment-size", "32MiB", "--part-size", "8MiB", "--max-block-size", "16MiB",
+           "--seal-after", "0.5", "--sync-interval", "0"]
+
+
+@pytest.fixture(scope="module")
+def gateway(s3_server: MotoServer) -> Iterator[Gateway]:
+    """This module's gateway (it replaces conftest's): blocks up to 16 MiB for multipart."""
+    with running_gateway(backend_store(s3_server), MP_ARGS) as gw:
+        yield gw
+
+
+def _tool(name: str) -> Path:
+    path = BIN / name
+    if not path.exists():
+        pytest.fail(f"{name} is not installed in this environment: pip install -e '.[test]'")
+    return path
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"AWS_ACCESS_KEY_ID": GW_ACCESS, "AWS_SECRET_ACCESS_KEY": GW_SECRET,
+                "AWS_DEFAULT_REGION": REGION, "AWS_CONFIG_FILE": str(tmp_path / "aws-config"),
+                "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "aws-credentials"),
+                "HOME": str(tmp_path)})
+    env.pop("AWS_PROFILE", None)
+    return env
+
+
+def _run(argv: list[str], env: dict[str, str]) -> str:
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"{argv[:3]} failed ({proc.returncode}):\n{proc.stdout}\n" \
+                                 f"{proc.stderr}"
+    return proc.stdout
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def _make_tree(root: Path) -> dict[str, bytes]:
+    files = {"a.bin": os.urandom(200_000), "dir/b.bin": os.urandom(3000),
+             "dir/sub/c.txt": b"kv cache\n" * 100}
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    return files
+
+
+def test_aws_cli_cp_and_sync_twice(gateway: Gateway, gw_s3: Any, gw_bucket: str,
+                                   tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    aws = [str(_tool("aws")), "--endpoint-url", gateway.endpoint, "--no-paginate"]
+    src = tmp_path / "src"
+    files = _make_tree(src)
+    _run([*aws, "s3", "cp", str(src / "a.bin"), f"s3://{gw_bucket}/cp/a.bin"], env)
+    head = gw_s3.head_object(Bucket=gw_bucket, Key="cp/a.bin")
+    assert head["ETag"] == f'"{hashlib.md5(files["a.bin"]).hexdigest()}"'
+    _run([*aws, "s3", "cp", f"s3://{gw_bucket}/cp/a.bin", str(tmp_path / "back.bin")], env)
+    assert (tmp_path / "back.bin").read_bytes() == files["a.bin"]
+
+    first = _run([*aws, "s3", "sync", str(src), f"s3://{gw_bucket}/sync/"], env)
+    assert first.count("upload:") == len(files)
+    second = _run([*aws, "s3", "sync", str(src), f"s3://{gw_bucket}/sync/"], env)
+    assert "upload:" not in second, second  # nothing changed, nothing uploaded
+    listed = gw_s3.list_objects_v2(Bucket=gw_bucket, Prefix="sync/")["Contents"]
+    assert {o["Key"]: o["ETag"] for o in listed} == {
+        f"sync/{name}": f'"{hashlib.md5(data).hexdigest()}"' for name, data in files.items()}
+
+
+def _s3cmd(gateway: Gateway, tmp_path: Path) -> list[str]:
+    host = gateway.endpoint.removeprefix("http://")
+    cfg = tmp_path / "s3cfg"
+    cfg.write_text("\n".join([
+        "[default]", f"access_key = {GW_ACCESS}", f"secret_key = {GW_SECRET}",
+        f"host_base = {host}", f"host_bucket = {host}", "use_https = False",
+        f"bucket_location = {REGION}", "signature_v2 = False", "check_ssl_certificate = False",
+        "progress_meter = False", ""]))
+    return [sys.executable, str(_tool("s3cmd")), "-c", str(cfg)]
+
+
+def test_s3cmd_put_get_ls_sync(gateway: Gateway, gw_bucket: str, tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    s3cmd = _s3cmd(gateway, tmp_path)
+    src = tmp_path / "src"
+    files = _make_tree(src)
+    # put verifies the returned ETag against the MD5 it computed ("MD5 Sums don't match!")
+    out = _run([*s3cmd, "put", str(src / "a.bin"), f"s3://{gw_bucket}/put/a.bin"], env)
+    assert "MD5" not in out
+    _run([*s3cmd, "get", f"s3://{gw_bucket}/put/a.bin", str(tmp_path / "got.bin")], env)
+    assert (tmp_path / "got.bin").read_bytes() == files["a.bin"]
+    listing = _run([*s3cmd, "ls", f"s3://{gw_bucket}/put/"], env)
+    assert f"s3://{gw_bucket}/put/a.bin" in listing and "200000" in listing
+    first = _run([*s3cmd, "sync", f"{src}/", f"s3://{gw_bucket}/sync/"], env)
+    assert first.count("upload:") == len(files), first
+    second = _run([*s3cmd, "sync", f"{src}/", f"s3://{gw_bucket}/sync/"], env)
+    assert "upload:" not in second, second  # MD5 and size match: nothing to send
+    dst = tmp_path / "dst"
+    _run([*s3cmd, "sync", f"s3://{gw_bucket}/sync/", f"{dst}/"], env)
+    assert _tree(dst) == _tree(src)
+
+
+def test_minio_sdk_etag_is_md5(gateway: Gateway) -> None:
+    mc = minio.Minio(gateway.endpoint.removeprefix("http://"), access_key=GW_ACCESS,
+                     secret_key=GW_SECRET, secure=False, region=REGION)
+    bucket = f"m-{uuid.uuid4().hex[:12]}"
+    mc.make_bucket(bucket)
+    data = os.urandom(123_456)
+    result = mc.put_object(bucket, "obj", io.BytesIO(data), len(data),
+                           content_type="application/x-kv", metadata={"layer": "3"})
+    md5 = hashlib.md5(data).hexdigest()
+    assert result.etag == md5
+    stat = mc.stat_object(bucket, "obj")
+    assert stat.etag == md5 and stat.content_type == "application/x-kv"
+    assert stat.metadata["x-amz-meta-layer"] == "3"
+    assert [o.etag for o in mc.list_objects(bucket)] == [md5]
+    resp = mc.get_object(bucket, "obj")
+    try:
+        assert resp.read() == data
+    finally:
+        resp.close()
+        resp.release_conn()
+    # the SDK's multipart path: ETag md5-of-md5s-N, the same in stat and list
+    big = os.urandom(11 * 1024 * 1024)
+    up = mc.put_object(bucket, "big", io.BytesIO(big), len(big), part_size=5 * 1024 * 1024)
+    chunks = [big[i:i + 5 * 1024 * 1024] for i in range(0, len(big), 5 * 1024 * 1024)]
+    want = hashlib.md5(b"".join(hashlib.md5(c).digest() for c in chunks)).hexdigest()
+    assert up.etag == f"{want}-{len(chunks)}"
+    assert mc.stat_object(bucket, "big").etag == up.etag
+    assert {o.object_name: o.etag for o in mc.list_objects(bucket)}["big"] == up.etag
