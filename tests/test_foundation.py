@@ -64,6 +64,31 @@ def test_serve_checks_store_and_gateway_settings_at_start(tmp_path: Path) -> Non
         assert not (tmp_path / "data").exists()
 
 
+def test_max_block_size_follows_the_segment_size(tmp_path: Path) -> None:
+    """Unset, --max-block-size is the smaller of 64 MiB and half a segment; an explicit value
+    that does not fit is refused with what to change."""
+    assert Settings.load(env={}).max_block_size == 64 * MiB
+    assert Settings.load({"segment_size": "512MiB"}, env={}).max_block_size == 64 * MiB
+    small = {"segment_size": "32MiB", "part_size": "16MiB"}
+    assert Settings.load(small, env={}).max_block_size == 16 * MiB
+    assert Settings.load({**small, "max_block_size": "8MiB"}, env={}).max_block_size == 8 * MiB
+    with pytest.raises(ConfigError, match=r"lower --max-block-size to 16MiB or less .*"
+                                          r"raise --segment-size to at least 128MiB"):
+        Settings.load({**small, "max_block_size": "64MiB"}, env={})
+    shown = subprocess.run([sys.executable, "-m", "s3kv.cli", "serve", "--help"],
+                           capture_output=True, text=True, check=True).stdout
+    assert "default the smaller of 64MiB and half of segment_size" in " ".join(shown.split())
+    # and `s3kv serve --segment-size 32MiB` alone starts (it used to refuse)
+    from tests.support.gateway import Gateway
+
+    gw = Gateway(f"file://{tmp_path}/data", ["--segment-size", "32MiB", "--part-size", "16MiB"],
+                 credentials=False)
+    try:
+        gw.start()
+    finally:
+        gw.stop()
+
+
 def test_secrets_masked() -> None:
     s = Settings.load({"secret_key": "hunter2"}, env={})
     assert s.public_dict()["secret_key"] == "***"
