@@ -32,13 +32,15 @@ from s3kv.errors import (
 from s3kv.frames import STORED_HEADER
 from s3kv.gateway import native, ops, s3_buckets, s3_objects
 from s3kv.gateway.access import check_namespace, credential_table
+from s3kv.gateway.classify import Level, check_headers, classify, hoisted, level_of
 from s3kv.gateway.metrics import GatewayMetrics
 from s3kv.gateway.requests import parse_target
 from s3kv.gateway.s3xml import error_document
 from s3kv.gateway.state import STATE, GatewayState, MemoryBudget, state_of
 from s3kv.log import get_logger
 from s3kv.store.store import BlockStore
-from s3kv.wire.sigv4_verify import SigV4Verifier
+from s3kv.wire.sigv2 import SigV2Verifier
+from s3kv.wire.sigv4_verify import SigV4Verifier, query_params
 
 log = get_logger(__name__)
 
@@ -134,14 +136,18 @@ async def _handle(request: web.Request, handler: Handler,
     except web.HTTPException:
         structlog.contextvars.unbind_contextvars("request_id")
         raise
-    except ConnectionResetError:  # aiohttp's ClientConnectionResetError included
-        # the client went away while we answered: nothing to send, nothing broken
-        log.info("http.client_gone", method=request.method, path=request.path)
-        resp = web.Response(status=CLIENT_CLOSED)
-    except Exception:
-        log.exception("http.unhandled", method=request.method, path=request.path)
-        resp = _error_response(request, RequestError(
-            "InternalError", "We encountered an internal error. Please try again.", 500))
+    except Exception as exc:
+        # ConnectionError (reset, broken pipe, aiohttp's "Connection lost" while draining a
+        # write) on a connection the client has closed: it went away while we answered, nothing
+        # to send, nothing broken. Any other exception is a bug.
+        if isinstance(exc, ConnectionError) and _client_gone(request):
+            log.info("http.client_gone", method=request.method, path=request.path,
+                     error=type(exc).__name__)
+            resp = web.Response(status=CLIENT_CLOSED)
+        else:
+            log.exception("http.unhandled", method=request.method, path=request.path)
+            resp = _error_response(request, RequestError(
+                "InternalError", "We encountered an internal error. Please try again.", 500))
     try:
         op = request.get("op", op)
         elapsed = time.perf_counter() - started
@@ -154,19 +160,30 @@ async def _handle(request: web.Request, handler: Handler,
     return resp
 
 
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
 async def s3_dispatch(request: web.Request) -> web.StreamResponse:
     st = state_of(request)
     target = parse_target(request, st.settings.domain)
-    request["auth"] = ops.authenticate(request, st, target.raw_path, target.raw_query)
-    if not target.bucket:
-        if request.method != "GET":
-            raise RequestError("MethodNotAllowed", "Only GET is allowed on the service.", 405)
-        request["op"] = "ListBuckets"
-        return await s3_buckets.list_buckets(request, st)
-    # before anything looks at the bucket: another credential's namespace (existing or not)
-    # gets the same 403 as any other it may not use
-    check_namespace(ops.caller(request), target.bucket)
-    if not target.key:
+    request["auth"] = ops.authenticate(request, st, target.raw_path, target.raw_query,
+                                       bucket_in_host=target.bucket if target.virtual else "")
+    if target.bucket:
+        # before anything looks at the bucket: another credential's namespace (existing or
+        # not) gets the same 403 as any other it may not use, whatever the operation
+        check_namespace(ops.caller(request), target.bucket)
+    # the allow-list, before any handler: what it does not name is refused here, untouched
+    params = query_params(target.raw_query)
+    request["op"] = "Unsupported"
+    op = classify(request.method, level_of(target.bucket, target.key), params,
+                  request.headers)
+    request["op"] = op.name
+    check_headers(request.headers, hoisted(params))
+    if op.level is Level.SERVICE:
+        return await s3_buckets.list_buckets(request, st, target)
+    if op.level is Level.BUCKET:
         return await s3_buckets.dispatch(request, st, target)
     return await s3_objects.dispatch(request, st, target)
 
@@ -185,11 +202,12 @@ async def expect_continue(request: web.Request) -> None:
 
 def make_app(store: BlockStore, settings: Settings) -> web.Application:
     creds = credential_table(settings.access_key, settings.secret_key, settings.credentials_file)
-    verifier = SigV4Verifier({k: c.secret_key for k, c in creds.items()}) if creds else None
+    secrets = {k: c.secret_key for k, c in creds.items()}
     state = GatewayState(
         store=store, settings=settings, metrics=GatewayMetrics(store.summary),
-        verifier=verifier, budget=MemoryBudget(settings.max_request_memory),
-        credentials=creds,
+        verifier=SigV4Verifier(secrets) if creds else None,
+        budget=MemoryBudget(settings.max_request_memory), credentials=creds,
+        verifier_v2=SigV2Verifier(secrets) if creds else None,
     )
     app = web.Application(middlewares=[gateway_middleware],
                           client_max_size=settings.max_block_size + 1024 * 1024)

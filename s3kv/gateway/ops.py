@@ -10,8 +10,10 @@ from aiohttp import web
 
 from s3kv.errors import BackendError, RequestError
 from s3kv.gateway.access import ANONYMOUS, Credential
+from s3kv.gateway.classify import hoisted
 from s3kv.gateway.state import GatewayState, state_of
-from s3kv.wire.sigv4_verify import AuthContext, has_auth
+from s3kv.wire import sigv2
+from s3kv.wire.sigv4_verify import AuthContext, has_auth, query_params
 
 READY_PROBE_TIMEOUT = 2.0
 #: where authenticate() leaves the request's credential
@@ -53,10 +55,12 @@ async def metrics(request: web.Request) -> web.StreamResponse:
                         headers={"X-Content-Type-Options": "nosniff"})
 
 
-def authenticate(request: web.Request, st: GatewayState, raw_path: str,
-                 raw_query: str) -> AuthContext | None:
-    """Verify the request's SigV4 signature (or bearer token on /v1). None: anonymous mode or
-    a bearer token. Either way ``caller(request)`` is then the credential that made it."""
+def authenticate(request: web.Request, st: GatewayState, raw_path: str, raw_query: str, *,
+                 bucket_in_host: str = "") -> AuthContext | None:
+    """Verify the request's signature (SigV4 or SigV2, header or presigned; a bearer token on
+    /v1). None: anonymous mode, SigV2 or a bearer token. Either way ``caller(request)`` is then
+    the credential that made it. ``bucket_in_host``: the bucket of a virtual-hosted request
+    (SigV2 signs it as part of the resource)."""
     if st.verifier is None:
         request[CALLER] = ANONYMOUS
         return None
@@ -65,12 +69,33 @@ def authenticate(request: web.Request, st: GatewayState, raw_path: str,
     if request.path.startswith("/v1/") and scheme == "Bearer":
         request[CALLER] = _bearer(st, token.strip())
         return None
+    params = query_params(raw_query)
+    if sigv2.is_v2(params, request.headers) and st.verifier_v2 is not None:
+        _check_v2_request(request, params)
+        v2 = st.verifier_v2.verify(request.method, raw_path, raw_query, request.headers, params,
+                                   time.time(), bucket_in_host=bucket_in_host)
+        request[CALLER] = st.credentials[v2.access_key]
+        return None
     if not has_auth(raw_query, request.headers):
         raise RequestError("AccessDenied", "Anonymous access is not allowed; sign requests "
-                           "with SigV4 (the gateway's access and secret key).", 403)
+                           "with SigV4 or SigV2 (the gateway's access and secret key).", 403)
     auth = st.verifier.verify(request.method, raw_path, raw_query, request.headers, time.time())
     request[CALLER] = st.credentials[auth.access_key]
     return auth
+
+
+def _check_v2_request(request: web.Request, params: dict[str, list[str]]) -> None:
+    """What SigV2 cannot vouch for: chunk signatures (SigV4 only), and headers a presigned URL
+    carries in its query (they are signed as headers: the request must send them as such, or
+    the gateway would act on a request other than the one signed)."""
+    sha = request.headers.get("x-amz-content-sha256", "")
+    if sha.startswith("STREAMING-AWS4-HMAC-SHA256"):
+        raise RequestError("InvalidRequest", "aws-chunked bodies with chunk signatures need "
+                           "SigV4 request signing.")
+    for name, value in hoisted(params).items():
+        if request.headers.get(name, "").strip() != value.strip():
+            raise RequestError("InvalidArgument", f"The presigned URL names {name}: send the "
+                               f"same {name} header with the request.")
 
 
 def _bearer(st: GatewayState, token: str) -> Credential:

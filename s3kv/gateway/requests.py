@@ -22,6 +22,7 @@ class Target:
     query: dict[str, str]
     raw_path: str  # as sent, without the query (what SigV4 signed)
     raw_query: str
+    virtual: bool = False  # the bucket came from the Host header (virtual-hosted style)
 
 
 def parse_target(request: web.Request, domain: str) -> Target:
@@ -38,8 +39,8 @@ def parse_target(request: web.Request, domain: str) -> Target:
     if domain and host.endswith("." + domain.lower()):
         bucket = host[: -len(domain) - 1]
         key = path[1:]
-    else:
-        bucket, _, key = path[1:].partition("/")
+        return Target(bucket, key, query, raw_path, raw_query, virtual=True)
+    bucket, _, key = path[1:].partition("/")
     return Target(bucket, key, query, raw_path, raw_query)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import pairwise
@@ -79,12 +79,22 @@ class BucketEntry:
     created: float | datetime
 
 
-def list_buckets(buckets: Iterable[BucketEntry], owner_id: str = "s3kv",
-                 owner_name: str = "s3kv") -> bytes:
+#: the one owner every bucket and object has (access is per credential, not per owner)
+OWNER_ID = "s3kv"
+OWNER_NAME = "s3kv"
+
+
+def _owner() -> str:
+    return f"<Owner>{_el('ID', OWNER_ID)}{_el('DisplayName', OWNER_NAME)}</Owner>"
+
+
+def list_buckets(buckets: Iterable[BucketEntry], *, continuation_token: str | None = None,
+                 prefix: str | None = None) -> bytes:
     items = "".join(f"<Bucket>{_el('Name', b.name)}{_el('CreationDate', iso8601(b.created))}"
                     "</Bucket>" for b in buckets)
-    owner = f"<Owner>{_el('ID', owner_id)}{_el('DisplayName', owner_name)}</Owner>"
-    return _doc("ListAllMyBucketsResult", f"{owner}<Buckets>{items}</Buckets>")
+    tail = _el("ContinuationToken", continuation_token) if continuation_token else ""
+    tail += _el("Prefix", prefix) if prefix is not None else ""
+    return _doc("ListAllMyBucketsResult", f"{_owner()}<Buckets>{items}</Buckets>{tail}")
 
 
 @dataclass(frozen=True)
@@ -109,21 +119,48 @@ class ListV2Page:
     next_continuation_token: str | None = None
     start_after: str | None = None
     encoding_type: str | None = None  # "url" or None
+    fetch_owner: bool = False
+
+
+@dataclass
+class ListV1Page:
+    bucket: str
+    prefix: str = ""
+    delimiter: str | None = None
+    max_keys: int = 1000
+    marker: str = ""
+    contents: Sequence[ObjectEntry] = field(default_factory=list)
+    common_prefixes: Sequence[str] = field(default_factory=list)
+    is_truncated: bool = False
+    next_marker: str | None = None
+    encoding_type: str | None = None
+
+
+def _encoder(encoding_type: str | None) -> Callable[[str], str]:
+    if encoding_type == "url":
+        return lambda text: quote(text, safe="/")
+    return lambda text: text
+
+
+def _entries(contents: Iterable[ObjectEntry], prefixes: Iterable[str],
+             enc: Callable[[str], str], owner: bool) -> list[str]:
+    parts = [f"<Contents>{_el('Key', enc(o.key))}"
+             f"{_el('LastModified', iso8601(o.last_modified))}{_el('ETag', o.etag)}"
+             f"{_el('Size', o.size)}{_owner() if owner else ''}"
+             f"{_el('StorageClass', o.storage_class)}</Contents>" for o in contents]
+    parts += [f"<CommonPrefixes>{_el('Prefix', enc(p))}</CommonPrefixes>" for p in prefixes]
+    return parts
 
 
 def list_objects_v2(page: ListV2Page) -> bytes:
     """ListBucketResult for ListObjectsV2; with ``encoding_type='url'`` keys, prefixes,
     delimiter and StartAfter are URL-encoded as S3 does."""
-    url = page.encoding_type == "url"
-
-    def enc(text: str) -> str:
-        return quote(text, safe="/") if url else text
-
+    enc = _encoder(page.encoding_type)
     parts = [_el("Name", page.bucket), _el("Prefix", enc(page.prefix))]
     if page.delimiter:
         parts.append(_el("Delimiter", enc(page.delimiter)))
     parts.append(_el("MaxKeys", page.max_keys))
-    if url:
+    if page.encoding_type == "url":
         parts.append(_el("EncodingType", "url"))
     parts.append(_el("KeyCount", len(page.contents) + len(page.common_prefixes)))
     parts.append(_el("IsTruncated", page.is_truncated))
@@ -133,12 +170,25 @@ def list_objects_v2(page: ListV2Page) -> bytes:
         parts.append(_el("NextContinuationToken", page.next_continuation_token))
     if page.start_after is not None:
         parts.append(_el("StartAfter", enc(page.start_after)))
-    for o in page.contents:
-        parts.append(f"<Contents>{_el('Key', enc(o.key))}"
-                     f"{_el('LastModified', iso8601(o.last_modified))}{_el('ETag', o.etag)}"
-                     f"{_el('Size', o.size)}{_el('StorageClass', o.storage_class)}</Contents>")
-    for p in page.common_prefixes:
-        parts.append(f"<CommonPrefixes>{_el('Prefix', enc(p))}</CommonPrefixes>")
+    parts += _entries(page.contents, page.common_prefixes, enc, page.fetch_owner)
+    return _doc("ListBucketResult", "".join(parts))
+
+
+def list_objects_v1(page: ListV1Page) -> bytes:
+    """ListBucketResult for ListObjects (v1): Marker, NextMarker (with a delimiter), an Owner
+    in every entry, as S3 answers."""
+    enc = _encoder(page.encoding_type)
+    parts = [_el("Name", page.bucket), _el("Prefix", enc(page.prefix)),
+             _el("Marker", enc(page.marker))]
+    if page.next_marker is not None:
+        parts.append(_el("NextMarker", enc(page.next_marker)))
+    parts.append(_el("MaxKeys", page.max_keys))
+    if page.delimiter:
+        parts.append(_el("Delimiter", enc(page.delimiter)))
+    if page.encoding_type == "url":
+        parts.append(_el("EncodingType", "url"))
+    parts.append(_el("IsTruncated", page.is_truncated))
+    parts += _entries(page.contents, page.common_prefixes, enc, True)
     return _doc("ListBucketResult", "".join(parts))
 
 

@@ -20,6 +20,7 @@ from s3kv.errors import ConfigError
 from s3kv.gateway.access import credential_table
 from s3kv.gateway.app import make_app
 from s3kv.gateway.multipart import UPLOADS, Uploads
+from s3kv.gateway.protocol import S3AppRunner
 from s3kv.gateway.state import STATE
 from s3kv.log import get_logger
 from s3kv.store.store import BlockStore, check_store_settings
@@ -80,7 +81,8 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     app[UPLOADS] = Uploads()
     # auto_decompress=False: a body sent with Content-Encoding: gzip is stored as sent (S3
     # semantics; its signed hash and Content-MD5 cover the compressed bytes)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False,
+    # S3AppRunner: what aiohttp's parser refuses is answered as S3 XML too (protocol.py)
+    runner = S3AppRunner(app, access_log=None, handle_signals=False,
                            shutdown_timeout=SHUTDOWN_TIMEOUT, auto_decompress=False)
     await runner.setup()
     try:

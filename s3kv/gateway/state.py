@@ -13,6 +13,7 @@ from s3kv.errors import RequestError
 from s3kv.gateway.access import Credential
 from s3kv.gateway.metrics import GatewayMetrics
 from s3kv.store.store import BlockStore
+from s3kv.wire.sigv2 import SigV2Verifier
 from s3kv.wire.sigv4_verify import SigV4Verifier
 
 
@@ -48,6 +49,8 @@ class GatewayState:
     budget: MemoryBudget
     #: front credentials by access key (empty: anonymous mode)
     credentials: dict[str, Credential] = field(default_factory=dict)
+    #: SigV2 (older tools, boto3's default presigned URLs), same credentials; None: anonymous
+    verifier_v2: SigV2Verifier | None = None
     shutting_down: bool = False
     inflight: int = 0  # requests being handled now (the middleware counts them)
     _idle: asyncio.Event = field(default_factory=asyncio.Event, repr=False)

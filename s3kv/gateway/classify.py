@@ -1,0 +1,230 @@
+"""The S3 front's allow-list: every request is classified from method + path + query before a
+handler runs, and anything the gateway does not implement is refused there, touching nothing.
+
+:data:`OPERATIONS` is the one table of what the gateway answers: each operation with the method,
+the level (service, bucket, object), the query parameters (or header) that select it and the
+parameters it accepts. A request is the most specific operation whose selectors it carries; a
+parameter that operation does not accept (a subresource such as ``?acl`` or ``?tagging``, or
+any unknown name) is ``501 NotImplemented``, as is an operation the table marks unimplemented.
+Parameters every request may carry (presigned-URL fields, boto3's ``x-id``) are in
+:data:`COMMON`. :func:`check_headers` then refuses headers that ask for a guarantee the gateway
+cannot give (encryption, object lock, ACL grants, storage classes, tags), never stored in plain.
+
+docs/api.md renders the same table; tests/gateway/test_allow_list.py checks it against
+botocore's S3 model (every operation of the S3 API is either here or answered 501).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from s3kv.errors import RequestError
+
+
+class Level(enum.Enum):
+    SERVICE = "service"
+    BUCKET = "bucket"
+    OBJECT = "object"
+
+
+RESPONSE_OVERRIDES = frozenset({
+    "response-content-type", "response-content-language", "response-expires",
+    "response-cache-control", "response-content-disposition", "response-content-encoding"})
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    method: str
+    level: Level
+    #: query parameters that must all be present for this operation (its subresource)
+    selectors: frozenset[str] = frozenset()
+    #: further query parameters it accepts
+    params: frozenset[str] = frozenset()
+    #: a header that selects it (CopyObject: x-amz-copy-source)
+    header: str | None = None
+    implemented: bool = True
+    #: parameter -> the only values accepted (anything else: the error of ``_VALUE_ERRORS``)
+    values: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    @property
+    def specificity(self) -> int:
+        return len(self.selectors) + (1 if self.header else 0)
+
+
+def _op(name: str, method: str, level: Level, selectors: str = "", params: str = "", *,
+        extra: frozenset[str] = frozenset(), header: str | None = None,
+        implemented: bool = True, values: Mapping[str, frozenset[str]] | None = None
+        ) -> Operation:
+    return Operation(name, method, level, frozenset(selectors.split()),
+                     frozenset(params.split()) | extra, header, implemented, values or {})
+
+
+_S, _B, _O = Level.SERVICE, Level.BUCKET, Level.OBJECT
+_NULL_VERSION = {"versionId": frozenset({"null"})}
+_LIST = "prefix delimiter max-keys encoding-type"
+
+#: every operation the gateway answers (implemented) or names in its 501 (not implemented)
+OPERATIONS: tuple[Operation, ...] = (
+    _op("ListBuckets", "GET", _S, "", "max-buckets continuation-token prefix bucket-region"),
+    _op("CreateBucket", "PUT", _B),
+    _op("HeadBucket", "HEAD", _B),
+    _op("DeleteBucket", "DELETE", _B),
+    _op("GetBucketLocation", "GET", _B, "location"),
+    _op("ListObjects", "GET", _B, "", f"{_LIST} marker"),
+    _op("ListObjectsV2", "GET", _B, "list-type",
+        f"{_LIST} continuation-token start-after fetch-owner",
+        values={"list-type": frozenset({"2"}), "fetch-owner": frozenset({"true", "false"})}),
+    _op("DeleteObjects", "POST", _B, "delete"),
+    _op("ListMultipartUploads", "GET", _B, "uploads",
+        "prefix delimiter encoding-type key-marker max-uploads upload-id-marker",
+        implemented=False),
+    _op("PostObject", "POST", _B, implemented=False),
+    _op("PutObject", "PUT", _O),
+    _op("GetObject", "GET", _O, "", "partNumber versionId", extra=RESPONSE_OVERRIDES,
+        values=_NULL_VERSION),
+    _op("HeadObject", "HEAD", _O, "", "partNumber versionId", extra=RESPONSE_OVERRIDES,
+        values=_NULL_VERSION),
+    _op("DeleteObject", "DELETE", _O, "", "versionId", values=_NULL_VERSION),
+    _op("CreateMultipartUpload", "POST", _O, "uploads"),
+    _op("UploadPart", "PUT", _O, "uploadId partNumber"),
+    _op("CompleteMultipartUpload", "POST", _O, "uploadId"),
+    _op("AbortMultipartUpload", "DELETE", _O, "uploadId"),
+    _op("ListParts", "GET", _O, "uploadId", "max-parts part-number-marker", implemented=False),
+    _op("CopyObject", "PUT", _O, header="x-amz-copy-source", implemented=False),
+    _op("UploadPartCopy", "PUT", _O, "uploadId partNumber", header="x-amz-copy-source",
+        implemented=False),
+)
+
+#: accepted on every operation: presigned-URL fields (SigV4 and SigV2) and boto3's ``x-id``
+COMMON = frozenset({
+    "X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
+    "X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token", "X-Amz-Content-Sha256",
+    "AWSAccessKeyId", "Signature", "Expires", "x-id"})
+
+#: the S3 API's subresources (botocore's S3 model and the SigV2 signing list): named in 501s
+SUBRESOURCES = frozenset({
+    "abac", "accelerate", "acl", "analytics", "attributes", "cors", "defaultObjectAcl",
+    "delete", "encryption", "intelligent-tiering", "inventory", "legal-hold", "lifecycle",
+    "list-type", "location", "logging", "metadataConfiguration", "metadataInventoryTable",
+    "metadataJournalTable", "metadataTable", "metrics", "notification", "object-lock",
+    "ownershipControls", "partNumber", "policy", "policyStatus", "publicAccessBlock",
+    "renameObject", "replication", "requestPayment", "restore", "retention", "select",
+    "select-type", "session", "storageClass", "tagging", "torrent", "uploadId", "uploads",
+    "versionId", "versioning", "versions", "website"})
+
+#: what a value outside ``Operation.values`` answers
+_VALUE_ERRORS = {
+    "versionId": ("NotImplemented", 501, "s3kv does not keep object versions: versionId may "
+                  "only be 'null' (the one version every object has)."),
+    "list-type": ("InvalidArgument", 400, "list-type must be 2 (ListObjectsV2); omit it for "
+                  "ListObjects."),
+    "fetch-owner": ("InvalidArgument", 400, "fetch-owner must be true or false."),
+}
+
+S3_METHODS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE"})
+
+
+def _not_implemented(message: str) -> RequestError:
+    return RequestError("NotImplemented", message, 501)
+
+
+def level_of(bucket: str, key: str) -> Level:
+    return Level.OBJECT if key else Level.BUCKET if bucket else Level.SERVICE
+
+
+def hoisted(params: Mapping[str, list[str]]) -> dict[str, str]:
+    """Headers a SigV2 presigned URL carries in its query (botocore's HmacV1QueryAuth moves
+    ``x-amz-*``, ``Content-Type`` and ``Content-MD5`` there); none without ``AWSAccessKeyId``."""
+    if "AWSAccessKeyId" not in params:
+        return {}
+    return {n.lower(): v[-1] for n, v in params.items()
+            if (n.lower().startswith("x-amz-") and n not in COMMON)
+            or n.lower() in ("content-type", "content-md5")}
+
+
+def classify(method: str, level: Level, params: Mapping[str, list[str]],
+             headers: Mapping[str, str]) -> Operation:
+    """The operation of a request (``params``: decoded query names -> values); RequestError
+    for anything not in the allow-list: 501 NotImplemented, 405 MethodNotAllowed, or 400."""
+    repeated = sorted(n for n, v in params.items() if len(v) > 1)
+    if repeated:
+        raise RequestError("InvalidArgument", f"The query parameter {repeated[0]!r} is given "
+                           "more than once.")
+    names = set(params) - COMMON - set(hoisted(params))
+    candidates = [op for op in OPERATIONS
+                  if op.method == method and op.level is level and op.selectors <= names
+                  and (op.header is None or op.header in headers)]
+    if not candidates:
+        present = sorted(names & SUBRESOURCES) or sorted(names)
+        if method not in S3_METHODS:
+            raise RequestError("MethodNotAllowed", f"{method} is not an S3 method.", 405)
+        if present:
+            raise _not_implemented(f"s3kv does not implement {method} with the "
+                                   f"{present[0]!r} {_what(present[0])} on a {level.value}.")
+        raise RequestError("MethodNotAllowed", f"{method} is not allowed on a {level.value}.",
+                           405)
+    op = max(candidates, key=lambda o: o.specificity)
+    extra = sorted(names - op.selectors - op.params)
+    if extra:
+        subs = [n for n in extra if n in SUBRESOURCES]
+        name = (subs or extra)[0]
+        raise _not_implemented(f"s3kv does not implement the {name!r} {_what(name)} "
+                               f"({method} on a {level.value}).")
+    if not op.implemented:
+        raise _not_implemented(f"s3kv does not implement {op.name}.")
+    for name, allowed in op.values.items():
+        if name in params and params[name][0] not in allowed:
+            code, status, message = _VALUE_ERRORS[name]
+            raise RequestError(code, message, status)
+    return op
+
+
+def _what(name: str) -> str:
+    return "subresource" if name in SUBRESOURCES else "query parameter"
+
+
+# -- headers that ask for a guarantee the gateway cannot give ---------------------------------
+
+#: header prefix -> why it is refused (501 NotImplemented)
+_REFUSED_PREFIXES = {
+    "x-amz-server-side-encryption": "server-side encryption: s3kv stores blocks unencrypted "
+                                    "(encrypt on the backend, e.g. an SSE-S3 bucket policy)",
+    "x-amz-copy-source-server-side-encryption": "server-side encryption",
+    "x-amz-object-lock-": "object lock (retention, legal hold)",
+    "x-amz-bypass-governance-retention": "object lock (retention, legal hold)",
+    "x-amz-grant-": "ACL grants (access is per credential, see --credentials-file)",
+    "x-amz-tagging": "object tags",
+    "x-amz-website-redirect-location": "website redirects",
+    "x-amz-mfa": "MFA delete",
+    "x-amz-write-offset-bytes": "appends",
+}
+#: header -> the values accepted (anything else: 501 NotImplemented)
+_ACCEPTED_VALUES = {
+    "x-amz-acl": frozenset({"private", "bucket-owner-full-control"}),
+    "x-amz-bucket-object-lock-enabled": frozenset({"false"}),
+    "x-amz-object-ownership": frozenset({"bucketownerenforced"}),
+}
+
+
+def check_headers(headers: Mapping[str, str], extra: Mapping[str, str] | None = None) -> None:
+    """Refuse headers (and SigV2-hoisted query headers, ``extra``) asking for what the gateway
+    cannot do; the storage class must be STANDARD (``400 InvalidStorageClass`` otherwise)."""
+    items = [(k.lower(), v) for k, v in headers.items()]
+    items += [(k.lower(), v) for k, v in (extra or {}).items()]
+    for name, value in items:
+        if not name.startswith("x-amz-"):
+            continue
+        for prefix, why in _REFUSED_PREFIXES.items():
+            if name.startswith(prefix):
+                raise _not_implemented(f"s3kv does not implement {why}: header {name} is "
+                                       "refused and nothing was stored.")
+        accepted = _ACCEPTED_VALUES.get(name)
+        if accepted is not None and value.strip().lower() not in accepted:
+            raise _not_implemented(f"s3kv does not implement {name}: {value.strip()!r} (it "
+                                   f"accepts {', '.join(sorted(accepted))}).")
+        if name == "x-amz-storage-class" and value.strip() != "STANDARD":
+            raise RequestError("InvalidStorageClass", "The storage class you specified is not "
+                               "valid: s3kv stores every object as STANDARD.")

@@ -1,0 +1,167 @@
+"""S3 listings: ListObjects (v1: marker / NextMarker), ListObjectsV2 (continuation tokens,
+start-after, fetch-owner) and ListBuckets (max-buckets, continuation-token, prefix).
+
+One walk serves both object listings: keys after a position, in order, rolled up into common
+prefixes at the delimiter (each counted once against ``max-keys``, and never repeated on a
+later page: a marker that is a common prefix skips every key under it, as S3 does).
+``max-keys=0`` is an empty, untruncated page.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from s3kv.errors import RequestError
+from s3kv.gateway.ops import caller
+from s3kv.gateway.requests import Target, max_keys
+from s3kv.gateway.s3xml import (
+    BucketEntry,
+    ListV1Page,
+    ListV2Page,
+    ObjectEntry,
+    list_objects_v1,
+    list_objects_v2,
+)
+from s3kv.gateway.s3xml import list_buckets as render_buckets
+from s3kv.gateway.state import GatewayState
+from s3kv.store.store import BlockMeta
+
+XML = "application/xml"
+#: every namespace is in the gateway's one region
+REGION = "us-east-1"
+MAX_BUCKETS = 10000
+
+
+def etag_of(crc: int, size: int) -> str:
+    return f'"{crc:08x}{size:x}"'
+
+
+def listing_etag(meta: BlockMeta) -> str:
+    """The ETag a listing shows for a block: the one HEAD and GET answer."""
+    return etag_of(meta.crc, meta.size)
+
+
+def _token(key: bytes) -> str:
+    return base64.urlsafe_b64encode(key).decode()
+
+
+def _untoken(token: str) -> bytes:
+    try:
+        return base64.urlsafe_b64decode(token.encode())
+    except (binascii.Error, ValueError):
+        raise RequestError("InvalidArgument", "The continuation token provided is "
+                           "incorrect.") from None
+
+
+@dataclass
+class Walk:
+    contents: list[ObjectEntry]
+    prefixes: list[str]
+    truncated: bool
+    #: the last key or common prefix returned (NextMarker), b"" for none
+    last: bytes
+    #: where the next page starts (past every key under a returned common prefix)
+    resume: bytes
+
+
+def walk(st: GatewayState, bucket: str, prefix: str, delimiter: str | None, after: bytes,
+         limit: int) -> Walk:
+    """At most ``limit`` keys and common prefixes after ``after``."""
+    metas = st.store.list_blocks(bucket, prefix.encode(), after, limit=None)
+    out = Walk([], [], False, b"", b"")
+    if limit == 0:
+        return out
+    pbytes = prefix.encode()
+    dbytes = delimiter.encode() if delimiter else b""
+    for meta in metas:
+        common: bytes | None = None
+        if dbytes:
+            cut = meta.key.find(dbytes, len(pbytes))
+            if cut >= 0:
+                common = meta.key[:cut + len(dbytes)]
+                if common == after or (out.prefixes and out.prefixes[-1] == common.decode()):
+                    continue  # under a prefix already returned (on this page or the last)
+        if len(out.contents) + len(out.prefixes) >= limit:
+            out.truncated = True
+            break
+        if common is not None:
+            out.prefixes.append(common.decode())
+            out.last, out.resume = common, common + b"\xff"
+        else:
+            out.contents.append(ObjectEntry(meta.key.decode(), meta.written_at,
+                                            listing_etag(meta), meta.size))
+            out.last = out.resume = meta.key
+    return out
+
+
+def _encoding(q: dict[str, str]) -> str | None:
+    encoding = q.get("encoding-type")
+    if encoding not in (None, "url"):
+        raise RequestError("InvalidArgument", "encoding-type must be 'url'.")
+    return encoding
+
+
+async def list_objects_v2_handler(request: web.Request, st: GatewayState,
+                                  t: Target) -> web.StreamResponse:
+    q = t.query
+    encoding = _encoding(q)
+    prefix = q.get("prefix", "")
+    delimiter = q.get("delimiter") or None
+    limit = max_keys(q)
+    token = q.get("continuation-token")
+    start_after = q.get("start-after")
+    after = _untoken(token) if token is not None else (start_after or "").encode()
+    w = walk(st, t.bucket, prefix, delimiter, after, limit)
+    page = ListV2Page(
+        bucket=t.bucket, prefix=prefix, delimiter=delimiter, max_keys=limit,
+        contents=w.contents, common_prefixes=w.prefixes, is_truncated=w.truncated,
+        continuation_token=token, start_after=start_after, encoding_type=encoding,
+        next_continuation_token=_token(w.resume) if w.truncated else None,
+        fetch_owner=q.get("fetch-owner") == "true")
+    return web.Response(body=list_objects_v2(page), content_type=XML)
+
+
+async def list_objects_v1_handler(request: web.Request, st: GatewayState,
+                                  t: Target) -> web.StreamResponse:
+    q = t.query
+    encoding = _encoding(q)
+    prefix = q.get("prefix", "")
+    delimiter = q.get("delimiter") or None
+    limit = max_keys(q)
+    marker = q.get("marker", "")
+    w = walk(st, t.bucket, prefix, delimiter, marker.encode(), limit)
+    page = ListV1Page(
+        bucket=t.bucket, prefix=prefix, delimiter=delimiter, max_keys=limit, marker=marker,
+        contents=w.contents, common_prefixes=w.prefixes, is_truncated=w.truncated,
+        # S3 gives NextMarker only with a delimiter; without, clients take the last key
+        next_marker=w.last.decode() if w.truncated and delimiter else None,
+        encoding_type=encoding)
+    return web.Response(body=list_objects_v1(page), content_type=XML)
+
+
+async def list_buckets(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
+    q = t.query
+    raw = q.get("max-buckets", str(MAX_BUCKETS))
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_BUCKETS:
+        raise RequestError("InvalidArgument", f"max-buckets must be an integer from 1 to "
+                           f"{MAX_BUCKETS}.")
+    limit = int(raw)
+    prefix = q.get("prefix", "")
+    token = q.get("continuation-token")
+    after = _untoken(token).decode(errors="replace") if token is not None else ""
+    region = q.get("bucket-region")
+    created = st.store.namespace_created
+    cred = caller(request)
+    names = [n for n in st.store.list_namespaces()
+             if cred.allows(n) and n.startswith(prefix) and n > after
+             and region in (None, REGION)]
+    page = names[:limit]
+    more = len(names) > limit
+    entries = [BucketEntry(n, created.get(n, 0.0)) for n in page]
+    body = render_buckets(entries, continuation_token=_token(page[-1].encode()) if more else
+                          None, prefix=prefix if "prefix" in q else None)
+    return web.Response(body=body, content_type=XML)

@@ -1,0 +1,119 @@
+"""Malformed requests over raw sockets get S3 XML 4xx errors (also those aiohttp's HTTP parser
+refuses before any middleware runs), and a client hanging up mid-GET is an info line, not a 500.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import pytest
+
+from tests.gateway.conftest import GW_ACCESS, GW_SECRET, Gateway
+from tests.gateway.test_gateway_ops import scrape, value
+from tests.support import rawhttp
+
+
+def _host(gateway: Gateway) -> str:
+    return f"127.0.0.1:{gateway.port}"
+
+
+def _xml_error(r: rawhttp.Response) -> str:
+    assert r.headers.get("content-type", "").startswith("application/xml"), (r.status, r.body)
+    assert r.headers.get("x-amz-request-id")
+    root = ET.fromstring(r.body)
+    assert root.tag == "Error"
+    code = root.findtext("Code")
+    assert code
+    return code
+
+
+@pytest.mark.parametrize("length", ["", "-1", "abc", "1e3", "5, 6"])
+def test_bad_content_length_is_s3_xml(gateway: Gateway, gw_bucket: str, length: str) -> None:
+    target = f"/{gw_bucket}/cl-{abs(hash(length))}"
+    headers = rawhttp.sign("PUT", target, _host(gateway), GW_ACCESS, GW_SECRET, body=b"hello")
+    headers["Content-Length"] = length
+    r = rawhttp.send(gateway.port, "PUT", target, headers, b"hello")
+    assert r.status == 400, (r.status, r.body)
+    assert _xml_error(r) in ("InvalidArgument", "InvalidRequest")
+    # nothing stored
+    h = rawhttp.sign("HEAD", target, _host(gateway), GW_ACCESS, GW_SECRET)
+    assert rawhttp.send(gateway.port, "HEAD", target, h).status == 404
+
+
+@pytest.mark.parametrize("body", [b"zz\r\nhello\r\n0\r\n\r\n",  # not a hex chunk size
+                                  b"5\r\nhelloXX0\r\n\r\n",  # no CRLF after the chunk
+                                  b"-5\r\nhello\r\n0\r\n\r\n"])
+def test_bad_chunked_framing_is_s3_xml(gateway: Gateway, gw_bucket: str, body: bytes) -> None:
+    target = f"/{gw_bucket}/chunked-{abs(hash(body))}"
+    headers = rawhttp.sign("PUT", target, _host(gateway), GW_ACCESS, GW_SECRET,
+                           payload=rawhttp.UNSIGNED, headers={"Transfer-Encoding": "chunked"})
+    r = rawhttp.send(gateway.port, "PUT", target, headers, body)
+    assert 400 <= r.status < 500, (r.status, r.body)
+    _xml_error(r)
+    h = rawhttp.sign("HEAD", target, _host(gateway), GW_ACCESS, GW_SECRET)
+    assert rawhttp.send(gateway.port, "HEAD", target, h).status == 404
+
+
+@pytest.mark.parametrize("target_fmt,body", [
+    ("/{b}?delete", b"<Delete><Object><Key>a</Key></Object>"),  # unterminated
+    ("/{b}?delete", b"\xff\xfe<not xml"),
+    ("/{b}/k?uploadId=nope", b"<CompleteMultipartUpload><Part>"),
+])
+def test_unparseable_xml_is_a_4xx(gateway: Gateway, gw_bucket: str, target_fmt: str,
+                                  body: bytes) -> None:
+    target = target_fmt.format(b=gw_bucket)
+    headers = rawhttp.sign("POST", target, _host(gateway), GW_ACCESS, GW_SECRET, body=body)
+    r = rawhttp.send(gateway.port, "POST", target, headers, body)
+    assert 400 <= r.status < 500, (r.status, r.body)
+    assert _xml_error(r) in ("MalformedXML", "NoSuchUpload")
+
+
+def test_oversized_header_is_s3_xml(gateway: Gateway, gw_bucket: str) -> None:
+    target = f"/{gw_bucket}/big-header"
+    headers = rawhttp.sign("GET", target, _host(gateway), GW_ACCESS, GW_SECRET)
+    headers["x-amz-meta-huge"] = "a" * 70000
+    r = rawhttp.send(gateway.port, "GET", target, headers)
+    assert 400 <= r.status < 500
+    assert _xml_error(r) == "RequestHeaderSectionTooLarge"
+
+
+def test_client_gone_mid_get_is_info_not_500(gateway: Gateway, gw_s3: Any,
+                                             gw_bucket: str) -> None:
+    """A client that hangs up while a large GetObject is being written: no 500 in /metrics, no
+    http.unhandled, an info-level http.client_gone line."""
+    gw_s3.put_object(Bucket=gw_bucket, Key="big", Body=os.urandom(4 * 1024 * 1024))
+    before = scrape(gateway)
+    target = f"/{gw_bucket}/big"
+    for _ in range(8):
+        headers = rawhttp.sign("GET", target, _host(gateway), GW_ACCESS, GW_SECRET)
+        head = (f"GET {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in
+                                                       headers.items()) + "\r\n").encode()
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before the handshake
+            s.connect(("127.0.0.1", gateway.port))
+            s.sendall(head)
+            assert s.recv(64).startswith(b"HTTP/1.1 200")  # the answer has started
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00" * 2)
+        # closed with RST part-way through the 4 MiB body
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        after = scrape(gateway)
+        done = value(after, "s3kv_requests_total", op="GetObject") - \
+            value(before, "s3kv_requests_total", op="GetObject")
+        if done >= 8:
+            break
+        time.sleep(0.1)
+    gone = value(after, "s3kv_requests_total", op="GetObject", status="499") - \
+        value(before, "s3kv_requests_total", op="GetObject", status="499")
+    assert done == 8 and gone >= 1
+    assert value(after, "s3kv_requests_total", status="500") == \
+        value(before, "s3kv_requests_total", status="500")
+    lines = [json.loads(x) for x in gateway.log_text().splitlines() if x.startswith("{")]
+    assert not [x for x in lines if x.get("event") == "http.unhandled"]
+    gone_lines = [x for x in lines if x.get("event") == "http.client_gone"]
+    assert gone_lines and all(x.get("level") == "info" for x in gone_lines)
