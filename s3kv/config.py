@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from s3kv.errors import ConfigError
-from s3kv.sizes import GiB, KiB, MiB, parse_size
+from s3kv.sizes import GiB, KiB, MiB, format_size, parse_size
 
 ENV_PREFIX = "S3KV_"
 
@@ -55,11 +55,17 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
 
 
 def setting(default: Any, help: str, kind: str = "str", *, choices: tuple[str, ...] = (),
-            metavar: str = "", secret: bool = False) -> Any:
-    """Declare a settings field with its help text and how to parse it from a string."""
+            metavar: str = "", secret: bool = False, shown: str = "") -> Any:
+    """Declare a settings field with its help text and how to parse it from a string;
+    ``shown``: the default as ``--help`` words it (when it is derived, not a value)."""
     return field(default=default, metadata={
         "help": help, "kind": kind, "choices": choices, "metavar": metavar, "secret": secret,
+        "shown": shown,
     })
+
+
+#: the largest block by default, when half the segment size is more
+MAX_BLOCK_SIZE = 64 * MiB
 
 
 @dataclass(frozen=True)
@@ -86,8 +92,9 @@ class Settings:
                          "float", metavar="SECONDS")
     dram_cache: int = setting(0, "size of the in-memory LRU of hot blocks (0 disables the DRAM "
                               "tier)", "size", metavar="SIZE")
-    max_block_size: int = setting(64 * MiB, "largest block (object) accepted", "size",
-                                  metavar="SIZE")
+    max_block_size: int = setting(0, "largest block (object) accepted; at most half of "
+                                  "segment_size", "size", metavar="SIZE",
+                                  shown="the smaller of 64MiB and half of segment_size")
     max_request_memory: int = setting(512 * MiB, "request bodies and staged multipart parts "
                                       "held at once; past it writes get 503 SlowDown", "size",
                                       metavar="SIZE")
@@ -189,6 +196,11 @@ class Settings:
         settings.validate()
         return settings
 
+    def __post_init__(self) -> None:
+        if self.max_block_size == 0:  # not set: follow the segment size
+            object.__setattr__(self, "max_block_size",
+                               min(MAX_BLOCK_SIZE, self.segment_size // 2))
+
     def validate(self) -> None:
         """What can be checked without knowing the store or the gateway; the settings they
         own (the default codec, the credentials) are checked by them at start-up
@@ -201,8 +213,11 @@ class Settings:
             raise ConfigError(f"block_align ({self.block_align}) must be a power of two")
         if self.max_block_size > self.segment_size // 2:
             raise ConfigError(
-                f"max_block_size ({self.max_block_size}) must be at most half of segment_size "
-                f"({self.segment_size}) so that full segments stay full")
+                f"max_block_size ({format_size(self.max_block_size)}) must be at most half of "
+                f"segment_size ({format_size(self.segment_size)}) so that full segments stay "
+                f"full: lower --max-block-size to {format_size(self.segment_size // 2)} or less "
+                f"(or leave it unset: it follows the segment size), or raise --segment-size to "
+                f"at least {format_size(2 * self.max_block_size)}")
         if self.seal_after <= 0:
             raise ConfigError("seal_after must be positive")
         if self.max_open_segments < 1 or self.max_parts_in_flight < 1:
@@ -231,7 +246,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser, names: list[str] | N
         flag = "--" + f.name.replace("_", "-")
         meta = f.metadata
         default = f.default
-        shown = _show_default(meta["kind"], default)
+        shown = meta["shown"] or _show_default(meta["kind"], default)
         help_text = f"{meta['help']} [env {Settings.env_name(f.name)}; default {shown}]"
         kwargs: dict[str, Any] = {"dest": f.name, "default": None, "help": help_text}
         if meta["choices"]:
@@ -243,8 +258,6 @@ def add_settings_arguments(parser: argparse.ArgumentParser, names: list[str] | N
 
 def _show_default(kind: str, value: Any) -> str:
     if kind == "size":
-        from s3kv.sizes import format_size
-
         return format_size(value) if value else "0"
     if value == "":
         return "unset"

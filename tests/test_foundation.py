@@ -9,6 +9,7 @@ import pytest
 from s3kv import __version__
 from s3kv.config import Settings
 from s3kv.errors import ConfigError
+from s3kv.gateway.server import check_settings
 from s3kv.sizes import GiB, KiB, MiB, format_size, parse_size
 
 
@@ -54,14 +55,41 @@ def test_settings_validation() -> None:
 def test_serve_checks_store_and_gateway_settings_at_start(tmp_path: Path) -> None:
     """What config.py cannot check (codecs, credentials files) `s3kv serve` refuses before it
     opens the store or listens, with the setting named."""
-    for flags, why in ((["--default-codec", "lz4"], "default_codec: unknown codec 'lz4'"),
-                       (["--credentials-file", str(tmp_path / "absent.toml")],
-                        "cannot read credentials file")):
-        proc = subprocess.run([sys.executable, "-m", "s3kv.cli", "serve", "--store",
-                               f"file://{tmp_path}/data", "--listen", "127.0.0.1:1", *flags],
-                              capture_output=True, text=True, timeout=60)
-        assert proc.returncode != 0 and why in proc.stderr, proc.stderr
-        assert not (tmp_path / "data").exists()
+    proc = subprocess.run([sys.executable, "-m", "s3kv.cli", "serve", "--store",
+                           f"file://{tmp_path}/data", "--listen", "127.0.0.1:1",
+                           "--default-codec", "lz4"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0, proc.stderr
+    assert "default_codec: unknown codec 'lz4'" in proc.stderr, proc.stderr
+    assert not (tmp_path / "data").exists()
+    # the credentials file: the same start-up check (check_settings), in-process
+    with pytest.raises(ConfigError, match="cannot read credentials file"):
+        check_settings(Settings.load({"credentials_file": str(tmp_path / "absent.toml")},
+                                     env={}))
+
+
+def test_max_block_size_follows_the_segment_size(tmp_path: Path) -> None:
+    """Unset, --max-block-size is the smaller of 64 MiB and half a segment; an explicit value
+    that does not fit is refused with what to change."""
+    assert Settings.load(env={}).max_block_size == 64 * MiB
+    assert Settings.load({"segment_size": "512MiB"}, env={}).max_block_size == 64 * MiB
+    small = {"segment_size": "32MiB", "part_size": "16MiB"}
+    assert Settings.load(small, env={}).max_block_size == 16 * MiB
+    assert Settings.load({**small, "max_block_size": "8MiB"}, env={}).max_block_size == 8 * MiB
+    with pytest.raises(ConfigError, match=r"lower --max-block-size to 16MiB or less .*"
+                                          r"raise --segment-size to at least 128MiB"):
+        Settings.load({**small, "max_block_size": "64MiB"}, env={})
+    shown = subprocess.run([sys.executable, "-m", "s3kv.cli", "serve", "--help"],
+                           capture_output=True, text=True, check=True).stdout
+    assert "default the smaller of 64MiB and half of segment_size" in " ".join(shown.split())
+    # and `s3kv serve --segment-size 32MiB` alone starts (it used to refuse)
+    from tests.support.gateway import Gateway
+
+    gw = Gateway(f"file://{tmp_path}/data", ["--segment-size", "32MiB", "--part-size", "16MiB"],
+                 credentials=False)
+    try:
+        gw.start()
+    finally:
+        gw.stop()
 
 
 def test_secrets_masked() -> None:
