@@ -89,6 +89,18 @@ class RangeStreamer(Protocol):
         ...
 
 
+@runtime_checkable
+class RangeViewer(Protocol):
+    """A backend that lends a range of an object as a read-only view of memory it maps (the
+    file backend's mmap of the segment file): no copy, no buffer of the block's size. The view
+    stays valid while it is referenced, even after the object is deleted."""
+
+    async def view_range(self, key: str, start: int, length: int) -> memoryview:
+        """Bytes [start, start+length) of the object (fewer only at its end), resident: the
+        call has faulted them in off the event loop, so reading the view never waits on I/O."""
+        ...
+
+
 async def feed_whole_range(backend: Backend, key: str, start: int, length: int,
                            sink: Sink) -> int:
     """``stream_range`` for a backend that reads a range whole: read it, then feed it."""

@@ -3,6 +3,7 @@
 Objects are files under the root. A multipart upload writes each part straight into a hidden
 temporary file at its final offset ((n-1) * part_size), so a segment is written once, in large
 aligned writes, and published by an atomic rename on completion. All file I/O runs in threads.
+Ranged reads can also be lent as views of a memory map of the file (``view_range``, filemaps.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from s3kv.backends.base import Buffer, ObjectInfo, UploadInfo
+from s3kv.backends.filemaps import MappedFiles
 from s3kv.errors import BackendError, BackendUnavailable, InvalidInput, ObjectMissing
 
 _UPLOADS = ".uploads"
@@ -31,6 +33,7 @@ class FileBackend:
         self.root = Path(root).resolve()
         self.fsync = fsync
         self.description = f"file://{self.root}"
+        self._maps = MappedFiles()
 
     async def open(self) -> FileBackend:
         await asyncio.to_thread(self._mkdirs)
@@ -76,7 +79,9 @@ class FileBackend:
             tmp.unlink(missing_ok=True)
 
     async def put_object(self, key: str, data: Buffer) -> None:
-        await self._run(f"PUT {key}", self._write_atomic, self._path(key), data)
+        path = self._path(key)
+        self._maps.forget(path)
+        await self._run(f"PUT {key}", self._write_atomic, path, data)
 
     @staticmethod
     def _pread(path: Path, start: int, length: int) -> bytes:
@@ -92,6 +97,13 @@ class FileBackend:
         data = await self._run(f"GET {key}", self._pread, self._path(key), start, length)
         assert isinstance(data, bytes)
         return data
+
+    async def view_range(self, key: str, start: int, length: int) -> memoryview:
+        if length <= 0:
+            return memoryview(b"")
+        view = await self._run(f"GET {key}", self._maps.view, self._path(key), start, length)
+        assert isinstance(view, memoryview)
+        return view
 
     async def get_object(self, key: str) -> bytes:
         data = await self._run(f"GET {key}", self._path(key).read_bytes)
@@ -131,7 +143,9 @@ class FileBackend:
 
     def _delete(self, keys: Sequence[str]) -> None:
         for key in keys:
-            self._path(key).unlink(missing_ok=True)
+            path = self._path(key)
+            self._maps.forget(path)
+            path.unlink(missing_ok=True)
 
     async def delete_objects(self, keys: Sequence[str]) -> None:
         await self._run(f"DELETE {len(keys)} objects", self._delete, list(keys))
@@ -217,6 +231,7 @@ class FileBackend:
                 os.fsync(fh.fileno())
         dest = self._path(key)
         dest.parent.mkdir(parents=True, exist_ok=True)
+        self._maps.forget(dest)
         os.replace(data, dest)
         self._remove_upload(upload_id)
 
@@ -282,4 +297,4 @@ class FileBackend:
                                      f"available, under {MIN_FREE})")
 
     async def close(self) -> None:
-        return None
+        self._maps.clear()

@@ -111,7 +111,7 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
     limit = min(st.settings.max_request_memory // 2, 64 * st.settings.max_block_size)
     body = await read_body(request, st, limit)
     try:
-        items = [(validate_key(k), d) for k, d in decode_frames(body.data)]
+        items = [(validate_key(k), d) for k, d in decode_frames(memoryview(body.data))]
         for _, d in items:
             if len(d) > st.settings.max_block_size:
                 raise RequestError("EntityTooLarge", "a block exceeds the max block size")

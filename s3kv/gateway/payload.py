@@ -14,11 +14,12 @@ InvalidRequest). Errors from ``verify()``: XAmzContentSHA256Mismatch, BadDigest 
 byte is read. Nothing read is trustworthy until ``verify()`` has returned: the caller keeps the
 pieces private (a buffer it can drop) until then.
 
-The MD5 for the ETag is computed by default (``md5=False``: ``--etag fast``). Digests (MD5, a
-signed payload's SHA-256, the client's checksum) are fed piece by piece, never on a joined body;
-pieces of ``offload_bytes`` (default 256 KiB) or more are hashed in a worker thread, pipelined
-(piece i hashes while the loop reads piece i+1; one in flight, so digests update in order).
-benchmarks/etag_cost.py: the same CPU as inline, 2.1 of MD5's 2.7 ms/MiB off the loop thread.
+The MD5 for the ETag is computed by default (``md5=False``: ``--etag fast``); ``crc=True`` adds
+the store's CRC-32 of the body (``BodyResult.crc``). Digests (MD5, a signed payload's SHA-256,
+the client's checksum, the CRC) are fed piece by piece, never on a joined body, and large bodies
+are hashed in a worker thread while the loop reads on (digests.py). Plain bodies are handed
+over in the pieces aiohttp received them in (no join, no copy); aws-chunked ones in pieces of
+at most ``piece_size``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from s3kv.errors import RequestError
 from s3kv.gateway.checksums import ALGORITHMS, Checksum, new_checksum
+from s3kv.gateway.digests import OFFLOAD_BYTES, BodyDigests
 from s3kv.sizes import MiB
 from s3kv.wire.sigv4 import (
     EMPTY_SHA256,
@@ -49,8 +51,6 @@ from s3kv.wire.sigv4 import (
 from s3kv.wire.sigv4_verify import AuthContext, header_values
 
 PIECE_SIZE = 1 * MiB
-#: pieces at least this large are hashed in a worker thread (pipelined)
-OFFLOAD_BYTES = 256 * 1024
 _MAX_LINE = 4096
 _MAX_TRAILERS = 16
 #: what a broken body stream raises; RequestPayloadError: aiohttp could not parse the HTTP
@@ -60,7 +60,9 @@ _STREAM_ERRORS = (asyncio.IncompleteReadError, ConnectionError, ClientError,
 
 
 class ByteStream(Protocol):
+    async def readchunk(self) -> tuple[bytes, bool]: ...
     async def readexactly(self, n: int) -> bytes: ...
+    def at_eof(self) -> bool: ...
     async def readline(self) -> bytes: ...
     async def read(self, n: int = -1) -> bytes: ...
 
@@ -69,6 +71,8 @@ class ByteStream(Protocol):
 class BodyResult:
     size: int
     md5_hex: str | None
+    #: the body's CRC-32 as the store keeps it (``layout.checksum``), when asked for
+    crc: int | None = None
     #: verified client checksums, algorithm -> base64 value (as in x-amz-checksum-<algorithm>)
     checksums: dict[str, str] = field(default_factory=dict)
 
@@ -101,13 +105,12 @@ def _b64(value: str, size: int) -> bytes | None:
 class BodyReader:
     def __init__(self, stream: ByteStream, headers: Mapping[str, str],
                  auth: AuthContext | None = None, *, max_size: int,
-                 piece_size: int = PIECE_SIZE, md5: bool = True,
-                 offload_bytes: int | None = None) -> None:
+                 piece_size: int = PIECE_SIZE, md5: bool = True, crc: bool = False,
+                 offload_bytes: int = OFFLOAD_BYTES) -> None:
         self._stream = stream
         self._auth = auth
         self._max_size = max_size
         self._piece = piece_size
-        self._offload = OFFLOAD_BYTES if offload_bytes is None else offload_bytes
         if auth is not None:
             self.mode, self._content_sha = auth.payload_mode, auth.content_sha256
         else:
@@ -140,11 +143,11 @@ class BodyReader:
                 self._checksum = self._sha
             else:
                 self._checksum = new_checksum(self._algo)
-        self._hashers: list[Any] = [h for h in (self._md5, self._sha) if h is not None]
-        if self._checksum is not None and self._checksum is not self._sha:
-            self._hashers.append(self._checksum)
-        #: the digest update of the previous piece, running in a worker thread (pipelined)
-        self._pending: asyncio.Future[None] | None = None
+        self._crc: Checksum | None = None
+        if crc:  # the store's CRC-32 is the client's crc32 checksum when it sends one
+            self._crc = self._checksum if self._algo == "crc32" else new_checksum("crc32")
+        hashers: list[Any] = [self._md5, self._sha, self._checksum, self._crc]
+        self._digests = BodyDigests([h for h in hashers if h is not None], offload_bytes)
         self.size = 0
         self._started = False
         self._done = False
@@ -210,25 +213,10 @@ class BodyReader:
         self._done = True
 
     async def _digest(self, piece: bytes) -> None:
-        n = len(piece)
-        self.size += n
+        self.size += len(piece)
         if self.size > self._max_size:
             raise self._too_large()
-        if not self._hashers:
-            return
-        if self._pending is not None:  # digests update in order: one piece in flight at most
-            await self._pending
-            self._pending = None
-        if self._offload is not None and n >= self._offload:
-            # the thread hashes this piece while the loop reads the next (hashlib and zlib
-            # release the GIL on large buffers); pieces are immutable bytes
-            self._pending = asyncio.get_running_loop().run_in_executor(None, self._update, piece)
-        else:
-            self._update(piece)
-
-    def _update(self, piece: bytes) -> None:
-        for h in self._hashers:
-            h.update(piece)
+        await self._digests.feed(piece)
 
     async def _plain(self) -> AsyncIterator[bytes]:
         remaining = self.declared_size
@@ -238,7 +226,15 @@ class BodyReader:
                 yield piece
             return
         while remaining > 0:
-            piece = await self._stream.readexactly(min(remaining, self._piece))
+            # the pieces aiohttp received, as they are (readexactly would join them: a copy)
+            piece, _ = await self._stream.readchunk()
+            if not piece:
+                if self._stream.at_eof():
+                    raise asyncio.IncompleteReadError(b"", remaining)
+                continue  # an HTTP chunk boundary (Transfer-Encoding: chunked)
+            if len(piece) > remaining:  # never from aiohttp: it stops at Content-Length
+                raise RequestError("IncompleteBody", "The body is longer than its "
+                                   "Content-Length.")
             remaining -= len(piece)
             await self._digest(piece)
             yield piece
@@ -356,9 +352,7 @@ class BodyReader:
         """End-of-body checks; call after iterating to the end. Returns sizes and digests."""
         if not self._done:
             raise RuntimeError("iterate the body to its end before verify()")
-        if self._pending is not None:
-            await self._pending
-            self._pending = None
+        await self._digests.finish()
         if self.declared_size is not None and self.size != self.declared_size:
             raise RequestError("IncompleteBody", "You did not provide the number of bytes "
                                "specified by x-amz-decoded-content-length.")
@@ -390,6 +384,8 @@ class BodyReader:
                                "declared in x-amz-trailer")
         return BodyResult(size=self.size,
                           md5_hex=self._md5.hexdigest() if self._md5 is not None else None,
+                          crc=(int.from_bytes(self._crc.digest(), "big")
+                               if self._crc is not None else None),
                           checksums=checksums)
 
     async def read_all(self) -> bytes:

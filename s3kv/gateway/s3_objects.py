@@ -66,7 +66,8 @@ async def put_object(request: web.Request, st: GatewayState, t: Target) -> web.S
     if conditional:  # fail before reading the body; checked again under the key's lock
         check_write(request.headers, current_etag(st, t.bucket, key))
     body = await read_body(request, st, st.settings.max_block_size,
-                           md5=st.settings.etag == "md5")
+                           md5=st.settings.etag == "md5",
+                           crc=codec is None or codec.name == "none")
     try:
         attrs = dataclasses.replace(attrs, etag=body.result.md5_hex or "",
                                     checksum=body_checksum(body.result))
@@ -74,8 +75,8 @@ async def put_object(request: web.Request, st: GatewayState, t: Target) -> web.S
         async with st.key_locks.hold(t.bucket, key):
             if conditional:
                 check_write(request.headers, current_etag(st, t.bucket, key))
-            meta = await st.store.put(t.bucket, key, body.data, durable=durable, codec=codec,
-                                      attrs=blob)
+            meta = await st.store.put(t.bucket, key, body.pieces, durable=durable, codec=codec,
+                                      attrs=blob, crc=body.result.crc)
     finally:
         st.budget.release(body.reserved)
     headers = {"ETag": object_etag(meta, attrs)}

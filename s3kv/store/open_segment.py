@@ -15,6 +15,7 @@ from s3kv.backends.multipart import MultipartUpload
 from s3kv.store import layout
 from s3kv.store.buffers import PartPool
 from s3kv.store.segments import SegmentInfo
+from s3kv.wire.body import Buffer, Pieces, pieces_of
 
 
 class OpenSegment:
@@ -48,7 +49,7 @@ class OpenSegment:
         manifest = self.manifest_bytes + layout.entry_bytes(ns_new, key, attrs)
         return start + length + manifest + layout.TRAILER_SIZE <= segment_size
 
-    def write(self, data: bytes | memoryview) -> None:
+    def write(self, data: Buffer) -> None:
         """Copy into the current part (the only copy of a block's bytes on the write path);
         a full part is queued for upload as it is and never written again."""
         view = memoryview(data)
@@ -74,12 +75,13 @@ class OpenSegment:
             self.cur = bytearray()
             self.cur_len = 0
 
-    def append(self, data: bytes | memoryview, align: int) -> int:
+    def append(self, data: Pieces, align: int) -> int:
         pad = layout.align_up(self.size, align) - self.size
         if pad:
             self.write(bytes(pad))
         offset = self.size
-        self.write(data)
+        for piece in pieces_of(data):
+            self.write(piece)
         return offset
 
     def add_entry(self, entry: layout.Entry) -> None:

@@ -41,6 +41,7 @@ from s3kv.store.recovery import Recovery
 from s3kv.store.segments import SegmentInfo, SegmentState, SegmentTable
 from s3kv.store.stats import StoreStats
 from s3kv.store.writer import SegmentWriter
+from s3kv.wire.body import Pieces, joined, size_of
 
 log = get_logger(__name__)
 
@@ -194,9 +195,9 @@ class BlockStore:
         return sorted(self.namespaces)
 
     # ---- writes -------------------------------------------------------------------------
-    async def put(self, namespace: str, key: bytes, data: bytes | memoryview, *,
+    async def put(self, namespace: str, key: bytes, data: Pieces, *,
                   durable: bool = False, codec: CodecSpec | None = None,
-                  attrs: bytes = b"") -> BlockMeta:
+                  attrs: bytes = b"", crc: int | None = None) -> BlockMeta:
         """Store a block. Write-back by default; ``durable`` waits until its segment is sealed.
 
         ``codec``: this block's codec (the gateway derives it from the namespace's and the
@@ -204,10 +205,13 @@ class BlockStore:
         Raises TooLarge, NamespaceNotFound, InvalidInput (a block that does not fit the
         declared shape), or Backpressure (retry later). ``attrs``: opaque bytes kept with the
         block in the index and its manifest entry (at most ``layout.MAX_ATTRS_BYTES``).
+        ``data`` may be the pieces a body arrived in (copied once, into the open segment);
+        ``crc``: their ``layout.checksum`` if the caller computed it while they arrived (used
+        only when the block is stored as it is, with no codec).
         """
         nid = self.ns_id(namespace)
         self._check_key(key)
-        raw_len = len(data)
+        raw_len = size_of(data)
         if raw_len > self.settings.max_block_size:
             raise TooLarge(f"block of {raw_len} bytes is over max_block_size "
                            f"({self.settings.max_block_size})")
@@ -216,21 +220,24 @@ class BlockStore:
                                f"{layout.MAX_ATTRS_BYTES}")
         spec = codec or self.namespace_codecs[namespace]
         codec_id = NONE_ID
-        stored: bytes | memoryview = data
+        stored: Pieces = data
         if spec.name != "none":
             impl = codec_for(spec)
-            stored = await asyncio.to_thread(impl.encode, data)
+            stored = await asyncio.to_thread(impl.encode, memoryview(joined(data)))
             codec_id = impl.codec_id
-        crc = await checksum_async(stored)
-        entry = layout.Entry(namespace, key, 0, len(stored), raw_len, crc, codec_id, 0.0,
+            crc = None
+        if crc is None:
+            crc = await checksum_async(stored)
+        stored_len = size_of(stored)
+        entry = layout.Entry(namespace, key, 0, stored_len, raw_len, crc, codec_id, 0.0,
                              attrs=attrs)
         seg, placed = await self.writer.append(entry, stored)
-        self.catalog.put(nid, key, Location(seg.info.seg_id, placed.offset, len(stored), raw_len,
+        self.catalog.put(nid, key, Location(seg.info.seg_id, placed.offset, stored_len, raw_len,
                                             crc, codec_id, placed.written_at, attrs))
         self.dram.invalidate(nid, key)
         self.stats.blocks_put += 1
         self.stats.bytes_accepted += raw_len
-        self.stats.bytes_stored += len(stored)
+        self.stats.bytes_stored += stored_len
         if durable:
             await seg.done
         return BlockMeta(key, raw_len, crc, placed.written_at, codec_id, attrs)

@@ -41,6 +41,7 @@ from s3kv.store.segments import (
     sidecar_key,
 )
 from s3kv.store.stats import StoreStats
+from s3kv.wire.body import Pieces, size_of
 
 log = get_logger(__name__)
 
@@ -95,9 +96,9 @@ class SegmentWriter:
         seg = self._in_memory.get(seg_id)
         return None if seg is None else seg.read(offset, length)
 
-    async def append(self, entry: layout.Entry, data: bytes | memoryview
+    async def append(self, entry: layout.Entry, data: Pieces
                      ) -> tuple[OpenSegment, layout.Entry]:
-        """Append one block (or a tombstone, with empty data).
+        """Append one block (or a tombstone, with empty data): one buffer, or pieces.
 
         Returns the segment and the entry as placed: its offset, and its written_at stamped
         under the writer's lock, so that stamps order exactly as appends do (an entry that
@@ -106,15 +107,15 @@ class SegmentWriter:
         self._check_healthy()
         async with self._lock:
             self._check_healthy()  # again: the backend may have failed while we queued
-            seg = await self._segment_for(entry.namespace, entry.key, len(data),
-                                          len(entry.attrs))
-            offset = seg.append(data, self.s.block_align) if len(data) else 0
+            size = size_of(data)
+            seg = await self._segment_for(entry.namespace, entry.key, size, len(entry.attrs))
+            offset = seg.append(data, self.s.block_align) if size else 0
             placed = layout.Entry(entry.namespace, entry.key, offset, entry.length,
                                   entry.raw_length, entry.crc, entry.codec,
                                   entry.written_at or self._stamp(), entry.flags, entry.attrs)
             seg.add_entry(placed)
-            seg.info.block_bytes += len(data)
-            seg.info.live_bytes += len(data)
+            seg.info.block_bytes += size
+            seg.info.live_bytes += size
             if seg.first_at == 0.0:
                 seg.first_at = time.monotonic()
                 seg.timer = asyncio.get_running_loop().call_later(

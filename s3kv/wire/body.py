@@ -15,13 +15,30 @@ directly; aiohttp uses any :class:`aiohttp.payload.Payload` as it is).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.payload import Payload
 
 #: what a body is made of (the backends' Buffer)
 Buffer = bytes | bytearray | memoryview
+#: a body as one buffer, or in the pieces it arrived in (kept, never joined, on the write path)
+Pieces = Buffer | Sequence[Buffer]
+
+
+def pieces_of(data: Pieces) -> Sequence[Buffer]:
+    """``data`` as a sequence of buffers (one buffer: a sequence of one)."""
+    return (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data
+
+
+def joined(data: Pieces) -> Buffer:
+    """``data`` as one buffer (pieces are joined: a copy; a single one is returned as it is)."""
+    parts = pieces_of(data)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def size_of(data: Pieces) -> int:
+    return sum(len(p) for p in pieces_of(data))
 #: bytes per transport write: a few times the loopback socket's send window
 SLICE = 1 << 20
 

@@ -1,0 +1,71 @@
+"""The digests of a request body, fed piece by piece as the body arrives (payload.py's reader).
+
+A body may need up to four: MD5 (the ETag, or a Content-MD5 check), the SHA-256 of a signed
+payload, the client's flexible checksum and the store's CRC-32 of the block (the same CRC the
+segment manifest keeps, so the store does not make a pass of its own). One object may serve
+two roles (a client's crc32 checksum *is* the store's CRC; a sha256 one is the payload hash).
+
+Pieces are batched: once ``offload_bytes`` have gathered, the batch is hashed in a worker thread
+while the loop reads on (hashlib and zlib-ng release the GIL on large buffers), one batch in
+flight so that every digest sees the bytes in order; what is left is hashed by ``finish``, on
+the loop if it is small. A small body therefore costs no thread hop at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from s3kv.gateway.checksums import Checksum
+from s3kv.sizes import MiB
+
+#: bytes gathered before a batch is hashed in a worker thread
+OFFLOAD_BYTES = 1 * MiB
+
+
+class BodyDigests:
+    def __init__(self, hashers: Sequence[Checksum], offload_bytes: int = OFFLOAD_BYTES) -> None:
+        # one object in two roles is updated once
+        self._hashers = list({id(h): h for h in hashers}.values())
+        self._offload = offload_bytes
+        self._batch: list[bytes | memoryview] = []
+        self._batch_bytes = 0
+        #: the previous batch, hashing in a worker thread
+        self._pending: asyncio.Future[None] | None = None
+
+    @property
+    def active(self) -> bool:
+        return bool(self._hashers)
+
+    async def feed(self, piece: bytes | memoryview) -> None:
+        """Take the next piece of the body (kept, unchanged, until hashed)."""
+        if not self._hashers:
+            return
+        self._batch.append(piece)
+        self._batch_bytes += len(piece)
+        if self._batch_bytes < self._offload:
+            return
+        batch, self._batch, self._batch_bytes = self._batch, [], 0
+        await self._drain()
+        self._pending = asyncio.get_running_loop().run_in_executor(None, self._update, batch)
+
+    async def finish(self) -> None:
+        """Hash what is left; every digest is complete when this returns."""
+        await self._drain()
+        batch, self._batch, self._batch_bytes = self._batch, [], 0
+        if not batch:
+            return
+        if sum(len(p) for p in batch) >= self._offload:
+            await asyncio.get_running_loop().run_in_executor(None, self._update, batch)
+        else:
+            self._update(batch)
+
+    async def _drain(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            await pending
+
+    def _update(self, batch: list[bytes | memoryview]) -> None:
+        for h in self._hashers:
+            for piece in batch:
+                h.update(piece)
