@@ -21,12 +21,9 @@ import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,10 +35,10 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `s3kv` i
 import aiohttp
 import psutil
 
+from benchmarks.harness import gateway_subprocess
 from s3kv.gateway.payload import OFFLOAD_BYTES, BodyReader
 from s3kv.sizes import parse_size
 
-ROOT = Path(__file__).resolve().parent.parent
 MiB = 1024 * 1024
 
 
@@ -115,44 +112,14 @@ async def reader_bench(size: int, rounds: int) -> list[dict[str, object]]:
 
 
 # ---- 2. two gateways -------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def gateway(mode: str, root: Path, max_block: int) -> Iterator[tuple[str, psutil.Process]]:
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if k not in ("S3KV_ACCESS_KEY", "S3KV_SECRET_KEY")}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    store = root / f"store-{mode}"
-    argv = [sys.executable, "-m", "s3kv.cli", "serve", "--listen", f"127.0.0.1:{port}",
-            "--store", f"file://{store}", "--etag", mode, "--log-level", "warning",
-            "--segment-size", "64MiB", "--part-size", "16MiB",
-            "--max-block-size", str(max_block), "--sync-interval", "0"]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"gateway exited: {proc.stderr.read() if proc.stderr else ''}")
-            try:
-                with urllib.request.urlopen(url + "/readyz", timeout=1):
-                    break
-            except (urllib.error.URLError, OSError):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("gateway not ready in 60 s") from None
-                time.sleep(0.1)
-        yield url, psutil.Process(proc.pid)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """An anonymous ``s3kv serve --etag MODE`` on a file store under ``root``."""
+    args = ["--etag", mode, "--log-level", "warning", "--segment-size", "64MiB",
+            "--part-size", "16MiB", "--max-block-size", str(max_block), "--sync-interval", "0"]
+    with gateway_subprocess(None, f"file://{root / f'store-{mode}'}", args, access=None,
+                            secret=None) as gw:
+        yield gw.url, psutil.Process(gw.pid)
 
 
 async def put_round(session: aiohttp.ClientSession, url: str, bucket: str, size: int,

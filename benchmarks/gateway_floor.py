@@ -16,15 +16,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,14 +29,17 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `s3kv` i
 import psutil
 from aiobotocore.session import get_session
 
-from benchmarks.gateway import FULL, QUICK, ROOT, client_config, gateway_process
-from benchmarks.gateway_phases import GW_ACCESS, GW_SECRET, Progress, S3Side, payloads
+from benchmarks.aiohttp_sink import sink_process
+from benchmarks.gateway import FULL, QUICK, client_config, gateway_process
+from benchmarks.gateway_phases import GW_ACCESS, GW_SECRET
 from benchmarks.harness import (
     BenchServer,
+    Progress,
+    S3Side,
     ServerError,
     add_arguments,
     apply_topology,
-    free_port,
+    payloads,
     server_from_args,
     settle_disk,
 )
@@ -53,30 +50,6 @@ BLOCK = 256 * KiB
 #: the processes that work for each side's PUTs (their CPU per PUT is reported)
 INVOLVED = {"direct": ("client", "server"), "sink": ("client", "sink"),
             "gateway": ("client", "gateway", "server")}
-
-
-@contextmanager
-def sink_process() -> Iterator[tuple[str, int]]:
-    """The bare aiohttp sink on a free loopback port: (URL, pid)."""
-    port = free_port()
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.aiohttp_sink", "--port",
-                             str(port)], env=env, cwd=ROOT)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise ServerError(f"the aiohttp sink did not start (exit {proc.poll()})"
-                                      ) from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}", proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def _keys(n: int, tag: str) -> list[str]:

@@ -10,7 +10,8 @@ with these parts:
   process to the second, the inference node: the client and everything it starts afterwards
   (the gateway, ``s3kv bench`` subprocesses) inherit that CPU, so the direct path gets the same
   split. Without it everything shares every CPU;
-- the two sides: :func:`gateway_process` runs ``s3kv serve`` on a store of the server;
+- the two sides: :func:`gateway_process` runs ``s3kv serve`` on a store of the server (or,
+  without one, on a ``file://`` store; :func:`gateway_subprocess` also gives its pid);
 - CPU accounting: :class:`CPUMeter` samples user+system CPU-seconds of named process groups
   (``client``, ``gateway``, and each server process: ``rgw``, ``osd``, ``mon``) and
   :meth:`CPUMeter.delta` turns two samples into CPU-seconds per group and their server sum;
@@ -54,9 +55,10 @@ from benchmarks.servers import (
 )
 from tests.support.rgw import RGWError, bucket_objects, rgw_counters
 
-__all__ = ["BenchServer", "CPUMeter", "Progress", "S3Side", "ServerError", "Topology",
+__all__ = ["BenchServer", "CPUMeter", "Gateway", "Progress", "S3Side", "ServerError", "Topology",
            "add_arguments", "add_server_arguments", "apply_topology", "bench_server",
-           "bucket_objects_on", "free_port", "gateway_pid", "gateway_process", "medians",
+           "bucket_objects_on", "free_port", "gateway_pid", "gateway_process",
+           "gateway_subprocess", "medians",
            "mib_s", "payloads", "per_gib", "run_concurrently", "server_counters",
            "server_from_args", "settle_disk"]
 
@@ -304,18 +306,31 @@ def medians(rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 # ---- the gateway side ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Gateway:
+    """A running ``s3kv serve`` subprocess: its URL and pid."""
+
+    url: str
+    pid: int
+
+
 @contextlib.contextmanager
-def gateway_process(server: BenchServer, store: str, args: Sequence[str], *,
-                    access: str, secret: str, ready_path: str = "/readyz",
-                    timeout: float = 60.0) -> Iterator[str]:
-    """A ``s3kv serve`` subprocess on ``store`` (an ``s3://`` URL on the server) with ``args``;
-    yields its URL and stops it (SIGTERM, then SIGKILL) afterwards."""
+def gateway_subprocess(server: BenchServer | None, store: str, args: Sequence[str], *,
+                       access: str | None, secret: str | None, ready_path: str = "/readyz",
+                       timeout: float = 60.0) -> Iterator[Gateway]:
+    """A ``s3kv serve`` subprocess on ``store`` with ``args``: an ``s3://`` URL on ``server``,
+    or (``server`` None) any store needing no S3 server, e.g. ``file:///dev/shm/...``. With
+    ``access`` and ``secret`` None it runs anonymous (the front checks no signature). Yields
+    it once ready and stops it (SIGTERM, then SIGKILL) afterwards; its log is kept only when
+    something failed."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = dict(os.environ)
-    env.update(server.env())
-    env["S3KV_ACCESS_KEY"] = access
-    env["S3KV_SECRET_KEY"] = secret
+    env = {k: v for k, v in os.environ.items() if k not in ("S3KV_ACCESS_KEY", "S3KV_SECRET_KEY")}
+    if server is not None:
+        env.update(server.env())
+    if access is not None and secret is not None:
+        env["S3KV_ACCESS_KEY"] = access
+        env["S3KV_SECRET_KEY"] = secret
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     argv = [sys.executable, "-m", "s3kv.cli", "serve", "--listen", f"127.0.0.1:{port}",
             "--store", store, *args]
@@ -337,7 +352,7 @@ def gateway_process(server: BenchServer, store: str, args: Sequence[str], *,
                     raise ServerError(f"gateway not ready in {timeout:.0f} s; see "
                                       f"{log.name}") from None
                 time.sleep(0.1)
-        yield url
+        yield Gateway(url, proc.pid)
         ok = True
     finally:
         proc.terminate()
@@ -351,3 +366,13 @@ def gateway_process(server: BenchServer, store: str, args: Sequence[str], *,
             os.unlink(log.name)
         else:
             print(f"gateway log: {log.name}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def gateway_process(server: BenchServer | None, store: str, args: Sequence[str], *,
+                    access: str | None, secret: str | None, ready_path: str = "/readyz",
+                    timeout: float = 60.0) -> Iterator[str]:
+    """:func:`gateway_subprocess`, yielding only its URL."""
+    with gateway_subprocess(server, store, args, access=access, secret=secret,
+                            ready_path=ready_path, timeout=timeout) as gw:
+        yield gw.url
