@@ -36,7 +36,8 @@ import aiohttp
 import psutil
 
 from benchmarks.harness import gateway_subprocess
-from s3kv.gateway.payload import OFFLOAD_BYTES, BodyReader
+from s3kv.gateway.digests import OFFLOAD_BYTES
+from s3kv.gateway.payload import BodyReader
 from s3kv.sizes import parse_size
 
 MiB = 1024 * 1024
@@ -48,6 +49,29 @@ async def _ticker(worst: list[float], stop: asyncio.Event) -> None:
         t = time.perf_counter()
         await asyncio.sleep(0.001)
         worst[0] = max(worst[0], time.perf_counter() - t - 0.001)
+
+
+class _Chunks:
+    """asyncio's StreamReader with the ``readchunk`` of aiohttp's, which BodyReader reads plain
+    bodies with (pieces of up to 256 KiB: what aiohttp hands over from one socket read)."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self._reader = reader
+
+    async def readchunk(self) -> tuple[bytes, bool]:
+        return await self._reader.read(256 * 1024), False
+
+    async def readexactly(self, n: int) -> bytes:
+        return await self._reader.readexactly(n)
+
+    async def readline(self) -> bytes:
+        return await self._reader.readline()
+
+    async def read(self, n: int = -1) -> bytes:
+        return await self._reader.read(n)
+
+    def at_eof(self) -> bool:
+        return self._reader.at_eof()
 
 
 async def reader_once(size: int, md5: bool,
@@ -66,7 +90,7 @@ async def reader_once(size: int, md5: bool,
             await writer.drain()
         writer.close()
 
-    body = BodyReader(reader, {"content-length": str(size)}, max_size=size, md5=md5,
+    body = BodyReader(_Chunks(reader), {"content-length": str(size)}, max_size=size, md5=md5,
                       offload_bytes=offload)
     worst = [0.0]
     stop = asyncio.Event()
