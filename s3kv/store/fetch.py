@@ -1,13 +1,12 @@
-"""The store's read path: index -> open segment / DRAM tier / coalesced ranged GET (or a view
-of the backend's own memory) -> checksum -> codec, yielding blocks in request order as they
-arrive.
+"""The store's read path: index -> open segment / DRAM tier / coalesced ranged GET -> checksum
+-> codec, yielding blocks in request order as they arrive.
 
 Blocks that need the backend are grouped into coalesced ranged reads (``plan_reads``, up to
 ``MAX_RUN`` bytes each). Each read hands its blocks out as they arrive (``runread.RunRead``),
 and reads are started at most ``read_ahead`` bytes ahead of the block being handed out, so a
 long prefix chain streams through bounded memory with few, large GETs. A backend that lends
-ranges as views of memory it maps (``RangeViewer``: the file backend) is read block by block
-instead: a view costs no copy and no buffer, so there is nothing to coalesce.
+ranges as views of memory it maps (``RangeViewer``: the file backend) lends each run whole, and
+its blocks are views of that: no copy, no buffer.
 """
 
 from __future__ import annotations
@@ -73,7 +72,6 @@ class BlockFetcher:
         self.stats = stats
         self._forget_segment = forget_segment
         self._dead = dead
-        self._viewer = backend if isinstance(backend, RangeViewer) else None
         self._slots = asyncio.Semaphore(READ_CONCURRENCY)
         self._budget = ReadBudget(READ_BUDGET)
 
@@ -85,7 +83,6 @@ class BlockFetcher:
         locs: list[Location | None] = []
         cached: dict[int, Block] = {}  # DRAM tier hits (verified when they were stored)
         in_memory: set[int] = set()  # in a segment the writer still holds: copied when due
-        viewed: set[int] = set()  # lent by the backend as views, one by one when due
         wanted: list[tuple[int, Location]] = []
         for pos, key in enumerate(keys):
             self.stats.gets += 1
@@ -102,8 +99,6 @@ class BlockFetcher:
                 self.stats.dram_misses += 1
             if self.writer.holds(loc.segment):
                 in_memory.add(pos)
-            elif self._viewer is not None:
-                viewed.add(pos)
             else:
                 wanted.append((pos, loc))
         runs = [RunRead(r) for r in plan_reads(wanted)]
@@ -122,8 +117,6 @@ class BlockFetcher:
                     block = cached.pop(pos)
                 elif pos in in_memory:
                     raw = await self._from_memory(loc)
-                elif pos in viewed:
-                    raw = await self._view(loc)
                 else:
                     i = run_of[pos]
                     while started < len(runs) and (
@@ -149,29 +142,6 @@ class BlockFetcher:
         await self._read_run(run)
         return await run.block(loc)
 
-    async def _view(self, loc: Location) -> Block | None:
-        """A block lent by the backend as a view (None: a miss, logged and counted)."""
-        viewer = self._viewer
-        info = self.segments.get(loc.segment)
-        if viewer is None or info is None or info.state is SegmentState.EVICTING:
-            return None
-        key = segment_key(self.prefix, info.name)
-        self.stats.backend_reads += 1
-        info.last_access = time.time()
-        try:
-            view = await self.writer.retry.run(
-                lambda: viewer.view_range(key, loc.offset, loc.length))
-        except ObjectMissing:
-            log.warning("segment.missing", segment=info.name)
-            self._forget_segment(loc.segment)
-            return None
-        except BackendError as exc:
-            self.stats.backend_errors += 1
-            log.warning("store.read_failed", segment=info.name, error=str(exc))
-            return None
-        self.stats.backend_read_bytes += len(view)
-        return view
-
     def _count(self, nid: int, key: bytes, hit: bool) -> None:
         if hit:
             self.stats.hits += 1
@@ -194,10 +164,17 @@ class BlockFetcher:
                 stats.backend_read_bytes += len(view)  # have all its blocks before the GET ends
                 run.feed(view)
 
+            viewer = backend if isinstance(backend, RangeViewer) else None
+
             async def attempt() -> int:
                 run.restart()
                 stats.backend_reads += 1
                 info.last_access = time.time()
+                if viewer is not None:
+                    view = await viewer.view_range(key, plan.start, run.size)
+                    stats.backend_read_bytes += len(view)
+                    run.lend(view)
+                    return len(view)
                 return await stream_range(backend, key, plan.start, run.size, sink)
 
             try:

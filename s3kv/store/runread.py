@@ -5,6 +5,9 @@ backend delivers them, into one buffer per block; a block's future resolves as s
 byte is in, so the first block of a 64 MiB read goes out while the rest is still on its way,
 and no buffer is larger than a block. Gaps between blocks (alignment) are skipped.
 
+A backend that lends the run as a view of its own memory (a memory map) hands it to ``lend``
+instead: each block is then a view of that view, no copy at all.
+
 A retried read starts again from the run's first byte: blocks already complete are kept and
 their bytes skipped. When the read ends (complete, short or failed), ``finish`` resolves every
 block still waiting with None (a miss); the caller has logged why.
@@ -29,7 +32,7 @@ class RunRead:
         self._wanted: Counter[Extent] = Counter((loc.offset, loc.length)
                                                 for _, loc in plan.members)
         self._extents = sorted(self._wanted)
-        self._blocks: dict[Extent, asyncio.Future[bytearray | None]] = {
+        self._blocks: dict[Extent, asyncio.Future[bytearray | memoryview | None]] = {
             e: loop.create_future() for e in self._extents}
         self.task: asyncio.Task[None] | None = None
         self.restart()
@@ -67,6 +70,16 @@ class RunRead:
                     fut.set_result(self._buf)
                 self._buf = None
                 self._next += 1
+
+    def lend(self, view: memoryview) -> None:
+        """The whole run as one view (fewer bytes only at the object's end): every block still
+        waiting becomes a view of it; a block the view does not cover stays waiting."""
+        for off, length in self._extents:
+            fut = self._blocks.get((off, length))
+            inner = off - self.plan.start
+            if fut is not None and not fut.done() and inner + length <= len(view):
+                fut.set_result(view[inner:inner + length])
+        self._next = len(self._extents)
 
     def finish(self) -> None:
         """The read is over: blocks still incomplete are misses."""

@@ -8,7 +8,7 @@ import asyncio
 from contextlib import aclosing
 from typing import Any
 
-from s3kv.backends.base import Backend, Sink
+from s3kv.backends.base import Backend, RangeViewer, Sink
 from s3kv.sizes import KiB
 from s3kv.store.store import BlockStore
 from tests.store.helpers import block, open_store
@@ -62,6 +62,8 @@ class _HeldReads:
         self._backend = backend
         self.release = asyncio.Event()
         self.calls = 0
+        if isinstance(backend, RangeViewer):  # a viewer stays one, held like the others
+            self.view_range = self._view_range
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)
@@ -76,6 +78,14 @@ class _HeldReads:
         data = await self.get_range(key, start, length)
         sink(memoryview(data))
         return len(data)
+
+    async def _view_range(self, key: str, start: int, length: int) -> memoryview:
+        """The file backend lends ranges as views of its memory map: held the same way."""
+        self.calls += 1
+        if self.calls > 1:
+            await self.release.wait()
+        assert isinstance(self._backend, RangeViewer)
+        return await self._backend.view_range(key, start, length)
 
 
 async def test_closing_early_cancels_reads_in_flight(backend: Backend) -> None:
