@@ -55,10 +55,11 @@ class RangedReader:
 
         def sink(view: memoryview) -> None:
             nonlocal got
-            buf[got:got + len(view)] = view
-            got += len(view)
+            out[got:got + len(view)] = view  # through a memoryview: one copy (a bytearray's
+            got += len(view)  # slice assignment copies a non-bytearray value first)
 
-        await self.stream(endpoint, key, start, length, sink)
+        with memoryview(buf) as out:
+            await self.stream(endpoint, key, start, length, sink)
         if got < length:
             del buf[got:]
         return buf

@@ -17,6 +17,10 @@ from s3kv.store.buffers import PartPool
 from s3kv.store.segments import SegmentInfo
 from s3kv.wire.body import Buffer, Pieces, pieces_of
 
+#: zeros to pad with, shared (a fresh ``bytes(n)`` per pad was a zeroed allocation of up to a
+#: block's size, faulted in page by page, each time a full segment was sealed)
+_ZEROS = memoryview(bytes(1 << 20))
+
 
 class OpenSegment:
     def __init__(self, info: SegmentInfo, pool: PartPool, upload: MultipartUpload) -> None:
@@ -26,6 +30,7 @@ class OpenSegment:
         self.upload = upload
         self.parts: list[bytearray | memoryview] = []  # queued or uploaded; kept for reads
         self.cur = pool.take()  # the part being filled
+        self._cur_view = memoryview(self.cur)
         self.cur_len = 0
         # every buffer taken from the pool, given back whole when the segment is released: a
         # buffer is never resized (a view of it may outlive its upload, in an HTTP library's
@@ -55,16 +60,26 @@ class OpenSegment:
         view = memoryview(data)
         while view:
             take = min(self.part_size - self.cur_len, len(view))
-            self.cur[self.cur_len:self.cur_len + take] = view[:take]
+            # through a memoryview: one copy (a bytearray's slice assignment first copies a
+            # value that is not a bytearray into a temporary one: a fresh allocation per piece)
+            self._cur_view[self.cur_len:self.cur_len + take] = view[:take]
             self.cur_len += take
             view = view[take:]
             if self.cur_len == self.part_size:
                 self.parts.append(self.cur)
                 self.queue.put_nowait(self.cur)
                 self.cur = self.pool.take()
+                self._cur_view = memoryview(self.cur)
                 self.buffers.append(self.cur)
                 self.cur_len = 0
         self.size += len(data)
+
+    def pad(self, n: int) -> None:
+        """Write ``n`` zero bytes."""
+        while n > 0:
+            take = min(n, len(_ZEROS))
+            self.write(_ZEROS[:take])
+            n -= take
 
     def finish_last_part(self) -> None:
         """Queue the partly filled last part (sealing)."""
@@ -73,12 +88,11 @@ class OpenSegment:
             self.parts.append(last)
             self.queue.put_nowait(last)
             self.cur = bytearray()
+            self._cur_view = memoryview(self.cur)
             self.cur_len = 0
 
     def append(self, data: Pieces, align: int) -> int:
-        pad = layout.align_up(self.size, align) - self.size
-        if pad:
-            self.write(bytes(pad))
+        self.pad(layout.align_up(self.size, align) - self.size)
         offset = self.size
         for piece in pieces_of(data):
             self.write(piece)
@@ -90,8 +104,10 @@ class OpenSegment:
         self.namespaces.add(entry.namespace)
         self.entries.append(entry)
 
-    def read(self, offset: int, length: int) -> bytes:
-        out = bytearray()
+    def read(self, offset: int, length: int) -> memoryview:
+        """A copy of bytes [offset, offset+length) (a buffer of its own: the part buffers are
+        reused once the segment is sealed)."""
+        out = memoryview(bytearray(length))
         end = offset + length
         pos = offset
         while pos < end:
@@ -103,6 +119,6 @@ class OpenSegment:
             take = min(end - pos, filled - inner)
             if take <= 0:
                 raise ValueError("read past the end of the open segment")
-            out += src[inner:inner + take]
+            out[pos - offset:pos - offset + take] = memoryview(src)[inner:inner + take]
             pos += take
-        return bytes(out)
+        return out

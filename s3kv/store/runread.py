@@ -32,7 +32,7 @@ class RunRead:
         self._wanted: Counter[Extent] = Counter((loc.offset, loc.length)
                                                 for _, loc in plan.members)
         self._extents = sorted(self._wanted)
-        self._blocks: dict[Extent, asyncio.Future[bytearray | memoryview | None]] = {
+        self._blocks: dict[Extent, asyncio.Future[memoryview | None]] = {
             e: loop.create_future() for e in self._extents}
         self.task: asyncio.Task[None] | None = None
         self.restart()
@@ -45,7 +45,7 @@ class RunRead:
         """The backend starts sending from the run's first byte (again)."""
         self._pos = self.plan.start
         self._next = 0  # index in _extents of the first block not yet passed
-        self._buf: bytearray | None = None
+        self._buf: memoryview | None = None
 
     def feed(self, view: memoryview) -> None:
         """The next bytes of the run, in order (a backend sink)."""
@@ -61,7 +61,9 @@ class RunRead:
             fut = self._blocks.get((off, length))  # None: complete and taken already
             if fut is not None and not fut.done():  # a retry: complete blocks are skipped
                 if self._buf is None:
-                    self._buf = bytearray(length)
+                    self._buf = memoryview(bytearray(length))
+                # through a memoryview: one copy (a bytearray's slice assignment copies a
+                # value that is not a bytearray into a temporary one first)
                 self._buf[done:done + take] = view[:take]
             view = view[take:]
             self._pos += take
@@ -97,7 +99,7 @@ class RunRead:
         self._wanted[extent] -= 1
         if self._wanted[extent] == 0:
             del self._blocks[extent]
-        return None if data is None else memoryview(data)
+        return data
 
     def cancel(self) -> None:
         """Stop the read, unless every block is in already (then it is only finishing its

@@ -91,7 +91,7 @@ class SegmentWriter:
         """Whether the segment's bytes are still in memory (open, or sealing)."""
         return seg_id in self._in_memory
 
-    def read(self, seg_id: int, offset: int, length: int) -> bytes | None:
+    def read(self, seg_id: int, offset: int, length: int) -> memoryview | None:
         """Bytes of a segment still in memory, or None if it is not (read the backend)."""
         seg = self._in_memory.get(seg_id)
         return None if seg is None else seg.read(offset, length)
@@ -258,8 +258,7 @@ class SegmentWriter:
             offset = (self.s.segment_size - layout.TRAILER_SIZE - len(body)) if full else seg.size
             manifest.segment_length = offset + len(body) + layout.TRAILER_SIZE
             body = manifest.encode()  # same length, now with the segment length filled in
-            if offset > seg.size:
-                seg.write(bytes(offset - seg.size))
+            seg.pad(offset - seg.size)
             seg.write(body)
             seg.write(layout.encode_trailer(offset, body))
             seg.finish_last_part()
