@@ -289,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up on kill, too
     configure_logging("console", "warning")  # the plugin's log lines to stderr, not the JSON
     names = [f"{GW_BUCKET}.{DOMAIN}", f"{DIRECT_BUCKET}.{DOMAIN}"]
-    with hosts_entry(names, args.hosts_entry), server_from_args(args) as server:
+    with hosts_entry(names, args.hosts_entry), \
+            server_from_args(args, dns_name=DOMAIN) as server:
         s3 = boto3.client("s3", **server.client_kwargs())
         s3.create_bucket(Bucket=BACKEND_BUCKET)
         s3.create_bucket(Bucket=DIRECT_BUCKET)

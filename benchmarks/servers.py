@@ -240,8 +240,9 @@ def _patched_env(values: Mapping[str, str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _rgw_server(data_dir: str | None, set_env: bool) -> Iterator[BenchServer]:
-    cluster = RGWCluster(data_dir)
+def _rgw_server(data_dir: str | None, set_env: bool,
+                dns_name: str | None) -> Iterator[BenchServer]:
+    cluster = RGWCluster(data_dir, dns_name=dns_name)
     try:
         try:
             cluster.start()
@@ -260,13 +261,16 @@ def _rgw_server(data_dir: str | None, set_env: bool) -> Iterator[BenchServer]:
 @contextlib.contextmanager
 def bench_server(kind: str = DEFAULT_KIND, *, endpoint: str | None = None, set_env: bool = True,
                  node_dir: Path = DEFAULT_NODE_DIR, data_dir: str | None = None,
-                 startup_timeout: float = 60.0) -> Iterator[BenchServer]:
+                 startup_timeout: float = 60.0,
+                 dns_name: str | None = None) -> Iterator[BenchServer]:
     """Start (or, with ``endpoint``, just name) an S3 server for the duration of the block.
 
     ``kind`` is ``rgw``, ``s3rver`` or ``moto``; ignored when ``endpoint`` is given. ``data_dir``
     is the parent directory for RGW's or s3rver's store (default: the system temp dir, which
     must be on disk, not tmpfs, for runs of a few GiB). ``set_env`` puts the server's
-    credentials in the AWS variables while the block runs.
+    credentials in the AWS variables while the block runs. ``dns_name``: RGW's domain for
+    virtual-hosted-style requests (``bucket.DOMAIN``; clients such as awscrt that address
+    buckets that way need it); the other servers answer both styles anyway.
     """
     if endpoint:
         yield BenchServer(endpoint.rstrip("/"), "external",
@@ -275,7 +279,7 @@ def bench_server(kind: str = DEFAULT_KIND, *, endpoint: str | None = None, set_e
     if kind not in KINDS:
         raise ServerError(f"unknown server kind {kind!r}: use one of {', '.join(KINDS)}")
     if kind == "rgw":
-        with _rgw_server(data_dir, set_env) as server:
+        with _rgw_server(data_dir, set_env, dns_name) as server:
             yield server
         return
     port = free_port()
@@ -338,10 +342,11 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
                         "afterwards (must be on disk) [default: the system temp dir]")
 
 
-def server_from_args(args: argparse.Namespace) -> contextlib.AbstractContextManager[BenchServer]:
+def server_from_args(args: argparse.Namespace, *, dns_name: str | None = None
+                     ) -> contextlib.AbstractContextManager[BenchServer]:
     """``bench_server`` for the flags added by :func:`add_server_arguments`."""
     return bench_server(args.server, endpoint=args.endpoint, node_dir=args.node_dir,
-                        data_dir=args.data_dir)
+                        data_dir=args.data_dir, dns_name=dns_name)
 
 
 def main(argv: list[str] | None = None) -> int:

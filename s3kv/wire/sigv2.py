@@ -70,7 +70,9 @@ def string_to_sign(method: str, raw_path: str, raw_query: str, headers: Mapping[
     ctype = ",".join(v.strip() for v in _values(headers, "content-type"))
     amz: dict[str, str] = {}
     for name in {k.lower() for k in headers if k.lower().startswith("x-amz-")}:
-        amz[name] = ",".join(" ".join(v.strip().split()) for v in _values(headers, name))
+        # values trimmed, inner whitespace kept: AWS's SigV2 rules and botocore's HmacV1 (a
+        # collapsed "0  0" was a SignatureDoesNotMatch for botocore-signed requests)
+        amz[name] = ",".join(v.strip() for v in _values(headers, name))
     lines = [method.upper(), md5, ctype, date_line]
     lines += [f"{n}:{amz[n]}" for n in sorted(amz)]
     lines.append(canonical_resource(raw_path, raw_query, bucket_in_host))

@@ -104,7 +104,7 @@ bluestore fsck on mount = false
 osd memory target = {memory_target}
 osd max object size = 1073741824
 rgw frontends = beast endpoint={host}:{rgw_port} tcp_nodelay=1
-rgw dns name = {host}
+rgw dns name = {dns_name}
 rgw enable usage log = false
 """
 
@@ -114,11 +114,15 @@ class RGWCluster:
 
     def __init__(self, base_dir: str | None = None, *, block_size: int = 64 << 30,
                  memory_target: int = 1536 << 20, tcmalloc: bool = True,
-                 access_key: str = ACCESS_KEY, secret_key: str = SECRET_KEY) -> None:
+                 access_key: str = ACCESS_KEY, secret_key: str = SECRET_KEY,
+                 dns_name: str | None = None) -> None:
         """``block_size``: the OSD's sparse bluestore file (only written bytes take disk);
-        ``access_key``/``secret_key``: the S3 user's keys."""
+        ``access_key``/``secret_key``: the S3 user's keys; ``dns_name``: the domain under which
+        RGW answers virtual-hosted-style requests (``bucket.DOMAIN``; default: its IP, so
+        path-style only). Path-style requests to the IP work either way."""
         self.dir = Path(tempfile.mkdtemp(prefix="rgw-", dir=base_dir))
         self.host = HOST
+        self.dns_name = dns_name or HOST
         self.mon_port = _free_port()
         self.port = _free_port()
         self.fsid = str(uuid.uuid4())
@@ -196,7 +200,8 @@ class RGWCluster:
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         self.conf.write_text(_CONF.format(
             fsid=self.fsid, host=self.host, mon_port=self.mon_port, rgw_port=self.port,
-            dir=self.dir, block_size=self.block_size, memory_target=self.memory_target))
+            dir=self.dir, block_size=self.block_size, memory_target=self.memory_target,
+            dns_name=self.dns_name))
 
     def _run(self, *argv: str, timeout: float = 60.0) -> str:
         cmd = [argv[0], "-c", str(self.conf), *argv[1:]]
