@@ -2,7 +2,8 @@
 
 The gateway runs as a subprocess, as in production: tests reach it only over HTTP, can kill it
 (SIGKILL, SIGTERM), restart it on the same store and read its memory from /proc. Every process
-started here is stopped by the fixture that started it, also when a test fails.
+started here is stopped by the fixture that started it, also when a test fails. The default
+gateway is shared by the whole session (starting one costs about a second).
 """
 
 from __future__ import annotations
@@ -29,9 +30,12 @@ from tests.support.gateway import (  # noqa: F401  (re-exported for the gateway 
 from tests.support.s3server import MotoServer
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def gateway(s3_server: MotoServer) -> Iterator[Gateway]:
-    """One gateway per test module, on its own backend bucket of the shared moto server."""
+    """One gateway for every test module here that takes the default settings, on its own
+    backend bucket of the shared moto server; tests isolate themselves by bucket (``gw_bucket``
+    is unique per test). A module that needs other settings, or stops or restarts its gateway,
+    defines a ``gateway`` fixture of its own."""
     args = [*SMALL, "--domain", DOMAIN, "--dram-cache", "32MiB"]
     with running_gateway(backend_store(s3_server), args) as gw:
         yield gw
