@@ -23,10 +23,9 @@ import pytest
 from s3kv.client import S3KVClient
 from tests.conftest import S3_SERVERS, s3_server_for
 from tests.gateway.conftest import (
-    DOMAIN,
+    DEFAULT_ARGS,
     GW_ACCESS,
     GW_SECRET,
-    SMALL,
     TOKEN,
     Gateway,
     backend_store,
@@ -37,9 +36,13 @@ from tests.gateway.conftest import (
 
 @pytest.fixture(scope="module", params=S3_SERVERS)
 def gateway(request: pytest.FixtureRequest) -> Iterator[Gateway]:
-    """One gateway per backend server (moto; RGW with --rgw) for this module's tests."""
-    args = [*SMALL, "--domain", DOMAIN, "--dram-cache", "32MiB"]
-    with running_gateway(backend_store(s3_server_for(request, request.param)), args) as gw:
+    """A gateway per backend server for this module's tests: on moto the session's default
+    gateway (conftest), on RGW (--rgw) one of its own with the same settings."""
+    if request.param != "rgw":
+        yield request.getfixturevalue("default_gateway")
+        return
+    with running_gateway(backend_store(s3_server_for(request, request.param)), DEFAULT_ARGS
+                         ) as gw:
         yield gw
 
 
