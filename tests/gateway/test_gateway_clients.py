@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -32,6 +31,7 @@ from tests.gateway.conftest import (
     gateway_client,
     running_gateway,
 )
+from tests.support.clock import EXPIRED_BY, botocore_signs_earlier
 
 
 @pytest.fixture(scope="module", params=S3_SERVERS)
@@ -247,9 +247,10 @@ def test_presigned_get_with_plain_http(gw_s3: Any, gw_bucket: str) -> None:
 
 def test_presigned_get_expired(gw_s3: Any, gw_bucket: str) -> None:
     gw_s3.put_object(Bucket=gw_bucket, Key="shared/old", Body=b"secret bytes")
-    url = gw_s3.generate_presigned_url("get_object", Params={"Bucket": gw_bucket,
-                                                             "Key": "shared/old"}, ExpiresIn=1)
-    time.sleep(2.1)
+    with botocore_signs_earlier(EXPIRED_BY + 1):  # valid for 1 s, EXPIRED_BY s ago
+        url = gw_s3.generate_presigned_url("get_object", Params={"Bucket": gw_bucket,
+                                                                 "Key": "shared/old"},
+                                           ExpiresIn=1)
     with pytest.raises(urllib.error.HTTPError) as exc:
         urllib.request.urlopen(url, timeout=10)
     assert exc.value.code == 403
