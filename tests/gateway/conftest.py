@@ -2,7 +2,8 @@
 
 The gateway runs as a subprocess, as in production: tests reach it only over HTTP, can kill it
 (SIGKILL, SIGTERM), restart it on the same store and read its memory from /proc. Every process
-started here is stopped by the fixture that started it, also when a test fails.
+started here is stopped by the fixture that started it, also when a test fails. The default
+gateway is shared by the whole session (starting one costs about a second).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tests.support.gateway import (  # noqa: F401  (re-exported for the gateway 
     GW_ACCESS,
     GW_SECRET,
     MAX_BLOCK,
+    MULTIPART,
     ROOT,
     SMALL,
     TOKEN,
@@ -28,12 +30,30 @@ from tests.support.gateway import (  # noqa: F401  (re-exported for the gateway 
 )
 from tests.support.s3server import MotoServer
 
+#: the default gateway's settings: small segments, virtual-hosted-style names, a DRAM cache
+DEFAULT_ARGS = [*SMALL, "--domain", DOMAIN, "--dram-cache", "32MiB"]
 
-@pytest.fixture(scope="module")
-def gateway(s3_server: MotoServer) -> Iterator[Gateway]:
-    """One gateway per test module, on its own backend bucket of the shared moto server."""
-    args = [*SMALL, "--domain", DOMAIN, "--dram-cache", "32MiB"]
-    with running_gateway(backend_store(s3_server), args) as gw:
+
+@pytest.fixture(scope="session")
+def default_gateway(s3_server: MotoServer) -> Iterator[Gateway]:
+    """One gateway for every test module here that takes the default settings, on its own
+    backend bucket of the shared moto server; tests isolate themselves by bucket (``gw_bucket``
+    is unique per test). A module that needs other settings defines a ``gateway`` fixture of
+    its own."""
+    with running_gateway(backend_store(s3_server), DEFAULT_ARGS) as gw:
+        yield gw
+
+
+@pytest.fixture(scope="session")
+def gateway(default_gateway: Gateway) -> Gateway:
+    return default_gateway
+
+
+@pytest.fixture(scope="session")
+def multipart_gateway(s3_server: MotoServer) -> Iterator[Gateway]:
+    """One gateway with blocks up to 16 MiB (multipart objects of a few parts), shared by the
+    modules that need them; one that restarts it leaves it running with these settings."""
+    with running_gateway(backend_store(s3_server), MULTIPART) as gw:
         yield gw
 
 

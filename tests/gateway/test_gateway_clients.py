@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -23,23 +22,27 @@ import pytest
 from s3kv.client import S3KVClient
 from tests.conftest import S3_SERVERS, s3_server_for
 from tests.gateway.conftest import (
-    DOMAIN,
+    DEFAULT_ARGS,
     GW_ACCESS,
     GW_SECRET,
-    SMALL,
     TOKEN,
     Gateway,
     backend_store,
     gateway_client,
     running_gateway,
 )
+from tests.support.clock import EXPIRED_BY, botocore_signs_earlier
 
 
 @pytest.fixture(scope="module", params=S3_SERVERS)
 def gateway(request: pytest.FixtureRequest) -> Iterator[Gateway]:
-    """One gateway per backend server (moto; RGW with --rgw) for this module's tests."""
-    args = [*SMALL, "--domain", DOMAIN, "--dram-cache", "32MiB"]
-    with running_gateway(backend_store(s3_server_for(request, request.param)), args) as gw:
+    """A gateway per backend server for this module's tests: on moto the session's default
+    gateway (conftest), on RGW (--rgw) one of its own with the same settings."""
+    if request.param != "rgw":
+        yield request.getfixturevalue("default_gateway")
+        return
+    with running_gateway(backend_store(s3_server_for(request, request.param)), DEFAULT_ARGS
+                         ) as gw:
         yield gw
 
 
@@ -244,9 +247,10 @@ def test_presigned_get_with_plain_http(gw_s3: Any, gw_bucket: str) -> None:
 
 def test_presigned_get_expired(gw_s3: Any, gw_bucket: str) -> None:
     gw_s3.put_object(Bucket=gw_bucket, Key="shared/old", Body=b"secret bytes")
-    url = gw_s3.generate_presigned_url("get_object", Params={"Bucket": gw_bucket,
-                                                             "Key": "shared/old"}, ExpiresIn=1)
-    time.sleep(2.1)
+    with botocore_signs_earlier(EXPIRED_BY + 1):  # valid for 1 s, EXPIRED_BY s ago
+        url = gw_s3.generate_presigned_url("get_object", Params={"Bucket": gw_bucket,
+                                                                 "Key": "shared/old"},
+                                           ExpiresIn=1)
     with pytest.raises(urllib.error.HTTPError) as exc:
         urllib.request.urlopen(url, timeout=10)
     assert exc.value.code == 403

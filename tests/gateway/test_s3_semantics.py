@@ -10,7 +10,6 @@ import hashlib
 import os
 import socket
 import zlib
-from collections.abc import Iterator
 from email.utils import formatdate
 from typing import Any
 
@@ -24,24 +23,17 @@ from tests.gateway.conftest import (
     GW_ACCESS,
     GW_SECRET,
     Gateway,
-    backend_store,
     gateway_client,
-    running_gateway,
 )
-from tests.support.s3server import REGION, MotoServer
+from tests.support.s3server import REGION
 
 MiB = 1024 * 1024
 
-#: segments large enough for two-part multipart objects (parts >= 5 MiB): blocks up to 16 MiB
-MP_ARGS = ["--segment-size", "32MiB", "--part-size", "8MiB", "--max-block-size", "16MiB",
-           "--seal-after", "0.5", "--sync-interval", "0"]
-
 
 @pytest.fixture(scope="module")
-def gateway(s3_server: MotoServer) -> Iterator[Gateway]:
+def gateway(multipart_gateway: Gateway) -> Gateway:
     """This module's gateway (it replaces conftest's): multipart objects of a few parts."""
-    with running_gateway(backend_store(s3_server), MP_ARGS) as gw:
-        yield gw
+    return multipart_gateway
 
 
 def _status(exc: pytest.ExceptionInfo[ClientError]) -> tuple[int, str]:

@@ -10,26 +10,22 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import minio
 import pytest
 
-from tests.gateway.conftest import GW_ACCESS, GW_SECRET, Gateway, backend_store, running_gateway
-from tests.support.s3server import REGION, MotoServer
+from tests.gateway.conftest import GW_ACCESS, GW_SECRET, Gateway
+from tests.support.s3server import REGION
 
 BIN = Path(sys.executable).parent
-MP_ARGS = ["--segment-size", "32MiB", "--part-size", "8MiB", "--max-block-size", "16MiB",
-           "--seal-after", "0.5", "--sync-interval", "0"]
 
 
 @pytest.fixture(scope="module")
-def gateway(s3_server: MotoServer) -> Iterator[Gateway]:
+def gateway(multipart_gateway: Gateway) -> Gateway:
     """This module's gateway (it replaces conftest's): blocks up to 16 MiB for multipart."""
-    with running_gateway(backend_store(s3_server), MP_ARGS) as gw:
-        yield gw
+    return multipart_gateway
 
 
 def _tool(name: str) -> Path:

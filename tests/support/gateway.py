@@ -36,6 +36,9 @@ TOKEN = f"{GW_ACCESS}:{GW_SECRET}"
 SMALL = ["--segment-size", "10MiB", "--part-size", "5MiB", "--max-block-size", "5MiB",
          "--seal-after", "0.5", "--sync-interval", "0"]
 MAX_BLOCK = 5 * 1024 * 1024
+#: segments large enough for two-part multipart objects (parts >= 5 MiB): blocks up to 16 MiB
+MULTIPART = ["--segment-size", "32MiB", "--part-size", "8MiB", "--max-block-size", "16MiB",
+             "--seal-after", "0.5", "--sync-interval", "0"]
 #: the module gateway also answers virtual-hosted-style requests (Host: BUCKET.DOMAIN)
 DOMAIN = "s3.localtest"
 ROOT = Path(__file__).resolve().parents[2]
