@@ -53,22 +53,45 @@ def encode_frames(items: Sequence[tuple[str, bytes | memoryview]]) -> list[bytes
     return [frames_head([(k, len(d)) for k, d in items]), *[d for _, d in items]]
 
 
-def decode_frames(body: memoryview) -> list[tuple[str, memoryview]]:
-    """Parse a framed batch-put body; raises RequestError on any inconsistency."""
+class _Cursor:
+    """Reads a body kept in the pieces it arrived in, as views of those pieces (no join)."""
+
+    def __init__(self, pieces: Sequence[bytes | bytearray | memoryview]) -> None:
+        self._views = [memoryview(p).cast("B") for p in pieces if len(p)]
+        self._i = 0
+        self._off = 0
+        self.left = sum(len(v) for v in self._views)
+
+    def take(self, n: int) -> list[memoryview]:
+        """The next ``n`` bytes, as views (one per piece they span)."""
+        if n < 0 or n > self.left:
+            raise ValueError("block lengths exceed the body")
+        out: list[memoryview] = []
+        self.left -= n
+        while n:
+            view = self._views[self._i]
+            k = min(n, len(view) - self._off)
+            out.append(view[self._off:self._off + k])
+            self._off += k
+            n -= k
+            if self._off == len(view):
+                self._i, self._off = self._i + 1, 0
+        return out
+
+
+def decode_frames(body: Sequence[bytes | bytearray | memoryview]
+                  ) -> list[tuple[str, list[memoryview]]]:
+    """Parse a framed batch-put body, given in the pieces it arrived in: each block comes back
+    as views of those pieces (the store copies them into its segment; nothing is joined).
+    Raises RequestError on any inconsistency."""
+    cursor = _Cursor(body)
     try:
-        (n,) = _LEN.unpack_from(body, 0)
-        blocks = json.loads(bytes(body[4:4 + n]))["blocks"]
-        pos = 4 + n
-        out: list[tuple[str, memoryview]] = []
-        for b in blocks:
-            key, length = str(b["key"]), int(b["length"])
-            if length < 0 or pos + length > len(body):
-                raise ValueError("block lengths exceed the body")
-            out.append((key, body[pos:pos + length]))
-            pos += length
+        (n,) = _LEN.unpack(b"".join(cursor.take(_LEN.size)))
+        blocks = json.loads(b"".join(cursor.take(n)))["blocks"]
+        out = [(str(b["key"]), cursor.take(int(b["length"]))) for b in blocks]
     except (struct.error, ValueError, KeyError, TypeError) as exc:
         raise RequestError("MalformedFrames", f"invalid batch framing: {exc}") from None
-    if pos != len(body):
+    if cursor.left:
         raise RequestError("MalformedFrames", "trailing bytes after the last block")
     return out
 

@@ -74,10 +74,20 @@ class GatewayMetrics:
         self.bytes_out = Counter("s3kv_http_bytes_out", "Response body bytes sent",
                                  registry=self.registry)
         self.registry.register(_StoreCollector(summary))
+        self._counters: dict[tuple[str, int], Counter] = {}
+        self._latencies: dict[str, Histogram] = {}
 
     def observe(self, op: str, status: int, seconds: float) -> None:
-        self.requests.labels(op, str(status)).inc()
-        self.latency.labels(op).observe(seconds)
+        # the labelled children, looked up once per (op, status): labels() takes a lock and
+        # builds its key on every call
+        counter = self._counters.get((op, status))
+        if counter is None:
+            counter = self._counters[(op, status)] = self.requests.labels(op, str(status))
+        latency = self._latencies.get(op)
+        if latency is None:
+            latency = self._latencies[op] = self.latency.labels(op)
+        counter.inc()
+        latency.observe(seconds)
 
     def render(self) -> bytes:
         data: bytes = generate_latest(self.registry)

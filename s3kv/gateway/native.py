@@ -34,6 +34,7 @@ from s3kv.gateway.s3_buckets import RESERVED
 from s3kv.gateway.s3_objects import write_sliced
 from s3kv.gateway.state import GatewayState, state_of
 from s3kv.store.codecs import HEADER_CODEC, codec_from_headers
+from s3kv.wire.body import size_of
 
 MAX_BATCH_KEYS = 4096
 
@@ -111,9 +112,9 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
     limit = min(st.settings.max_request_memory // 2, 64 * st.settings.max_block_size)
     body = await read_body(request, st, limit)
     try:
-        items = [(validate_key(k), d) for k, d in decode_frames(memoryview(body.data))]
+        items = [(validate_key(k), d) for k, d in decode_frames(body.pieces)]
         for _, d in items:
-            if len(d) > st.settings.max_block_size:
+            if size_of(d) > st.settings.max_block_size:
                 raise RequestError("EntityTooLarge", "a block exceeds the max block size")
         stored = 0
         for k, d in items:  # in order, so that a 503 can say how many leading blocks are in
