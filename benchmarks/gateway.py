@@ -60,8 +60,6 @@ from benchmarks.gateway_phases import (
     SESSION_TOKENS,
     KiB,
     MiB,
-    Progress,
-    S3Side,
     restore,
     throughput,
     warm_up,
@@ -69,6 +67,8 @@ from benchmarks.gateway_phases import (
 from benchmarks.harness import (
     BenchServer,
     CPUMeter,
+    Progress,
+    S3Side,
     ServerError,
     add_arguments,
     apply_topology,
@@ -93,6 +93,7 @@ class Profile:
     segment_size: str
     part_size: str
     warm_requests: int  # untimed 256 KiB PUT+GET pairs per side before the first phase
+    etag: str = "md5"  # the gateway's --etag
 
 
 #: 384 MiB per phase: the gateway's PUT phases end with a flush whose tail (the last part or
@@ -126,7 +127,7 @@ def gateway_process(server: BenchServer, bucket: str, profile: Profile,
     """A ``s3kv serve`` subprocess on ``s3://bucket/gw`` of the server; yields its URL."""
     args = ["--segment-size", profile.segment_size, "--part-size", profile.part_size,
             "--max-block-size", str(max_block), "--log-level", "warning",
-            "--sync-interval", "0", "--node-id", "bench"]
+            "--sync-interval", "0", "--node-id", "bench", "--etag", profile.etag]
     with harness_gateway(server, f"s3://{bucket}/gw?endpoint={server.url}", args,
                          access=GW_ACCESS, secret=GW_SECRET) as url:
         yield url
@@ -164,7 +165,7 @@ async def run(server: BenchServer, profile: Profile, args: argparse.Namespace,
     max_block = max(2 * MiB, block_bytes(MODEL, BLOCK_TOKENS))
     results: dict[str, Any] = {"server": server.name, "model": MODEL,
                                "segment_size": profile.segment_size,
-                               "part_size": profile.part_size,
+                               "part_size": profile.part_size, "etag": profile.etag,
                                "kv_bytes_per_token": kv_bytes_per_token(MODEL),
                                "profile": "quick" if args.quick else "full",
                                "payload": args.payload, **topology}
@@ -271,12 +272,15 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"the gateway's --part-size; equal to the segment size, every "
                         f"segment is one PUT [default: {FULL.part_size}; --quick "
                         f"{QUICK.part_size}]")
+    parser.add_argument("--etag", choices=("md5", "fast"), default="md5",
+                        help="the gateway's --etag: md5 (S3's ETag, the default) or fast (no "
+                        "MD5 pass over each body) [default: md5]")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
     profile = QUICK if args.quick else FULL
     profile = replace(profile, segment_size=args.segment_size or profile.segment_size,
-                      part_size=args.part_size or profile.part_size,
+                      part_size=args.part_size or profile.part_size, etag=args.etag,
                       volume=parse_size(args.volume) if args.volume else profile.volume)
     say = Progress(not args.json)
     try:
