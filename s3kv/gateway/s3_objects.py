@@ -23,9 +23,6 @@ from s3kv.wire.body import SLICE
 async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
     m = request.method
     q = t.query
-    if m == "PUT" and "x-amz-copy-source" in request.headers:  # CopyObject / UploadPartCopy
-        request["op"] = "CopyObject"
-        raise RequestError("NotImplemented", "s3kv does not implement CopyObject.", 501)
     if m == "POST" and "uploads" in q:
         request["op"] = "CreateMultipartUpload"
         return await multipart.create(request, st, t)
