@@ -16,6 +16,7 @@ from s3kv.errors import RequestError
 from s3kv.gateway.payload import BodyReader, BodyResult
 from s3kv.gateway.s3xml import MAX_XML_BYTES
 from s3kv.gateway.state import GatewayState
+from s3kv.wire.body import Buffer, joined
 
 #: a body that delivers no byte for this long is abandoned (its memory reservation freed)
 BODY_IDLE_TIMEOUT = 20.0
@@ -26,17 +27,13 @@ class Body:
     pieces: list[bytes]
     result: BodyResult
     reserved: int
-    _joined: bytes | None = field(default=None, repr=False)
+    _joined: Buffer | None = field(default=None, repr=False)
 
     @property
-    def size(self) -> int:
-        return self.result.size
-
-    @property
-    def data(self) -> bytes:
+    def data(self) -> Buffer:
         """The body as one buffer (joined once, on first use; a single piece as it is)."""
         if self._joined is None:
-            self._joined = self.pieces[0] if len(self.pieces) == 1 else b"".join(self.pieces)
+            self._joined = joined(self.pieces)
         return self._joined
 
 

@@ -33,10 +33,6 @@ class BodyDigests:
         #: the previous batch, hashing in a worker thread
         self._pending: asyncio.Future[None] | None = None
 
-    @property
-    def active(self) -> bool:
-        return bool(self._hashers)
-
     async def feed(self, piece: bytes | memoryview) -> None:
         """Take the next piece of the body (kept, unchanged, until hashed)."""
         if not self._hashers:
@@ -52,10 +48,11 @@ class BodyDigests:
     async def finish(self) -> None:
         """Hash what is left; every digest is complete when this returns."""
         await self._drain()
-        batch, self._batch, self._batch_bytes = self._batch, [], 0
+        batch, size = self._batch, self._batch_bytes
+        self._batch, self._batch_bytes = [], 0
         if not batch:
             return
-        if sum(len(p) for p in batch) >= self._offload:
+        if size >= self._offload:
             await asyncio.get_running_loop().run_in_executor(None, self._update, batch)
         else:
             self._update(batch)
