@@ -92,6 +92,9 @@ class Settings:
                          "float", metavar="SECONDS")
     dram_cache: int = setting(0, "size of the in-memory LRU of hot blocks (0 disables the DRAM "
                               "tier)", "size", metavar="SIZE")
+    dram_fill: str = setting("write", "when blocks enter the DRAM tier: write (as they are "
+                             "written, and when read from the backend) or read (only when read "
+                             "from the backend)", choices=("write", "read"))
     max_block_size: int = setting(0, "largest block (object) accepted; at most half of "
                                   "segment_size", "size", metavar="SIZE",
                                   shown="the smaller of 64MiB and half of segment_size")

@@ -91,11 +91,11 @@ async def batch_get(request: web.Request) -> web.StreamResponse:
     async with aclosing(blocks):
         names_left = iter(names)
         async for block in blocks:
-            head = block_record(next(names_left), None if block is None else len(block))
-            await resp.write(head)
-            if block is not None:
+            size = None if block is None else size_of(block)
+            await resp.write(block_record(next(names_left), size))
+            if block is not None and size:
                 await write_sliced(resp, block)
-                sent += len(block)
+                sent += size
     await resp.write(end_record(len(names)))
     await resp.write_eof()
     st.metrics.bytes_out.inc(sent)

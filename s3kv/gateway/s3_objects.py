@@ -17,7 +17,7 @@ from s3kv.gateway.payload import BodyResult
 from s3kv.gateway.requests import Target, durability, parse_range, validate_key
 from s3kv.gateway.state import GatewayState
 from s3kv.store.codecs import codec_from_headers
-from s3kv.wire.body import SLICE
+from s3kv.wire.body import SLICE, Pieces, pieces_of, views_of
 
 
 async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
@@ -149,20 +149,20 @@ async def get_object(request: web.Request, st: GatewayState, t: Target, *,
     if head:
         headers["Content-Length"] = str(end - start)
         return web.Response(status=status, headers=headers)
-    data = await st.store.get(t.bucket, key)
+    data = await st.store.read(t.bucket, key)
     if data is None:  # evicted, corrupt or backend down since the index said yes: a miss
         raise RequestError("NoSuchKey", "The specified key does not exist.", 404)
-    view = memoryview(data)[start:end]
-    st.metrics.bytes_out.inc(len(view))
-    if len(view) <= SLICE:
-        small = web.Response(status=status, body=view, headers=headers)
+    views = views_of(data, start, end)
+    st.metrics.bytes_out.inc(end - start)
+    if len(views) == 1 and end - start <= SLICE:
+        small = web.Response(status=status, body=views[0], headers=headers)
         _keep_content_type(small, headers)
         return small
     resp = web.StreamResponse(status=status, headers=headers)
     _keep_content_type(resp, headers)
-    resp.content_length = len(view)
+    resp.content_length = end - start
     await resp.prepare(request)
-    await write_sliced(resp, view)
+    await write_sliced(resp, views)
     await resp.write_eof()
     return resp
 
@@ -173,9 +173,11 @@ def _keep_content_type(resp: web.StreamResponse, headers: dict[str, str]) -> Non
         resp.headers["Content-Type"] = headers["Content-Type"]
 
 
-async def write_sliced(resp: web.StreamResponse, data: bytes | memoryview) -> None:
-    """Write ``data`` in views of at most SLICE bytes: what one socket write leaves unsent,
-    Python 3.11's transport copies and then trims send by send (see s3kv/wire/body.py)."""
-    view = memoryview(data)
-    for i in range(0, len(view), SLICE):
-        await resp.write(view[i:i + SLICE])
+async def write_sliced(resp: web.StreamResponse, data: Pieces) -> None:
+    """Write ``data`` (one buffer or pieces) in views of at most SLICE bytes: what one socket
+    write leaves unsent, Python 3.11's transport copies and then trims send by send (see
+    s3kv/wire/body.py)."""
+    for piece in pieces_of(data):
+        view = memoryview(piece)
+        for i in range(0, len(view), SLICE):
+            await resp.write(view[i:i + SLICE])

@@ -76,12 +76,13 @@ class BlockFetcher:
         self._budget = ReadBudget(READ_BUDGET)
 
     async def iter_many(self, nid: int, keys: Sequence[bytes], *, decode: bool = True,
-                        read_ahead: int = READ_AHEAD) -> AsyncGenerator[Block | None, None]:
-        """One item per key, in order: the block's bytes, or None on a miss (absent, evicted,
-        corrupt, backend down). Close the iterator (``contextlib.aclosing``) when stopping
-        early: that cancels the reads still running."""
+                        read_ahead: int = READ_AHEAD) -> AsyncGenerator[Pieces | None, None]:
+        """One item per key, in order: the block's bytes (one buffer, or the pieces a DRAM-tier
+        hit was written in), or None on a miss (absent, evicted, corrupt, backend down).
+        Close the iterator (``contextlib.aclosing``) when stopping early: that cancels the
+        reads still running."""
         locs: list[Location | None] = []
-        cached: dict[int, Block] = {}  # DRAM tier hits (verified when they were stored)
+        cached: dict[int, Pieces] = {}  # DRAM tier hits (verified when they were stored)
         in_memory: set[int] = set()  # in a segment the writer still holds: copied when due
         wanted: list[tuple[int, Location]] = []
         for pos, key in enumerate(keys):
@@ -90,7 +91,7 @@ class BlockFetcher:
             locs.append(loc)
             if loc is None:
                 continue
-            hit = self.dram.get(nid, key) if self.dram.enabled and decode else None
+            hit = self.dram.get(nid, key, loc) if self.dram.enabled and decode else None
             if hit is not None:
                 self.stats.dram_hits += 1
                 cached[pos] = hit
@@ -110,7 +111,7 @@ class BlockFetcher:
             for pos, key in enumerate(keys):
                 loc = locs[pos]
                 raw: Block | None = None
-                block: Block | None = None
+                block: Pieces | None = None
                 if loc is None:
                     pass
                 elif pos in cached:
@@ -214,5 +215,5 @@ class BlockFetcher:
             return None
         if self.dram.enabled and decode:
             data = bytes(data)  # the tier keeps its own copy, not a view of a whole GET
-            self.dram.put(nid, key, data)
+            self.dram.put(nid, key, loc, data)
         return data

@@ -13,6 +13,7 @@ import json
 import re
 import time
 from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 
 from s3kv.backends import open_backend
@@ -33,7 +34,7 @@ from s3kv.log import get_logger
 from s3kv.store import layout
 from s3kv.store.catalog import Catalog
 from s3kv.store.codecs import NONE_ID, CodecSpec, codec_for, parse_codec_spec
-from s3kv.store.dram import DramCache
+from s3kv.store.dram import DramCache, frozen_copy
 from s3kv.store.eviction import Evictor
 from s3kv.store.fetch import Block, BlockFetcher, checksum_async
 from s3kv.store.index import BlockIndex, Location
@@ -44,6 +45,12 @@ from s3kv.store.writer import SegmentWriter
 from s3kv.wire.body import Pieces, joined, size_of
 
 log = get_logger(__name__)
+
+def _one(data: Pieces) -> Block:
+    """One buffer (pieces joined: a copy), read-only unless it was a block's own buffer."""
+    one = joined(data)
+    return bytes(one) if isinstance(one, bytearray) else one
+
 
 _NS_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
@@ -100,6 +107,7 @@ class BlockStore:
                                 self.stats, self)
         self._background: list[asyncio.Task[None]] = []
         self._owns_backend = owns_backend
+        self._fill_on_write = self.dram.enabled and settings.dram_fill == "write"
 
     # ---- what is where (the catalog's, read by the gateway and tests) -------------------
     @property
@@ -232,9 +240,13 @@ class BlockStore:
         entry = layout.Entry(namespace, key, 0, stored_len, raw_len, crc, codec_id, 0.0,
                              attrs=attrs)
         seg, placed = await self.writer.append(entry, stored)
-        self.catalog.put(nid, key, Location(seg.info.seg_id, placed.offset, stored_len, raw_len,
-                                            crc, codec_id, placed.written_at, attrs))
-        self.dram.invalidate(nid, key)
+        loc = Location(seg.info.seg_id, placed.offset, stored_len, raw_len, crc, codec_id,
+                       placed.written_at, attrs)
+        self.catalog.put(nid, key, loc)
+        if self._fill_on_write:
+            self.dram.put(nid, key, loc, frozen_copy(data))
+        else:
+            self.dram.invalidate(nid, key)
         self.stats.blocks_put += 1
         self.stats.bytes_accepted += raw_len
         self.stats.bytes_stored += stored_len
@@ -306,17 +318,26 @@ class BlockStore:
         """The block's bytes, or None on a miss (absent, evicted, corrupt, backend down)."""
         return (await self.get_many(namespace, [key]))[0]
 
+    async def read(self, namespace: str, key: bytes) -> Pieces | None:
+        """As :meth:`get`, in the pieces the store holds it in (no join: for sending)."""
+        async with aclosing(self.iter_many(namespace, [key])) as blocks:
+            async for block in blocks:
+                return block
+        return None
+
     async def get_many(self, namespace: str, keys: Sequence[bytes], *,
                        decode: bool = True) -> list[Block | None]:
-        """Several blocks; adjacent blocks of one segment come from one ranged GET.
-
-        ``decode=False`` returns the stored (encoded) bytes, verified (for compaction)."""
-        return [b async for b in self.iter_many(namespace, keys, decode=decode)]
+        """Several blocks, each as one buffer; adjacent blocks of one segment come from one
+        ranged GET. ``decode=False`` returns the stored (encoded) bytes, verified (for
+        compaction)."""
+        return [None if b is None else _one(b)
+                async for b in self.iter_many(namespace, keys, decode=decode)]
 
     def iter_many(self, namespace: str, keys: Sequence[bytes], *,
-                  decode: bool = True) -> AsyncGenerator[Block | None, None]:
-        """The blocks in request order as they arrive (None for a miss), reading a bounded
-        window ahead (s3kv/store/fetch.py). Close it with ``contextlib.aclosing``."""
+                  decode: bool = True) -> AsyncGenerator[Pieces | None, None]:
+        """The blocks in request order as they arrive (None for a miss; a DRAM-tier hit may
+        be the pieces it was written in), reading a bounded window ahead
+        (s3kv/store/fetch.py). Close it with ``contextlib.aclosing``."""
         return self.fetcher.iter_many(self.ns_id(namespace), keys, decode=decode)
 
     async def get_range(self, namespace: str, key: bytes, start: int,

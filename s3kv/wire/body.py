@@ -39,6 +39,20 @@ def joined(data: Pieces) -> Buffer:
 
 def size_of(data: Pieces) -> int:
     return sum(len(p) for p in pieces_of(data))
+
+
+def views_of(data: Pieces, start: int, end: int) -> list[memoryview]:
+    """Bytes [start, end) of ``data`` as views of its pieces (no copy)."""
+    out: list[memoryview] = []
+    pos = 0
+    for piece in pieces_of(data):
+        lo, hi = max(start - pos, 0), min(end - pos, len(piece))
+        if lo < hi:
+            out.append(memoryview(piece)[lo:hi])
+        pos += len(piece)
+        if pos >= end:
+            break
+    return out or [memoryview(b"")]
 #: bytes per transport write: a few times the loopback socket's send window
 SLICE = 1 << 20
 
