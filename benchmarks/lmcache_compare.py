@@ -1,25 +1,29 @@
 """LMCache on s3kv three ways, measured side by side through LMCache's own ``RemoteBackend``:
 
-- ``plugin``: the s3kv plugin (s3kv.integrations.lmcache) on the gateway's native API;
-- ``s3_gateway``: LMCache's S3 connector (awscrt) to the gateway's S3 front;
-- ``s3_direct``: LMCache's S3 connector to the S3 server the gateway stores on.
+- ``plugin``: the s3kv plugin (s3kv.integrations.lmcache) on the gateway's native API, the
+  gateway without a DRAM tier (every retrieve is read from the S3 server: the storage path);
+- ``s3_gateway``: LMCache's S3 connector (awscrt) to the gateway's S3 front (the same gateway);
+- ``s3_direct``: LMCache's S3 connector to the S3 server the gateway stores on;
+- ``plugin_dram`` (with ``--dram-cache SIZE``, default 2GiB; 0 leaves it out): the plugin on a
+  second gateway with a DRAM tier of that size, which keeps blocks as they are written, so a
+  session that comes back while it is in the tier never touches the S3 server.
 
 Per route: store a 10K-token session (Llama-3-8B geometry: 40 chunks of 256 tokens, 32 MiB
 each) with ``batched_submit_put_task`` until LMCache counts the puts finished, retrieve it with
 ``batched_get_blocking`` (bytes verified), and look up a 64-chunk prefix with ``batched_contains``
 from a fresh RemoteBackend (a fresh S3 connector has no size cache, as another engine replica or
 a restarted one has none: it sends one HEAD per chunk). Routes run interleaved, ``--repeat``
-rounds in rotating order, on one server and one gateway; figures are medians over the rounds.
+rounds in rotating order, on one server; figures are medians over the rounds.
 
 LMCache's S3 connector addresses buckets virtual-hosted style (``Host: BUCKET.DOMAIN:PORT``,
 resolved by awscrt), so ``lmcgw.s3.localtest`` and ``lmcdirect.s3.localtest`` must resolve to
 127.0.0.1: ``--hosts-entry`` appends them to /etc/hosts for the run and removes them after
-(root only). The S3 server must serve virtual-hosted buckets: moto does (``--server moto``,
-the default here); s3rver is started path-style only by benchmarks/servers.py.
+(root only). The S3 server must serve virtual-hosted buckets: RGW (the default) and moto do;
+s3rver is started path-style only by benchmarks/servers.py.
 
 Needs LMCache (``.venv-lmcache``, see .ci/run)::
 
-    .venv-lmcache/bin/python benchmarks/lmcache_compare.py --server moto --hosts-entry --json
+    .venv-lmcache/bin/python benchmarks/lmcache_compare.py --hosts-entry --json
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from benchmarks.servers import (
     server_from_args,
 )
 from s3kv.log import configure_logging
+from s3kv.sizes import parse_size
 
 ROOT = Path(__file__).resolve().parent.parent
 DOMAIN = "s3.localtest"
@@ -64,6 +69,7 @@ ACCESS, SECRET = "lmcbenchaccess", "lmcbench/secret0123456789"
 LLAMA3_8B = (32, 2, 256, 8, 128)  # layers, K/V, tokens per chunk, KV heads, head dim
 LOOKUP = (2, 2, 16, 2, 64)  # the lookup prefix's chunks: small, a lookup moves no data
 ROUTES = ("plugin", "s3_gateway", "s3_direct")
+DRAM_ROUTE = "plugin_dram"
 GiB = 1024 ** 3
 
 
@@ -98,7 +104,8 @@ def hosts_entry(names: list[str], enabled: bool) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def gateway(server: BenchServer) -> Iterator[tuple[str, int]]:
+def gateway(server: BenchServer, prefix: str = "kv",
+            dram_cache: str = "0") -> Iterator[tuple[str, int]]:
     """A ``s3kv serve`` process on the server's backend bucket, answering virtual-hosted S3."""
     port = free_port()
     env = {**os.environ, **server.env(), "S3KV_ACCESS_KEY": ACCESS, "S3KV_SECRET_KEY": SECRET,
@@ -107,11 +114,11 @@ def gateway(server: BenchServer) -> Iterator[tuple[str, int]]:
                                       delete=False)
     proc = subprocess.Popen(
         [sys.executable, "-m", "s3kv.cli", "serve", "--listen", f"127.0.0.1:{port}",
-         "--store", f"s3://{BACKEND_BUCKET}/kv?endpoint={server.url}", "--domain", DOMAIN,
+         "--store", f"s3://{BACKEND_BUCKET}/{prefix}?endpoint={server.url}", "--domain", DOMAIN,
          "--segment-size", "256MiB", "--part-size", "16MiB", "--max-block-size", "64MiB",
          # LMCache's S3 connector PUTs a whole session at once (40 x 32 MiB) and does not
          # retry a 503 SlowDown: with the default 512 MiB of request bodies it loses chunks
-         "--max-request-memory", "2GiB",
+         "--max-request-memory", "2GiB", "--dram-cache", dram_cache,
          "--sync-interval", "0", "--log-level", "warning"],
         stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
@@ -150,12 +157,12 @@ class Engine:
         cfg: dict[str, Any] = {"chunk_size": kv_shape[2], "local_cpu": False,
                                "max_local_cpu_size": cpu_gib, "remote_serde": "naive",
                                "blocking_timeout_secs": 120}
-        if route == "plugin":
+        if route in ("plugin", DRAM_ROUTE):
             cfg["remote_storage_plugins"] = ["s3kv"]
             cfg["extra_config"] = {
                 "remote_storage_plugin.s3kv.module_path": "s3kv.integrations.lmcache",
                 "remote_storage_plugin.s3kv.class_name": "S3KVConnector",
-                "s3kv_url": urls["gateway"], "s3kv_namespace": GW_BUCKET,
+                "s3kv_url": urls[route], "s3kv_namespace": GW_BUCKET,
                 "s3kv_access_key": ACCESS, "s3kv_secret_key": SECRET, "s3kv_timeout": 300,
                 # a store phase measures what is stored: wait out push-back instead of
                 # dropping after the default 5 s (an engine would rather drop)
@@ -177,7 +184,8 @@ class Engine:
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         self.cpu = LocalCPUBackend(self.config, self.metadata)
         self.backend = RemoteBackend(self.config, self.metadata, self.loop, self.cpu, "cpu",
-                                     plugin_name="s3kv" if route == "plugin" else None)
+                                     plugin_name="s3kv" if route in ("plugin", DRAM_ROUTE)
+                                     else None)
         self.route = route
 
     def keys(self, n: int, salt: int) -> list[Any]:
@@ -210,7 +218,7 @@ class Engine:
     def close(self) -> None:
         """The plugin closes at once; LMCache's S3 connector's close never returns, so for it
         the loop is left running (a daemon thread) instead."""
-        if self.route == "plugin":
+        if self.route in ("plugin", DRAM_ROUTE):
             self.backend.close()
             self.loop.call_soon_threadsafe(self.loop.stop)
 
@@ -273,7 +281,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_server_arguments(parser)
-    parser.set_defaults(server="moto")
     parser.add_argument("--tokens", type=int, default=10240,
                         help="session length in tokens (256 a chunk) [default: 10240]")
     parser.add_argument("--lookup-chunks", type=int, default=64,
@@ -282,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-gib", type=float, default=1.5,
                         help="LMCache's CPU allocator per route, GiB (one session and some "
                         "room) [default: 1.5]")
+    parser.add_argument("--dram-cache", default="2GiB", metavar="SIZE",
+                        help="DRAM tier of the plugin_dram route's gateway (0: no such route) "
+                        "[default: 2GiB, more than one session]")
     parser.add_argument("--hosts-entry", action="store_true",
                         help="add the benchmark's S3 host names to /etc/hosts for the run")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -294,24 +304,35 @@ def main(argv: list[str] | None = None) -> int:
         s3 = boto3.client("s3", **server.client_kwargs())
         s3.create_bucket(Bucket=BACKEND_BUCKET)
         s3.create_bucket(Bucket=DIRECT_BUCKET)
-        with gateway(server) as (gw_url, gw_pid):
-            urllib.request.urlopen(urllib.request.Request(
-                f"{gw_url}/v1/{GW_BUCKET}", method="PUT",
-                headers={"Authorization": f"Bearer {ACCESS}:{SECRET}"}), timeout=30).close()
+        with contextlib.ExitStack() as stack:
+            gw_url, gw_pid = stack.enter_context(gateway(server))
+            routes: tuple[str, ...] = ROUTES
             port = int(server.url.rsplit(":", 1)[1])
-            urls = {"gateway": gw_url, "s3_gateway": f"s3://{names[0]}:{gw_url.rsplit(':', 1)[1]}",
+            urls = {"plugin": gw_url,
+                    "s3_gateway": f"s3://{names[0]}:{gw_url.rsplit(':', 1)[1]}",
                     "s3_direct": f"s3://{names[1]}:{port}"}
-            pids = {"gateway": gw_pid, "client": os.getpid()}
-            if server.pid:
-                pids["server"] = server.pid
-            rounds: dict[str, list[dict[str, float]]] = {r: [] for r in ROUTES}
-            engines = {r: Engine(r, LLAMA3_8B, urls, server, args.cpu_gib) for r in ROUTES}
+            gateways = {r: gw_pid for r in ROUTES}
+            if parse_size(args.dram_cache):
+                dram_url, dram_pid = stack.enter_context(
+                    gateway(server, "kv-dram", args.dram_cache))
+                routes = (*ROUTES, DRAM_ROUTE)
+                urls[DRAM_ROUTE], gateways[DRAM_ROUTE] = dram_url, dram_pid
+            for url in {urls["plugin"], urls.get(DRAM_ROUTE, gw_url)}:
+                urllib.request.urlopen(urllib.request.Request(
+                    f"{url}/v1/{GW_BUCKET}", method="PUT",
+                    headers={"Authorization": f"Bearer {ACCESS}:{SECRET}"}), timeout=30).close()
+            rounds: dict[str, list[dict[str, float]]] = {r: [] for r in routes}
+            engines = {r: Engine(r, LLAMA3_8B, urls, server, args.cpu_gib) for r in routes}
             for i in range(args.repeat):
-                for route in ROUTES[i % 3:] + ROUTES[:i % 3]:  # rotate the order
+                k = i % len(routes)
+                for route in routes[k:] + routes[:k]:  # rotate the order
                     _say(f"round {i + 1}/{args.repeat}: {route}")
+                    pids = {"gateway": gateways[route], "client": os.getpid()}
+                    if server.pid:
+                        pids["server"] = server.pid
                     rounds[route].append(one_round(engines[route], route, server, urls, pids,
                                                    args.tokens, args.lookup_chunks,
-                                                   10 * i + ROUTES.index(route)))
+                                                   10 * i + routes.index(route)))
             for eng in engines.values():
                 eng.close()
     bad = [r for r, rs in rounds.items() if not all(x["verified"] and x["lookup_found"] ==
@@ -327,17 +348,25 @@ def main(argv: list[str] | None = None) -> int:
            "lookup_speedup_vs_direct": d["lookup_ms"] / p["lookup_ms"],
            "s3_gateway_retrieve_ratio_vs_direct": (med["s3_gateway"]["retrieve_gib_s"]
                                                    / d["retrieve_gib_s"]),
-           "note": "machine shared with other jobs: compare ratios from one interleaved run"}
+           "load_average_1m_at_end": os.getloadavg()[0]}
+    if DRAM_ROUTE in med:
+        m = med[DRAM_ROUTE]
+        out["dram_cache"] = args.dram_cache
+        out["retrieve_ratio_vs_direct_dram"] = m["retrieve_gib_s"] / d["retrieve_gib_s"]
+        out["store_ratio_vs_direct_dram"] = m["store_gib_s"] / d["store_gib_s"]
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        for r in ROUTES:
-            m = med[r]
+        for r, m in med.items():
             print(f"{r:11s} store {m['store_gib_s']:.3f} GiB/s  retrieve "
                   f"{m['retrieve_gib_s']:.3f} GiB/s  lookup({args.lookup_chunks}) "
                   f"{m['lookup_ms']:.1f} ms found {m['lookup_found']:.0f}")
         print(f"plugin vs direct: retrieve x{out['retrieve_ratio_vs_direct']:.2f}, store "
               f"x{out['store_ratio_vs_direct']:.2f}, lookup x{out['lookup_speedup_vs_direct']:.1f}")
+        if DRAM_ROUTE in med:
+            print(f"plugin with a {args.dram_cache} DRAM tier vs direct: retrieve "
+                  f"x{out['retrieve_ratio_vs_direct_dram']:.2f}, store "
+                  f"x{out['store_ratio_vs_direct_dram']:.2f}")
     os._exit(0)  # LMCache's S3 connector threads never stop (its close never returns)
 
 
