@@ -90,12 +90,20 @@ class Topology:
                 "client_cpus": list(self.client_cpus)}
 
 
-def _pin_tree(pid: int, cpus: set[int]) -> None:
-    """Every thread of ``pid`` and of its descendants to ``cpus``."""
+def _tree(pid: int) -> list[psutil.Process]:
+    """``pid`` and its descendants."""
     procs = [psutil.Process(pid)]
     with contextlib.suppress(psutil.Error):
         procs += procs[0].children(recursive=True)
-    for proc in procs:
+    return procs
+
+
+def _pin_tree(pid: int, cpus: set[int], skip: frozenset[int] = frozenset()) -> None:
+    """Every thread of ``pid`` and of its descendants, but the processes in ``skip``, to
+    ``cpus``."""
+    for proc in _tree(pid):
+        if proc.pid in skip:
+            continue
         try:
             tids = [t.id for t in proc.threads()]
         except psutil.Error:
@@ -115,9 +123,14 @@ def apply_topology(server: BenchServer, split: bool) -> Topology:
     if not server.pids:
         raise ServerError("--split-cores needs a server this benchmark started (not --endpoint)")
     server_cpu, client_cpu = allowed[0], allowed[1]
+    # the server's daemons are this process's children: pinning this process's tree to the
+    # client CPU must leave them where they are (it used to move them to the client CPU too)
+    server_tree: set[int] = set()
     for pid in server.pids:
+        with contextlib.suppress(psutil.Error):
+            server_tree.update(p.pid for p in _tree(pid))
         _pin_tree(pid, {server_cpu})
-    _pin_tree(os.getpid(), {client_cpu})
+    _pin_tree(os.getpid(), {client_cpu}, frozenset(server_tree))
     return Topology(True, (server_cpu,), (client_cpu,))
 
 
