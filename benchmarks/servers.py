@@ -61,6 +61,7 @@ from typing import IO, Any
 if __package__ in (None, ""):  # run as a script: make `tests.support` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests.support.procgroup import stop_process_group
 from tests.support.rgw import RGWCluster, RGWError
 
 HOST = "127.0.0.1"
@@ -74,6 +75,8 @@ MOTO_ACCESS_KEY = "testing"
 MOTO_SECRET_KEY = "testing"
 #: where s3rver is installed (``npm install --prefix``); gitignored
 DEFAULT_NODE_DIR = Path(__file__).resolve().parent / ".node"
+#: seconds a server gets to exit after SIGTERM before SIGKILL
+STOP_GRACE_S = 10.0
 
 # moto keeps request bodies alive until a full GC; collect every 2 s (DESIGN.md, "Testing").
 _MOTO_BOOT = """
@@ -211,20 +214,6 @@ def _tail(path: str, n: int = 2000) -> str:
         return ""
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the server's process group, SIGKILL after 10 s; always reaps it."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 @contextlib.contextmanager
 def _patched_env(values: Mapping[str, str]) -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in values}
@@ -315,7 +304,7 @@ def bench_server(kind: str = DEFAULT_KIND, *, endpoint: str | None = None, set_e
         failed = False
     finally:
         if proc is not None:
-            _stop(proc)
+            stop_process_group(proc, STOP_GRACE_S)
         log.close()
         if not failed:  # kept after a failure: error messages point at it
             with contextlib.suppress(OSError):

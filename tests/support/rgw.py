@@ -21,11 +21,9 @@ its own session, so stopping never touches a Ceph process this object did not st
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -34,6 +32,8 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
+
+from tests.support.procgroup import stop_process_group
 
 HOST = "127.0.0.1"
 REGION = "us-east-1"
@@ -46,6 +46,8 @@ TCMALLOC_CANDIDATES = ("/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4",
                        "/usr/lib/libtcmalloc.so.4")
 INSTALL_HINT = ("apt-get install -y --no-install-recommends ceph-mon ceph-osd radosgw "
                 "ceph-common")
+#: seconds a daemon gets to exit after SIGTERM before SIGKILL
+STOP_GRACE_S = 15.0
 
 
 class RGWError(RuntimeError):
@@ -174,7 +176,7 @@ class RGWCluster:
         """Stop radosgw alone and start it again: the data (mon, OSD) stays."""
         proc = self.procs.pop("rgw", None)
         if proc is not None:
-            _stop(proc)
+            stop_process_group(proc, STOP_GRACE_S)
         self._spawn_rgw()
         self._wait_http(time.monotonic() + timeout)
 
@@ -183,7 +185,7 @@ class RGWCluster:
         for name in ("rgw", "osd", "mon"):
             proc = self.procs.pop(name, None)
             if proc is not None:
-                _stop(proc)
+                stop_process_group(proc, STOP_GRACE_S)
         if wipe:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -299,20 +301,6 @@ class RGWCluster:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.3)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the daemon's session, SIGKILL after 15 s; always reaps it."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 # -- counters, for the benchmarks' backend cost (server side, so both sides count alike) -------
