@@ -30,7 +30,6 @@ was (noisy when shared): CPU per GiB per process is the robust one.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import uuid
@@ -43,22 +42,29 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `s3kv` i
 
 from aiobotocore.session import get_session
 
-from benchmarks.gateway import FULL, QUICK, Profile, client_config, gateway_process
-from benchmarks.gateway_phases import GW_ACCESS, GW_SECRET, Progress, S3Side, payloads
+from benchmarks.gateway import (
+    FULL,
+    QUICK,
+    Profile,
+    client_config,
+    gateway_client_kwargs,
+    gateway_flush,
+    gateway_process,
+)
 from benchmarks.harness import (
     BenchServer,
     CPUMeter,
     GiB,
-    ServerError,
+    Progress,
+    S3Side,
     add_arguments,
-    apply_topology,
     gateway_pid,
+    payloads,
     per_gib,
+    run_on_server,
     server_counters,
-    server_from_args,
     settle_disk,
 )
-from s3kv.client import S3KVClient
 from s3kv.sizes import MiB, format_size, parse_size
 
 SIZES = (256 * 1024, 2 * MiB, 16 * MiB)
@@ -132,17 +138,11 @@ async def one_size(server: BenchServer, profile: Profile, size: int, volume: int
         max_block = max(2 * MiB, 2 * size)
         with gateway_process(server, gw_backend, profile, max_block) as gw_url:
             costs = Costs(server, CPUMeter.for_run(server, gateway=gateway_pid()))
-            gw_kwargs = {"endpoint_url": gw_url, "region_name": server.region,
-                         "aws_access_key_id": GW_ACCESS, "aws_secret_access_key": GW_SECRET}
-            async with session.create_client("s3", config=cfg, **gw_kwargs) as gwc:
+            async with session.create_client("s3", config=cfg,
+                                             **gateway_client_kwargs(server, gw_url)) as gwc:
                 await gwc.create_bucket(Bucket="cost")
-
-                async def flush() -> None:
-                    async with S3KVClient(gw_url, token=f"{GW_ACCESS}:{GW_SECRET}") as kv:
-                        await kv.flush()
-
                 sides = {"direct": S3Side("direct", dc, direct_bucket),
-                         "gateway": S3Side("gateway", gwc, "cost", flush)}
+                         "gateway": S3Side("gateway", gwc, "cost", gateway_flush(gw_url))}
                 buckets = {"direct": direct_bucket, "gateway": gw_backend}
                 for name, side in sides.items():
                     side.sample = costs.sample
@@ -178,6 +178,7 @@ async def one_size(server: BenchServer, profile: Profile, size: int, volume: int
 
 async def run(server: BenchServer, profile: Profile, volume: int, say: Progress,
               topology: dict[str, Any]) -> dict[str, Any]:
+    say(f"server: {server.name} at {server.url}; {format_size(volume)} per size")
     results: dict[str, Any] = {"server": server.name, "segment_size": profile.segment_size,
                                "part_size": profile.part_size, "volume_per_size": volume,
                                "concurrency": CONCURRENCY, **topology}
@@ -204,13 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     profile = replace(QUICK, segment_size="64MiB") if args.quick else FULL
     volume = parse_size(args.volume) if args.volume else (32 * MiB if args.quick else 512 * MiB)
     say = Progress(not args.json)
-    try:
-        with server_from_args(args) as server:
-            say(f"server: {server.name} at {server.url}; {format_size(volume)} per size")
-            topology = apply_topology(server, args.split_cores).describe()
-            results = asyncio.run(run(server, profile, volume, say, topology))
-    except ServerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    results = run_on_server(args, lambda server, topology: run(server, profile, volume, say,
+                                                               topology))
+    if results is None:
         return 1
     if args.json:
         print(json.dumps(results, sort_keys=True))

@@ -36,11 +36,10 @@ absolute MiB/s of a local server (DESIGN.md, "Testing").
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -69,14 +68,12 @@ from benchmarks.harness import (
     CPUMeter,
     Progress,
     S3Side,
-    ServerError,
     add_arguments,
-    apply_topology,
     gateway_pid,
     medians,
     per_gib,
+    run_on_server,
     server_counters,
-    server_from_args,
 )
 from benchmarks.harness import gateway_process as harness_gateway
 from s3kv.client import S3KVClient
@@ -133,6 +130,24 @@ def gateway_process(server: BenchServer, bucket: str, profile: Profile,
         yield url
 
 
+def gateway_client_kwargs(server: BenchServer, url: str) -> dict[str, str]:
+    """``create_client`` arguments for the front of the gateway at ``url`` (the one
+    :func:`gateway_process` started: its credentials, the server's region)."""
+    return {"endpoint_url": url, "region_name": server.region,
+            "aws_access_key_id": GW_ACCESS, "aws_secret_access_key": GW_SECRET}
+
+
+def gateway_flush(url: str) -> Callable[[], Awaitable[None]]:
+    """``POST /v1/flush`` on the gateway at ``url``: an :class:`S3Side`'s ``flush``, so its
+    timed PUT phase ends with every byte on the server."""
+
+    async def flush() -> None:
+        async with S3KVClient(url, token=f"{GW_ACCESS}:{GW_SECRET}") as kv:
+            await kv.flush()
+
+    return flush
+
+
 def put_costing(meter: CPUMeter) -> Any:
     """What a PUT phase cost, per GiB of blocks written: CPU-s of each process (and the
     server's sum), and on RGW the requests and bytes radosgw counted."""
@@ -155,6 +170,7 @@ def put_costing(meter: CPUMeter) -> Any:
 
 async def run(server: BenchServer, profile: Profile, args: argparse.Namespace,
               say: Progress, topology: dict[str, Any]) -> dict[str, Any]:
+    say(f"server: {server.name} at {server.url}")
     backend_bucket = f"gwbench-{uuid.uuid4().hex[:8]}"
     direct_bucket = f"direct-{uuid.uuid4().hex[:8]}"
     session = get_session()
@@ -170,19 +186,13 @@ async def run(server: BenchServer, profile: Profile, args: argparse.Namespace,
                                "profile": "quick" if args.quick else "full",
                                "payload": args.payload, **topology}
     with gateway_process(server, backend_bucket, profile, max_block) as gw_url:
-        gw_kwargs = {"endpoint_url": gw_url, "region_name": server.region,
-                     "aws_access_key_id": GW_ACCESS, "aws_secret_access_key": GW_SECRET}
         cfg = client_config(8, args.payload)
-        async with session.create_client("s3", config=cfg, **gw_kwargs) as gwc, \
+        async with session.create_client("s3", config=cfg,
+                                         **gateway_client_kwargs(server, gw_url)) as gwc, \
                 session.create_client("s3", config=cfg, **server.client_kwargs()) as dc:
             ns = "bench"
             await gwc.create_bucket(Bucket=ns)
-
-            async def flush() -> None:
-                async with S3KVClient(gw_url, token=f"{GW_ACCESS}:{GW_SECRET}") as kv:
-                    await kv.flush()
-
-            gw = S3Side("gateway", gwc, ns, flush)
+            gw = S3Side("gateway", gwc, ns, gateway_flush(gw_url))
             direct = S3Side("direct", dc, direct_bucket)
             meter = CPUMeter.for_run(server, gateway=gateway_pid())
 
@@ -283,13 +293,9 @@ def main(argv: list[str] | None = None) -> int:
                       part_size=args.part_size or profile.part_size, etag=args.etag,
                       volume=parse_size(args.volume) if args.volume else profile.volume)
     say = Progress(not args.json)
-    try:
-        with server_from_args(args) as server:
-            say(f"server: {server.name} at {server.url}")
-            topology = apply_topology(server, args.split_cores).describe()
-            results = asyncio.run(run(server, profile, args, say, topology))
-    except ServerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    results = run_on_server(args, lambda server, topology: run(server, profile, args, say,
+                                                               topology))
+    if results is None:
         return 1
     if args.json:
         print(json.dumps(results, sort_keys=True))

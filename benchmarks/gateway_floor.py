@@ -14,7 +14,6 @@ benchmarks/gateway.py. Compare ratios, not absolute figures: this machine is sha
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 import sys
@@ -30,20 +29,23 @@ import psutil
 from aiobotocore.session import get_session
 
 from benchmarks.aiohttp_sink import sink_process
-from benchmarks.gateway import FULL, QUICK, client_config, gateway_process
-from benchmarks.gateway_phases import GW_ACCESS, GW_SECRET
+from benchmarks.gateway import (
+    FULL,
+    QUICK,
+    client_config,
+    gateway_client_kwargs,
+    gateway_flush,
+    gateway_process,
+)
 from benchmarks.harness import (
     BenchServer,
     Progress,
     S3Side,
-    ServerError,
     add_arguments,
-    apply_topology,
     payloads,
-    server_from_args,
+    run_on_server,
     settle_disk,
 )
-from s3kv.client import S3KVClient
 
 KiB = 1024
 BLOCK = 256 * KiB
@@ -71,7 +73,8 @@ def _cpu(procs: dict[str, list[psutil.Process]]) -> dict[str, float]:
     return out
 
 
-async def run(server: BenchServer, args: argparse.Namespace, say: Progress) -> dict[str, Any]:
+async def run(server: BenchServer, args: argparse.Namespace, say: Progress,
+              topology: dict[str, Any]) -> dict[str, Any]:
     profile = QUICK if args.quick else FULL
     profile = replace(profile, segment_size=args.segment_size or profile.segment_size,
                       part_size=args.part_size or profile.part_size)
@@ -86,7 +89,8 @@ async def run(server: BenchServer, args: argparse.Namespace, say: Progress) -> d
         await admin.create_bucket(Bucket=direct_bucket)
     results: dict[str, Any] = {"server": server.name, "blocks": n, "block_bytes": BLOCK,
                                "segment_size": profile.segment_size,
-                               "part_size": profile.part_size, "repeats": args.repeats}
+                               "part_size": profile.part_size, "repeats": args.repeats,
+                               **topology}
     with sink_process() as (sink_url, sink_pid), \
             gateway_process(server, backend_bucket, profile, 2 * BLOCK) as gw_url:
         me = psutil.Process()
@@ -95,21 +99,15 @@ async def run(server: BenchServer, args: argparse.Namespace, say: Progress) -> d
                  [psutil.Process(gw_pid)]}
         if server.pids:
             procs["server"] = [psutil.Process(pid) for pid in server.pids]
-        gw_kwargs = {"endpoint_url": gw_url, "region_name": server.region,
-                     "aws_access_key_id": GW_ACCESS, "aws_secret_access_key": GW_SECRET}
+        gw_kwargs = gateway_client_kwargs(server, gw_url)
         sink_kwargs = {**gw_kwargs, "endpoint_url": sink_url}
         cfg = client_config(8)
         async with session.create_client("s3", config=cfg, **server.client_kwargs()) as dc, \
                 session.create_client("s3", config=cfg, **sink_kwargs) as sc, \
                 session.create_client("s3", config=cfg, **gw_kwargs) as gc:
             await gc.create_bucket(Bucket="floor")
-
-            async def flush() -> None:
-                async with S3KVClient(gw_url, token=f"{GW_ACCESS}:{GW_SECRET}") as kv:
-                    await kv.flush()
-
             sides = [S3Side("direct", dc, direct_bucket), S3Side("sink", sc, "floor"),
-                     S3Side("gateway", gc, "floor", flush)]
+                     S3Side("gateway", gc, "floor", gateway_flush(gw_url))]
             say(f"warm-up (untimed): {min(n, 512)} PUTs per side")
             for side in sides:
                 warm = min(n, 512)
@@ -167,13 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1 or args.blocks < 0 or not args.concurrency or min(args.concurrency) < 1:
         parser.error("--repeats, --blocks and --concurrency must be positive")
     say = Progress(not args.json)
-    try:
-        with server_from_args(args) as server:
-            topology = apply_topology(server, args.split_cores).describe()
-            results = asyncio.run(run(server, args, say))
-            results.update(topology)
-    except ServerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    results = run_on_server(args, lambda server, topology: run(server, args, say, topology))
+    if results is None:
         return 1
     if args.json:
         print(json.dumps(results, sort_keys=True))
