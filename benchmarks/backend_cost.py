@@ -61,10 +61,10 @@ from benchmarks.harness import (
     gateway_pid,
     payloads,
     per_gib,
-    run_on_server,
     server_counters,
     settle_disk,
 )
+from benchmarks.runner import run_on_server
 from s3kv.sizes import MiB, format_size, parse_size
 
 SIZES = (256 * 1024, 2 * MiB, 16 * MiB)

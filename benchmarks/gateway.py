@@ -72,10 +72,10 @@ from benchmarks.harness import (
     gateway_pid,
     medians,
     per_gib,
-    run_on_server,
     server_counters,
 )
 from benchmarks.harness import gateway_process as harness_gateway
+from benchmarks.runner import run_on_server
 from s3kv.client import S3KVClient
 from s3kv.models import block_bytes, kv_bytes_per_token
 from s3kv.sizes import format_size, parse_size

@@ -43,9 +43,9 @@ from benchmarks.harness import (
     S3Side,
     add_arguments,
     payloads,
-    run_on_server,
     settle_disk,
 )
+from benchmarks.runner import run_on_server
 
 KiB = 1024
 BLOCK = 256 * KiB

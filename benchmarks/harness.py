@@ -9,8 +9,7 @@ with these parts:
   (RGW: radosgw, OSD, mon, every thread) to the first allowed CPU, the storage node, and this
   process to the second, the inference node: the client and everything it starts afterwards
   (the gateway, ``s3kv bench`` subprocesses) inherit that CPU, so the direct path gets the same
-  split. Without it everything shares every CPU; :func:`run_on_server` starts the server,
-  applies the topology and runs one measurement on them;
+  split. Without it everything shares every CPU;
 - the two sides: :func:`gateway_process` runs ``s3kv serve`` on a store of the server (or,
   without one, on a ``file://`` store; :func:`gateway_subprocess` also gives its pid);
 - CPU accounting: :class:`CPUMeter` samples user+system CPU-seconds of named process groups
@@ -37,7 +36,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,7 +59,7 @@ __all__ = ["BenchServer", "CPUMeter", "Gateway", "Progress", "S3Side", "ServerEr
            "add_arguments", "add_server_arguments", "apply_topology", "bench_server",
            "bucket_objects_on", "free_port", "gateway_pid", "gateway_process",
            "gateway_subprocess", "medians",
-           "mib_s", "payloads", "per_gib", "run_concurrently", "run_on_server", "server_counters",
+           "mib_s", "payloads", "per_gib", "run_concurrently", "server_counters",
            "server_from_args", "settle_disk"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,23 +132,6 @@ def apply_topology(server: BenchServer, split: bool) -> Topology:
         _pin_tree(pid, {server_cpu})
     _pin_tree(os.getpid(), {client_cpu}, frozenset(server_tree))
     return Topology(True, (server_cpu,), (client_cpu,))
-
-
-#: one measurement on a started server and its topology (:meth:`Topology.describe`)
-Measure = Callable[[BenchServer, dict[str, Any]], Coroutine[Any, Any, dict[str, Any]]]
-
-
-def run_on_server(args: argparse.Namespace, measure: Measure) -> dict[str, Any] | None:
-    """The server :func:`add_arguments`' flags name, ``--split-cores`` applied, and
-    ``measure(server, topology)`` run on it: its results, or None (the error on stderr) when
-    the server, the topology or the run raised :class:`ServerError`."""
-    try:
-        with server_from_args(args) as server:
-            topology = apply_topology(server, args.split_cores).describe()
-            return asyncio.run(measure(server, topology))
-    except ServerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return None
 
 
 # ---- CPU per process -----------------------------------------------------------------------
