@@ -95,28 +95,38 @@ def walk(st: GatewayState, bucket: str, prefix: str, delimiter: str | None, afte
     return out
 
 
-def _encoding(q: dict[str, str]) -> str | None:
-    encoding = q.get("encoding-type")
-    if encoding not in (None, "url"):
-        raise RequestError("InvalidArgument", "encoding-type must be 'url'.")
-    return encoding
+@dataclass(frozen=True)
+class _Listing:
+    """The query parameters both ListObjects versions take."""
+
+    prefix: str
+    delimiter: str | None
+    limit: int
+    encoding: str | None
+
+    @classmethod
+    def of(cls, q: dict[str, str]) -> _Listing:
+        encoding = q.get("encoding-type")
+        if encoding not in (None, "url"):
+            raise RequestError("InvalidArgument", "encoding-type must be 'url'.")
+        return cls(q.get("prefix", ""), q.get("delimiter") or None, max_keys(q), encoding)
+
+    def walk(self, st: GatewayState, bucket: str, after: bytes) -> Walk:
+        return walk(st, bucket, self.prefix, self.delimiter, after, self.limit)
 
 
 async def list_objects_v2_handler(request: web.Request, st: GatewayState,
                                   t: Target) -> web.StreamResponse:
     q = t.query
-    encoding = _encoding(q)
-    prefix = q.get("prefix", "")
-    delimiter = q.get("delimiter") or None
-    limit = max_keys(q)
+    ls = _Listing.of(q)
     token = q.get("continuation-token")
     start_after = q.get("start-after")
-    after = _untoken(token) if token is not None else (start_after or "").encode()
-    w = walk(st, t.bucket, prefix, delimiter, after, limit)
+    w = ls.walk(st, t.bucket, _untoken(token) if token is not None
+                else (start_after or "").encode())
     page = ListV2Page(
-        bucket=t.bucket, prefix=prefix, delimiter=delimiter, max_keys=limit,
+        bucket=t.bucket, prefix=ls.prefix, delimiter=ls.delimiter, max_keys=ls.limit,
         contents=w.contents, common_prefixes=w.prefixes, is_truncated=w.truncated,
-        continuation_token=token, start_after=start_after, encoding_type=encoding,
+        continuation_token=token, start_after=start_after, encoding_type=ls.encoding,
         next_continuation_token=_token(w.resume) if w.truncated else None,
         fetch_owner=q.get("fetch-owner") == "true")
     return web.Response(body=list_objects_v2(page), content_type=XML)
@@ -124,20 +134,17 @@ async def list_objects_v2_handler(request: web.Request, st: GatewayState,
 
 async def list_objects_v1_handler(request: web.Request, st: GatewayState,
                                   t: Target) -> web.StreamResponse:
-    q = t.query
-    encoding = _encoding(q)
-    prefix = q.get("prefix", "")
-    delimiter = q.get("delimiter") or None
-    limit = max_keys(q)
-    marker = q.get("marker", "")
-    w = walk(st, t.bucket, prefix, delimiter, marker.encode(), limit)
+    ls = _Listing.of(t.query)
+    marker = t.query.get("marker", "")
+    w = ls.walk(st, t.bucket, marker.encode())
     page = ListV1Page(
-        bucket=t.bucket, prefix=prefix, delimiter=delimiter, max_keys=limit, marker=marker,
-        contents=w.contents, common_prefixes=w.prefixes, is_truncated=w.truncated,
+        bucket=t.bucket, prefix=ls.prefix, delimiter=ls.delimiter, max_keys=ls.limit,
+        marker=marker, contents=w.contents, common_prefixes=w.prefixes,
+        is_truncated=w.truncated, encoding_type=ls.encoding,
         # S3 gives NextMarker only with a delimiter; without, clients take the last key
-        next_marker=w.last.decode() if w.truncated and delimiter else None,
-        encoding_type=encoding)
+        next_marker=w.last.decode() if w.truncated and ls.delimiter else None)
     return web.Response(body=list_objects_v1(page), content_type=XML)
+
 
 
 async def list_buckets(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:

@@ -107,7 +107,9 @@ class ObjectEntry:
 
 
 @dataclass
-class ListV2Page:
+class ListPage:
+    """What both ListObjects versions answer with."""
+
     bucket: str
     prefix: str = ""
     delimiter: str | None = None
@@ -115,25 +117,21 @@ class ListV2Page:
     contents: Sequence[ObjectEntry] = field(default_factory=list)
     common_prefixes: Sequence[str] = field(default_factory=list)
     is_truncated: bool = False
+    encoding_type: str | None = None  # "url" or None
+
+
+@dataclass
+class ListV2Page(ListPage):
     continuation_token: str | None = None
     next_continuation_token: str | None = None
     start_after: str | None = None
-    encoding_type: str | None = None  # "url" or None
     fetch_owner: bool = False
 
 
 @dataclass
-class ListV1Page:
-    bucket: str
-    prefix: str = ""
-    delimiter: str | None = None
-    max_keys: int = 1000
+class ListV1Page(ListPage):
     marker: str = ""
-    contents: Sequence[ObjectEntry] = field(default_factory=list)
-    common_prefixes: Sequence[str] = field(default_factory=list)
-    is_truncated: bool = False
     next_marker: str | None = None
-    encoding_type: str | None = None
 
 
 def _encoder(encoding_type: str | None) -> Callable[[str], str]:
