@@ -46,8 +46,9 @@ from s3kv.wire.body import Pieces, joined, size_of
 
 log = get_logger(__name__)
 
+
 def _one(data: Pieces) -> Block:
-    """One buffer (pieces joined: a copy), read-only unless it was a block's own buffer."""
+    """``data`` as one buffer (pieces are joined: a copy; the tier never holds a bytearray)."""
     one = joined(data)
     return bytes(one) if isinstance(one, bytearray) else one
 
