@@ -146,7 +146,6 @@ async def list_objects_v1_handler(request: web.Request, st: GatewayState,
     return web.Response(body=list_objects_v1(page), content_type=XML)
 
 
-
 async def list_buckets(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
     q = t.query
     raw = q.get("max-buckets", str(MAX_BUCKETS))

@@ -17,7 +17,7 @@ from s3kv.gateway.payload import BodyResult
 from s3kv.gateway.requests import Target, durability, parse_range, validate_key
 from s3kv.gateway.state import GatewayState
 from s3kv.store.codecs import codec_from_headers
-from s3kv.wire.body import SLICE, Pieces, pieces_of, views_of
+from s3kv.wire.body import SLICE, Pieces, slices, views_of
 
 
 async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
@@ -177,7 +177,5 @@ async def write_sliced(resp: web.StreamResponse, data: Pieces) -> None:
     """Write ``data`` (one buffer or pieces) in views of at most SLICE bytes: what one socket
     write leaves unsent, Python 3.11's transport copies and then trims send by send (see
     s3kv/wire/body.py)."""
-    for piece in pieces_of(data):
-        view = memoryview(piece)
-        for i in range(0, len(view), SLICE):
-            await resp.write(view[i:i + SLICE])
+    for view in slices(data):
+        await resp.write(view)

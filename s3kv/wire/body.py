@@ -15,7 +15,7 @@ directly; aiohttp uses any :class:`aiohttp.payload.Payload` as it is).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.payload import Payload
@@ -53,8 +53,18 @@ def views_of(data: Pieces, start: int, end: int) -> list[memoryview]:
         if pos >= end:
             break
     return out or [memoryview(b"")]
+
+
 #: bytes per transport write: a few times the loopback socket's send window
 SLICE = 1 << 20
+
+
+def slices(data: Pieces) -> Iterator[memoryview]:
+    """``data``'s bytes, in order, as views of at most SLICE bytes (no copy)."""
+    for piece in pieces_of(data):
+        view = memoryview(piece)
+        for start in range(0, len(view), SLICE):
+            yield view[start:start + SLICE]
 
 
 class SlicedBody(Payload):
@@ -106,15 +116,13 @@ class SlicedBody(Payload):
     async def write_with_length(self, writer: AbstractStreamWriter,
                                 content_length: int | None) -> None:
         left = content_length if content_length is not None else -1
-        for view in self._views:
-            for start in range(0, len(view), SLICE):
-                piece = view[start:start + SLICE]
-                if left >= 0:
-                    if left == 0:
-                        return
-                    piece = piece[:left]
-                    left -= len(piece)
-                await writer.write(piece)
+        for piece in slices(self._views):
+            if left >= 0:
+                if left == 0:
+                    return
+                piece = piece[:left]
+                left -= len(piece)
+            await writer.write(piece)
 
     def __repr__(self) -> str:
         return f"<SlicedBody {self._size} bytes>"
