@@ -22,10 +22,8 @@ from typing import Any
 
 from benchmarks.harness import ROOT, ServerError
 from benchmarks.proc_sampler import Sampler, peak_rss, reset_peak_rss
-from s3kv.sizes import format_size
+from s3kv.sizes import GiB, MiB, format_size
 
-GiB = 1 << 30
-MiB = 1 << 20
 #: the S3 cases' bucket (the native cases' namespace is benchmarks/ceiling_native.py's)
 BUCKET = "ceiling"
 #: the operations of a case and the load generator each runs in

@@ -49,9 +49,8 @@ from benchmarks.ceiling_runs import BATCH_OPS, S3_OPS, Case, Load, Side, run_onc
 from benchmarks.gateway_phases import GW_ACCESS, GW_SECRET
 from benchmarks.harness import Progress, ServerError, gateway_subprocess, medians
 from s3kv.errors import ConfigError
-from s3kv.sizes import format_size, parse_size
+from s3kv.sizes import MiB, format_size, parse_size
 
-MiB = 1 << 20
 MODES = ("fast", "md5")  # the targets are for fast; md5 is reported beside it
 DEFAULTS = {"duration": 10.0, "repeats": 3, "set_bytes": "512MiB"}
 QUICK = {"duration": 1.0, "repeats": 1, "set_bytes": "64MiB"}
