@@ -27,7 +27,6 @@ import json
 import os
 import re
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -37,12 +36,11 @@ from contextlib import contextmanager
 from aiohttp import web
 
 from benchmarks.harness import ROOT, ServerError, free_port
-from s3kv.frames import STREAM, block_record, end_record
+from s3kv.frames import STREAM, block_record, end_record, read_doc
 from warp.config import DEFAULT_SEED
 from warp.payload import PayloadSource, variant_of
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-_LEN = struct.Struct("<I")
 SIZES = web.AppKey("sizes", dict[str, int])
 PAYLOAD = web.AppKey("payload", PayloadSource)
 
@@ -101,8 +99,8 @@ async def create_namespace(request: web.Request) -> web.StreamResponse:
 
 
 async def batch_put(request: web.Request) -> web.StreamResponse:
-    (n,) = _LEN.unpack(await request.content.readexactly(_LEN.size))
-    blocks = json.loads(await request.content.readexactly(n))["blocks"]
+    # the body's head: frames_head's document, as long as the batch needs (no record bound)
+    blocks = (await read_doc(request.content, limit=1 << 30))["blocks"]
     ns = request.match_info["ns"]
     sizes = request.app[SIZES]
     for b in blocks:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import AsyncIterator, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from s3kv.errors import RequestError
 
@@ -112,6 +112,16 @@ def end_record(count: int) -> bytes:
     return _record({"end": True, "count": count})
 
 
+async def read_doc(stream: Readable, limit: int = MAX_HEADER) -> Any:
+    """One length-prefixed JSON document off the stream: a batch-get record's header, or a
+    batch-put body's head (``frames_head``). Raises ValueError if it declares more than
+    ``limit`` bytes or is not JSON, asyncio.IncompleteReadError on a truncated stream."""
+    (n,) = _LEN.unpack(await stream.readexactly(_LEN.size))
+    if n > limit:
+        raise ValueError(f"record header of {n} bytes")
+    return json.loads(await stream.readexactly(n))
+
+
 async def read_records(stream: Readable, keys: Sequence[str]
                        ) -> AsyncIterator[tuple[str, int | None]]:
     """(key, length or None) of each record of the batch-get stream that answers ``keys``:
@@ -120,10 +130,7 @@ async def read_records(stream: Readable, keys: Sequence[str]
     stream, asyncio.IncompleteReadError on a truncated one."""
     count = 0
     while True:
-        (n,) = _LEN.unpack(await stream.readexactly(_LEN.size))
-        if n > MAX_HEADER:
-            raise ValueError(f"record header of {n} bytes")
-        doc = json.loads(await stream.readexactly(n))
+        doc = await read_doc(stream)
         if not isinstance(doc, dict):
             raise ValueError("record header is not an object")
         if doc.get("end") is True:
