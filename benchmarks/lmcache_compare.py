@@ -70,6 +70,8 @@ LLAMA3_8B = (32, 2, 256, 8, 128)  # layers, K/V, tokens per chunk, KV heads, hea
 LOOKUP = (2, 2, 16, 2, 64)  # the lookup prefix's chunks: small, a lookup moves no data
 ROUTES = ("plugin", "s3_gateway", "s3_direct")
 DRAM_ROUTE = "plugin_dram"
+#: the routes on the s3kv plugin (the rest are LMCache's S3 connector)
+PLUGIN_ROUTES = ("plugin", DRAM_ROUTE)
 GiB = 1024 ** 3
 
 
@@ -157,7 +159,7 @@ class Engine:
         cfg: dict[str, Any] = {"chunk_size": kv_shape[2], "local_cpu": False,
                                "max_local_cpu_size": cpu_gib, "remote_serde": "naive",
                                "blocking_timeout_secs": 120}
-        if route in ("plugin", DRAM_ROUTE):
+        if route in PLUGIN_ROUTES:
             cfg["remote_storage_plugins"] = ["s3kv"]
             cfg["extra_config"] = {
                 "remote_storage_plugin.s3kv.module_path": "s3kv.integrations.lmcache",
@@ -184,8 +186,7 @@ class Engine:
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         self.cpu = LocalCPUBackend(self.config, self.metadata)
         self.backend = RemoteBackend(self.config, self.metadata, self.loop, self.cpu, "cpu",
-                                     plugin_name="s3kv" if route in ("plugin", DRAM_ROUTE)
-                                     else None)
+                                     plugin_name="s3kv" if route in PLUGIN_ROUTES else None)
         self.route = route
 
     def keys(self, n: int, salt: int) -> list[Any]:
@@ -218,7 +219,7 @@ class Engine:
     def close(self) -> None:
         """The plugin closes at once; LMCache's S3 connector's close never returns, so for it
         the loop is left running (a daemon thread) instead."""
-        if self.route in ("plugin", DRAM_ROUTE):
+        if self.route in PLUGIN_ROUTES:
             self.backend.close()
             self.loop.call_soon_threadsafe(self.loop.stop)
 
