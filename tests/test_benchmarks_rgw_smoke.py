@@ -104,3 +104,19 @@ def test_rgw_counters_count_what_the_server_saw(rgw_server: RGWCluster) -> None:
     meter = CPUMeter.for_run(server)
     assert set(meter.procs) == {"client", "mon", "osd", "rgw"}
     assert meter.server == ("mon", "osd", "rgw")
+
+
+def test_rgw_ranged_reads_every_case_on_moto() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "rgw_ranged.py"), "--server", "moto",
+         "--object-size", "16MiB", "--repeats", "1", "--json"],
+        capture_output=True, text=True, timeout=240, cwd=ROOT, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["server"].startswith("moto") and doc["multipart"] is True
+    assert doc["object"] == "16MiB" and doc["split_cores"] is False
+    assert [(c["streams"], c["range"]) for c in doc["cases"]] == [
+        (1, "64MiB"), (4, "64MiB"), (8, "16MiB"), (8, "1MiB")]
+    for case in doc["cases"]:
+        assert _number(case["MiB_s"]) and case["MiB_s"] > 0
+        assert _number(case["server_cpu_s_per_GiB"]) and case["server_cpu_s_per_GiB"] >= 0
