@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from s3kv.wire.body import Buffer as Buffer
+from s3kv.wire.body import Pieces as Pieces
 
 #: takes a ranged read's bytes in order as they arrive; a view is valid only during the call
 Sink = Callable[[memoryview], None]
@@ -38,7 +39,9 @@ class Backend(Protocol):
     #: a short human-readable description (``s3://bucket/prefix @ 2 endpoints``)
     description: str
 
-    async def put_object(self, key: str, data: Buffer) -> None: ...
+    async def put_object(self, key: str, data: Pieces) -> None:
+        """Write the object: one buffer, or pieces written back to back (never joined)."""
+        ...
 
     async def get_range(self, key: str, start: int, length: int) -> bytes | bytearray:
         """Bytes [start, start+length) of the object; fewer only at the object's end."""
@@ -60,8 +63,8 @@ class Backend(Protocol):
         """Start a multipart upload. Every part but the last will be exactly ``part_size``."""
         ...
 
-    async def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer) -> str:
-        """Upload part ``part_number`` (1-based); returns its ETag."""
+    async def upload_part(self, key: str, upload_id: str, part_number: int, data: Pieces) -> str:
+        """Upload part ``part_number`` (1-based; one buffer or pieces); returns its ETag."""
         ...
 
     async def complete_multipart(self, key: str, upload_id: str,

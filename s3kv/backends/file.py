@@ -4,6 +4,8 @@ Objects are files under the root. A multipart upload writes each part straight i
 temporary file at its final offset ((n-1) * part_size), so a segment is written once, in large
 aligned writes, and published by an atomic rename on completion. All file I/O runs in threads.
 Ranged reads can also be lent as views of a memory map of the file (``view_range``, filemaps.py).
+Large deleted files are kept (up to ``recycle_bytes``) and written over by the next large
+objects instead of new files being allocated (recycle.py).
 """
 
 from __future__ import annotations
@@ -17,23 +19,51 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from s3kv.backends.base import Buffer, ObjectInfo, UploadInfo
+from s3kv.backends.base import ObjectInfo, Pieces, UploadInfo
 from s3kv.backends.filemaps import MappedFiles
+from s3kv.backends.recycle import RECYCLE_BYTES, RecycledFiles
 from s3kv.errors import BackendError, BackendUnavailable, InvalidInput, ObjectMissing
+from s3kv.wire.body import pieces_of, size_of
 
 _UPLOADS = ".uploads"
+#: where deleted files wait to be written over (recycle.py); not an object, never listed
+_RECYCLED = ".recycled"
 #: a filesystem with less than this available is full: the backend reports itself unavailable
 #: (so the writer refuses writes with 503 SlowDown until space returns, instead of accepting
 #: write-back blocks into segments that cannot be written)
 MIN_FREE = 8 * 1024 * 1024
 
 
+#: buffers per pwritev call (Linux's IOV_MAX is 1024)
+_IOV_MAX = 1024
+
+
+def _write_at(fd: int, data: Pieces, offset: int) -> None:
+    """Write ``data``'s pieces at ``offset`` with as few ``pwritev`` calls as they allow."""
+    views = [memoryview(p) for p in pieces_of(data) if len(p)]
+    i = 0
+    while i < len(views):
+        n = os.pwritev(fd, views[i:i + _IOV_MAX], offset)
+        offset += n
+        while n:  # step past what was written; a short write leaves the rest of a view
+            if n >= len(views[i]):
+                n -= len(views[i])
+                i += 1
+            else:
+                views[i] = views[i][n:]
+                n = 0
+
+
 class FileBackend:
-    def __init__(self, root: str | Path, *, fsync: bool = True) -> None:
+    def __init__(self, root: str | Path, *, fsync: bool = True,
+                 recycle_bytes: int = RECYCLE_BYTES) -> None:
+        """``recycle_bytes``: deleted large files kept to be written over (0: none)."""
         self.root = Path(root).resolve()
         self.fsync = fsync
         self.description = f"file://{self.root}"
         self._maps = MappedFiles()
+        self.recycled = RecycledFiles(self.root / _RECYCLED, self._maps,
+                                      limit_bytes=recycle_bytes)
 
     async def open(self) -> FileBackend:
         await asyncio.to_thread(self._mkdirs)
@@ -42,13 +72,14 @@ class FileBackend:
     def _mkdirs(self) -> None:
         try:
             (self.root / _UPLOADS).mkdir(parents=True, exist_ok=True)
+            self.recycled.load()
         except OSError as exc:
             raise BackendError(f"cannot create store directory {self.root}: {exc}") from exc
 
     def _path(self, key: str) -> Path:
         parts = key.split("/")
         if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts) \
-                or parts[0] == _UPLOADS:
+                or parts[0] in (_UPLOADS, _RECYCLED):
             raise InvalidInput(f"invalid object key for the file backend: {key!r}")
         return self.root.joinpath(*parts)
 
@@ -66,19 +97,26 @@ class FileBackend:
             raise self._io_error(exc, what) from exc
 
     # ---- objects ------------------------------------------------------------------------
-    def _write_atomic(self, path: Path, data: Buffer) -> None:
+    def _write_atomic(self, path: Path, data: Pieces) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        size = size_of(data)
         try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
+            reused = size >= self.recycled.min_bytes and self.recycled.take(tmp)
+            fd = os.open(tmp, os.O_WRONLY | (0 if reused else os.O_CREAT | os.O_TRUNC), 0o644)
+            try:
+                _write_at(fd, data, 0)
+                if reused:
+                    os.ftruncate(fd, size)
                 if self.fsync:
-                    os.fsync(fh.fileno())
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
 
-    async def put_object(self, key: str, data: Buffer) -> None:
+    async def put_object(self, key: str, data: Pieces) -> None:
         path = self._path(key)
         self._maps.forget(path)
         await self._run(f"PUT {key}", self._write_atomic, path, data)
@@ -123,8 +161,8 @@ class FileBackend:
         if not start_dir.is_dir():
             return out
         for dirpath, dirnames, filenames in os.walk(start_dir):
-            if Path(dirpath) == base and _UPLOADS in dirnames:
-                dirnames.remove(_UPLOADS)
+            if Path(dirpath) == base:
+                dirnames[:] = [d for d in dirnames if d not in (_UPLOADS, _RECYCLED)]
             rel_dir = Path(dirpath).relative_to(base)
             for name in filenames:
                 if name.startswith(".") and name.endswith(".tmp"):
@@ -144,8 +182,9 @@ class FileBackend:
     def _delete(self, keys: Sequence[str]) -> None:
         for key in keys:
             path = self._path(key)
-            self._maps.forget(path)
-            path.unlink(missing_ok=True)
+            if not self.recycled.offer(path):
+                self._maps.forget(path)
+                path.unlink(missing_ok=True)
 
     async def delete_objects(self, keys: Sequence[str]) -> None:
         await self._run(f"DELETE {len(keys)} objects", self._delete, list(keys))
@@ -164,7 +203,8 @@ class FileBackend:
         try:
             (d / "meta.json").write_text(json.dumps(
                 {"key": key, "part_size": part_size, "initiated": time.time()}))
-            (d / "data").touch()
+            if not self.recycled.take(d / "data"):
+                (d / "data").touch()
         except OSError:
             # disk full, I/O error: no caller will ever know this upload id, and an empty
             # meta.json is skipped by listings, so nothing would ever remove it
@@ -185,26 +225,22 @@ class FileBackend:
             raise ObjectMissing(f"no such upload {upload_id}") from None
         return meta
 
-    def _write_part(self, upload_id: str, number: int, data: Buffer) -> str:
+    def _write_part(self, upload_id: str, number: int, data: Pieces) -> str:
         meta = self._meta(upload_id)
         part_size = int(str(meta["part_size"]))
-        if len(data) > part_size:
-            raise InvalidInput(f"part {number} is {len(data)} bytes, over part_size {part_size}")
+        size = size_of(data)
+        if size > part_size:
+            raise InvalidInput(f"part {number} is {size} bytes, over part_size {part_size}")
         d = self._upload_dir(upload_id)
         fd = os.open(d / "data", os.O_WRONLY)
         try:
-            view = memoryview(data)
-            offset = (number - 1) * part_size
-            while view:
-                n = os.pwrite(fd, view, offset)
-                view = view[n:]
-                offset += n
+            _write_at(fd, data, (number - 1) * part_size)
         finally:
             os.close(fd)
-        (d / f"part-{number:05d}").write_text(str(len(data)))
-        return f"{number}-{len(data)}"
+        (d / f"part-{number:05d}").write_text(str(size))
+        return f"{number}-{size}"
 
-    async def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer) -> str:
+    async def upload_part(self, key: str, upload_id: str, part_number: int, data: Pieces) -> str:
         etag = await self._run(f"UPLOAD-PART {key}#{part_number}", self._write_part,
                                upload_id, part_number, data)
         assert isinstance(etag, str)
@@ -292,6 +328,7 @@ class FileBackend:
             raise BackendUnavailable(f"store directory {self.root}: {exc.strerror}") from exc
         if free is None:
             raise BackendUnavailable(f"store directory {self.root} is missing or not writable")
+        free += self.recycled.bytes  # kept for reuse: as good as free
         if free < MIN_FREE:
             raise BackendUnavailable(f"store directory {self.root} is full ({free} bytes "
                                      f"available, under {MIN_FREE})")

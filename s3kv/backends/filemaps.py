@@ -11,7 +11,9 @@ event loop never waits on the disk.
 At most ``limit`` files stay mapped (least recently used first out). A mapping is never closed
 by hand: dropped from the cache, it is unmapped when the last view of it is released, so a
 view handed out stays valid even if its file is deleted meanwhile (an eviction). Objects are
-immutable once published; whoever replaces or deletes one calls ``forget``.
+immutable once published; whoever replaces or deletes one calls ``forget``, or, to write over
+the file later (recycle.py), ``move_if_unmapped``: the file is moved only while no view of it
+is alive, and mapping and moving exclude each other, so no view ever sees the next object.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import mmap
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from pathlib import Path
 
@@ -33,44 +36,69 @@ class MappedFiles:
     def __init__(self, limit: int = MAX_MAPS) -> None:
         self.limit = limit
         self._maps: OrderedDict[Path, mmap.mmap] = OrderedDict()
+        #: every mapping still alive, cached or only held by views handed out
+        self._live: weakref.WeakValueDictionary[Path, mmap.mmap] = weakref.WeakValueDictionary()
         self._lock = threading.Lock()
         self._populate = True  # until the kernel says it has no MADV_POPULATE_READ
 
     def view(self, path: Path, start: int, length: int) -> memoryview:
         """Bytes [start, start+length) of the file (fewer at its end), faulted in. Blocking:
         call it in a worker thread. OSError (FileNotFoundError: no such file) as ``open``."""
-        m = self._mapping(path)
-        end = min(start + length, len(m)) if m is not None else 0
-        if m is None or end <= start:
-            return memoryview(b"")
+        with self._lock:  # mapped and viewed under the lock: move_if_unmapped sees the view
+            m = self._mapping(path)
+            end = min(start + length, len(m)) if m is not None else 0
+            if m is None or end <= start:
+                return memoryview(b"")
+            view = memoryview(m)[start:end]
         self._fault_in(m, start, end)
-        return memoryview(m)[start:end]
+        return view
 
     def forget(self, path: Path) -> None:
+        """The file at ``path`` is being replaced or deleted: map it afresh next time (views
+        of the old mapping stay valid)."""
         with self._lock:
             self._maps.pop(path, None)
+            self._live.pop(path, None)
+
+    def move_if_unmapped(self, path: Path, dest: Path) -> bool:
+        """Rename ``path`` to ``dest`` unless a view of its mapping is still alive (then
+        False: leave it be). OSError from the rename. Blocking."""
+        with self._lock:
+            self._maps.pop(path, None)
+            m = self._live.pop(path, None)
+            if m is not None:
+                try:
+                    m.close()  # BufferError while any view of it exists
+                except BufferError:
+                    self._live[path] = m
+                    return False
+            os.rename(path, dest)
+            return True
 
     def clear(self) -> None:
         with self._lock:
             self._maps.clear()
+            self._live.clear()
 
     def _mapping(self, path: Path) -> mmap.mmap | None:
-        with self._lock:
-            m = self._maps.get(path)
-            if m is not None:
-                self._maps.move_to_end(path)
-                return m
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            if os.fstat(fd).st_size == 0:
-                return None  # nothing to map (mmap refuses an empty file)
-            m = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
-        with self._lock:
-            m = self._maps.setdefault(path, m)  # a racing thread's mapping wins: one per file
-            while len(self._maps) > self.limit:
-                self._maps.popitem(last=False)
+        """The file's mapping (cached, or mapped now); the caller holds the lock."""
+        m = self._maps.get(path)
+        if m is not None:
+            self._maps.move_to_end(path)
+            return m
+        m = self._live.get(path)  # dropped from the cache, still alive through a view
+        if m is None:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                if os.fstat(fd).st_size == 0:
+                    return None  # nothing to map (mmap refuses an empty file)
+                m = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+            finally:
+                os.close(fd)
+            self._live[path] = m
+        self._maps[path] = m
+        while len(self._maps) > self.limit:
+            self._maps.popitem(last=False)
         return m
 
     def _fault_in(self, m: mmap.mmap, start: int, end: int) -> None:

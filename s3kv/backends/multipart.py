@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from s3kv.backends.base import Backend, Buffer
+from s3kv.backends.base import Backend
 from s3kv.errors import BackendError
 from s3kv.log import get_logger
 from s3kv.retry import RetryPolicy
+from s3kv.wire.body import Pieces, size_of
 
 log = get_logger(__name__)
 
@@ -37,7 +38,7 @@ class MultipartUpload:
         self.upload_id = await self.retry.run(
             lambda: self.backend.create_multipart(self.key, self.part_size))
 
-    async def add_part(self, data: Buffer) -> None:
+    async def add_part(self, data: Pieces) -> None:
         """Queue the next part. Waits for an in-flight slot (this is the backpressure point)."""
         if self.failed is not None:
             raise BackendError(f"upload of {self.key} already failed: {self.failed}")
@@ -49,14 +50,14 @@ class MultipartUpload:
         task.add_done_callback(lambda _t: self.slots.release())
         self._tasks.append(task)
 
-    async def _send(self, number: int, data: Buffer) -> None:
+    async def _send(self, number: int, data: Pieces) -> None:
         assert self.upload_id is not None
         upload_id = self.upload_id
         try:
             etag = await self.retry.run(
                 lambda: self.backend.upload_part(self.key, upload_id, number, data))
             self._etags[number] = etag
-            self.bytes_sent += len(data)
+            self.bytes_sent += size_of(data)
         except BaseException as exc:
             if self.failed is None:
                 self.failed = exc

@@ -28,10 +28,10 @@ from botocore.exceptions import (
 )
 from botocore.httpsession import get_cert_path
 
-from s3kv.backends.base import Buffer, ObjectInfo, Sink, UploadInfo, feed_whole_range
+from s3kv.backends.base import ObjectInfo, Pieces, Sink, UploadInfo, feed_whole_range
 from s3kv.backends.ranged import RangedReader
 from s3kv.errors import BackendError, BackendUnavailable, ObjectMissing
-from s3kv.wire.body import SLICE, SlicedBody
+from s3kv.wire.body import SLICE, SlicedBody, joined, pieces_of, size_of
 from s3kv.wire.sigv4 import Credentials
 
 T = TypeVar("T")
@@ -69,11 +69,12 @@ def translate(exc: BaseException, what: str) -> BackendError:
     return BackendError(f"{what}: {type(exc).__name__}: {exc}")
 
 
-def _body(data: Buffer) -> bytes | SlicedBody:
-    """A request body: large ones go out in slices of the caller's buffer (no copies)."""
-    if len(data) > SLICE:
-        return SlicedBody(data)
-    return data if isinstance(data, bytes) else bytes(data)
+def _body(data: Pieces) -> bytes | SlicedBody:
+    """A request body: large ones go out in slices of the caller's buffers (no copies)."""
+    if size_of(data) > SLICE:
+        return SlicedBody(pieces_of(data))
+    one = joined(data)
+    return one if isinstance(one, bytes) else bytes(one)
 
 
 class S3Backend:
@@ -138,7 +139,7 @@ class S3Backend:
             raise translate(exc, what) from exc
 
     # ---- objects ------------------------------------------------------------------------
-    async def put_object(self, key: str, data: Buffer) -> None:
+    async def put_object(self, key: str, data: Pieces) -> None:
         await self._call(f"PUT {key}", lambda c: c.put_object(
             Bucket=self.loc.bucket, Key=key, Body=_body(data)))
 
@@ -222,7 +223,7 @@ class S3Backend:
             Bucket=self.loc.bucket, Key=key))
         return str(resp["UploadId"])
 
-    async def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer) -> str:
+    async def upload_part(self, key: str, upload_id: str, part_number: int, data: Pieces) -> str:
         resp = await self._call(f"UPLOAD-PART {key}#{part_number}", lambda c: c.upload_part(
             Bucket=self.loc.bucket, Key=key, UploadId=upload_id, PartNumber=part_number,
             Body=_body(data)))

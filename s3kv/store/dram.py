@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from s3kv.store.index import Location
-from s3kv.wire.body import Buffer, Pieces, pieces_of, size_of
+from s3kv.wire.body import Buffer, Pieces, immutable, pieces_of, size_of
 
 #: a block smaller than this is copied into a buffer of its own when it enters the tier in
 #: pieces or as a view (cheap at this size, and it pins nothing else)
@@ -39,18 +39,12 @@ def _held(piece: Buffer) -> int:
     return len(piece)
 
 
-def _immutable(piece: Buffer) -> bool:
-    if isinstance(piece, bytes):
-        return True
-    return isinstance(piece, memoryview) and piece.readonly and isinstance(piece.obj, bytes)
-
-
 def frozen_copy(data: Pieces) -> Pieces:
     """``data`` as the tier may keep it: immutable pieces, small blocks in one buffer."""
     parts = pieces_of(data)
     if len(parts) == 1 and isinstance(parts[0], bytes):
         return parts[0]
-    if size_of(parts) < COPY_BELOW or not all(_immutable(p) for p in parts):
+    if size_of(parts) < COPY_BELOW or not all(immutable(p) for p in parts):
         return b"".join(parts)
     return tuple(parts)
 

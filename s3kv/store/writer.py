@@ -31,7 +31,6 @@ from s3kv.errors import BackendError, BackendUnavailable, Backpressure
 from s3kv.log import get_logger
 from s3kv.retry import RetryPolicy
 from s3kv.store import layout
-from s3kv.store.buffers import PartPool
 from s3kv.store.open_segment import OpenSegment
 from s3kv.store.segments import (
     SegmentInfo,
@@ -71,9 +70,6 @@ class SegmentWriter:
         self._lock = asyncio.Lock()
         self._room = asyncio.Condition()
         self._slots = asyncio.Semaphore(settings.max_parts_in_flight)
-        # as many idle buffers as the writer may hold at once: reuse never raises the bound
-        self._pool = PartPool(settings.part_size, settings.max_open_segments
-                              * (settings.segment_size // settings.part_size))
         self._tasks: set[asyncio.Task[None]] = set()
         self.healthy = True
         self._probe: asyncio.Task[None] | None = None
@@ -198,7 +194,7 @@ class SegmentWriter:
         info = self.table.add(name, SegmentState.OPEN)
         upload = MultipartUpload(self.backend, segment_key(self.prefix, name), self.s.part_size,
                                  self.retry, self._slots)
-        seg = OpenSegment(info, self._pool, upload)
+        seg = OpenSegment(info, self.s.part_size, upload)
         seg.uploader = asyncio.create_task(self._upload_loop(seg), context=contextvars.Context())
         seg.uploader.add_done_callback(functools.partial(self._uploader_done, seg))
         self._in_memory[info.seg_id] = seg
@@ -281,7 +277,7 @@ class SegmentWriter:
         self.stats.backend_bytes_written += seg.size + len(body)
         log.info("segment.sealed", segment=info.name, reason=reason, bytes=seg.size,
                  blocks=len(seg.entries))
-        await self._release(seg, reuse=True)
+        await self._release(seg)
         seg.done.set_result(None)
 
     def _fail(self, seg: OpenSegment, exc: BaseException) -> None:
@@ -301,14 +297,10 @@ class SegmentWriter:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _release(self, seg: OpenSegment, reuse: bool = False) -> None:
-        """Forget a segment's bytes; a sealed one's part buffers (uploaded, no longer read:
-        reads copy out of them) go back to the pool."""
+    async def _release(self, seg: OpenSegment) -> None:
+        """Forget a segment's bytes (uploaded, or failed: no longer read)."""
         self._in_memory.pop(seg.info.seg_id, None)
-        seg.parts.clear()
-        if reuse:
-            self._pool.give(seg.buffers)
-        seg.buffers = []
+        seg.release()
         async with self._room:
             self._room.notify_all()
 

@@ -31,6 +31,14 @@ def pieces_of(data: Pieces) -> Sequence[Buffer]:
     return (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data
 
 
+def immutable(piece: Buffer) -> bool:
+    """Whether ``piece``'s bytes can never change: ``bytes``, or a read-only view of them
+    (those may be kept by reference; anything else must be copied to be kept)."""
+    if isinstance(piece, bytes):
+        return True
+    return isinstance(piece, memoryview) and piece.readonly and isinstance(piece.obj, bytes)
+
+
 def joined(data: Pieces) -> Buffer:
     """``data`` as one buffer (pieces are joined: a copy; a single one is returned as it is)."""
     parts = pieces_of(data)

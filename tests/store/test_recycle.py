@@ -1,0 +1,114 @@
+"""The file backend writes large new objects over the files of deleted ones (recycle.py):
+every object still reads back exactly as written, a view handed out keeps the bytes it had,
+the pool stays within its limit and is never listed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from s3kv.backends import FileBackend
+from s3kv.backends.multipart import MultipartUpload
+from s3kv.retry import RetryPolicy
+from s3kv.sizes import KiB
+
+PART = 64 * KiB
+
+
+async def small_pool(root: Path, limit: int = 1024 * KiB) -> FileBackend:
+    backend = await FileBackend(root, recycle_bytes=limit).open()
+    backend.recycled.min_bytes = 32 * KiB  # the tests' objects count as large
+    return backend
+
+
+async def multipart(backend: FileBackend, key: str, data: bytes) -> None:
+    up = MultipartUpload(backend, key, PART, RetryPolicy(), asyncio.Semaphore(2))
+    await up.start()
+    for at in range(0, len(data), PART):
+        await up.add_part(data[at:at + PART])
+    await up.complete()
+
+
+def inode(backend: FileBackend, key: str) -> int:
+    return (backend.root / key).stat().st_ino
+
+
+async def test_a_deleted_file_is_written_over_and_reads_back_exactly(tmp_path: Path) -> None:
+    backend = await small_pool(tmp_path)
+    old = os.urandom(5 * PART)
+    await multipart(backend, "seg/a", old)
+    first = inode(backend, "seg/a")
+    await backend.delete_objects(["seg/a"])
+    assert backend.recycled.bytes == len(old)
+    # shorter than the file it reuses: nothing of the old object's tail survives
+    new = os.urandom(2 * PART + 100)
+    await multipart(backend, "seg/b", new)
+    assert inode(backend, "seg/b") == first and backend.recycled.reused == 1
+    assert backend.recycled.bytes == 0
+    assert await backend.get_object("seg/b") == new
+    assert await backend.head_object("seg/b") == len(new)
+    # longer, through one PUT
+    await backend.delete_objects(["seg/b"])
+    longer = os.urandom(7 * PART)
+    await backend.put_object("seg/c", longer)
+    assert inode(backend, "seg/c") == first
+    assert await backend.get_object("seg/c") == longer
+    assert [o.key for o in await backend.list_objects("")] == ["seg/c"]
+
+
+async def test_a_view_handed_out_keeps_its_bytes(tmp_path: Path) -> None:
+    backend = await small_pool(tmp_path)
+    old = os.urandom(4 * PART)
+    await backend.put_object("seg/a", old)
+    view = await backend.view_range("seg/a", PART, PART)
+    await backend.delete_objects(["seg/a"])
+    assert backend.recycled.bytes == 0  # in use: deleted, not kept
+    await backend.put_object("seg/b", os.urandom(4 * PART))
+    assert backend.recycled.reused == 0
+    assert bytes(view) == old[PART:2 * PART]
+    view.release()
+    # without a view alive, the next delete keeps the file, mapped or not
+    await backend.view_range("seg/b", 0, PART)  # mapped (cached), view dropped at once
+    for _ in range(3):  # the worker thread's future lets go of its result
+        await asyncio.sleep(0)
+    await backend.delete_objects(["seg/b"])
+    assert backend.recycled.bytes == 4 * PART
+
+
+async def test_the_pool_keeps_within_its_limit_and_leaves_small_files(tmp_path: Path) -> None:
+    backend = await small_pool(tmp_path, limit=5 * PART)
+    for name in "abc":
+        await backend.put_object(f"seg/{name}", os.urandom(2 * PART))
+    await backend.put_object("small", b"x" * 100)
+    await backend.delete_objects(["seg/a", "seg/b", "seg/c", "small"])
+    assert backend.recycled.bytes == 4 * PART  # the third would go over the limit
+    assert await backend.list_objects("") == []
+    assert len(list((tmp_path / ".recycled").iterdir())) == 2
+    check = await backend.check()
+    assert check is None
+
+
+async def test_files_left_by_an_earlier_process_are_reused(tmp_path: Path) -> None:
+    backend = await small_pool(tmp_path)
+    await backend.put_object("seg/a", os.urandom(3 * PART))
+    await backend.delete_objects(["seg/a"])
+    await backend.close()
+    again = await small_pool(tmp_path, limit=3 * PART)
+    assert again.recycled.bytes == 3 * PART
+    data = os.urandom(PART)
+    await multipart(again, "seg/b", data)
+    assert again.recycled.reused == 1
+    assert await again.get_object("seg/b") == data
+    # a pool over a smaller limit than the files it finds deletes the rest
+    await again.delete_objects(["seg/b"])
+    third = await small_pool(tmp_path, limit=0)
+    assert third.recycled.bytes == 0 and not list((tmp_path / ".recycled").iterdir())
+
+
+async def test_no_recycling_when_disabled(tmp_path: Path) -> None:
+    backend = await small_pool(tmp_path, limit=0)
+    await backend.put_object("seg/a", os.urandom(3 * PART))
+    await backend.delete_objects(["seg/a"])
+    assert backend.recycled.bytes == 0
+    assert not list((tmp_path / ".recycled").iterdir())
