@@ -139,7 +139,11 @@ class FileBackend:
     async def view_range(self, key: str, start: int, length: int) -> memoryview:
         if length <= 0:
             return memoryview(b"")
-        view = await self._run(f"GET {key}", self._maps.view, self._path(key), start, length)
+        path = self._path(key)
+        now = self._maps.view_now(path, start, length)  # in memory already: no thread hop
+        if now is not None:
+            return now
+        view = await self._run(f"GET {key}", self._maps.view, path, start, length)
         assert isinstance(view, memoryview)
         return view
 

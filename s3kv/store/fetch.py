@@ -21,7 +21,7 @@ from s3kv.errors import BackendError, IntegrityError, ObjectMissing
 from s3kv.log import get_logger
 from s3kv.store import layout
 from s3kv.store.codecs import NONE_ID, decode_any
-from s3kv.store.dram import DramCache
+from s3kv.store.dram import DramCache, frozen_copy
 from s3kv.store.index import BlockIndex, Location
 from s3kv.store.readbudget import ReadBudget
 from s3kv.store.reader import MAX_RUN, ReadRun, plan_reads
@@ -29,7 +29,7 @@ from s3kv.store.runread import RunRead
 from s3kv.store.segments import SegmentState, SegmentTable, segment_key
 from s3kv.store.stats import StoreStats
 from s3kv.store.writer import SegmentWriter
-from s3kv.wire.body import Pieces, pieces_of, size_of
+from s3kv.wire.body import Pieces, joined, pieces_of, size_of
 
 log = get_logger(__name__)
 
@@ -110,7 +110,7 @@ class BlockFetcher:
         try:
             for pos, key in enumerate(keys):
                 loc = locs[pos]
-                raw: Block | None = None
+                raw: Pieces | None = None
                 block: Pieces | None = None
                 if loc is None:
                     pass
@@ -133,9 +133,9 @@ class BlockFetcher:
             for run in runs:
                 run.cancel()
 
-    async def _from_memory(self, loc: Location) -> Block | None:
-        """A block of a segment the writer held when the request was planned: a copy out of
-        its buffers, or one GET of its own if it has been sealed and let go since."""
+    async def _from_memory(self, loc: Location) -> Pieces | None:
+        """A block of a segment the writer held when the request was planned: views of the
+        pieces it holds, or one GET of its own if it has been sealed and let go since."""
         mem = self.writer.read(loc.segment, loc.offset, loc.length)
         if mem is not None:
             return mem
@@ -191,15 +191,15 @@ class BlockFetcher:
         finally:
             run.finish()
 
-    async def _verified(self, nid: int, key: bytes, loc: Location, data: Block,
-                        decode: bool = True) -> Block | None:
+    async def _verified(self, nid: int, key: bytes, loc: Location, data: Pieces,
+                        decode: bool = True) -> Pieces | None:
         """Checksum, then decode: any mismatch is a miss (logged, counted), never data."""
         problem = ""
-        if len(data) != loc.length or await checksum_async(data) != loc.crc:
+        if size_of(data) != loc.length or await checksum_async(data) != loc.crc:
             problem = "checksum mismatch"
         elif decode and loc.codec != NONE_ID:
             try:
-                data = await asyncio.to_thread(decode_any, loc.codec, data)
+                data = await asyncio.to_thread(decode_any, loc.codec, memoryview(joined(data)))
             except IntegrityError as exc:
                 problem = f"undecodable: {exc}"
             else:
@@ -214,6 +214,7 @@ class BlockFetcher:
                 self._dead(loc)
             return None
         if self.dram.enabled and decode:
-            data = bytes(data)  # the tier keeps its own copy, not a view of a whole GET
+            # the tier keeps immutable pieces, or a copy of its own (not a view of a whole GET)
+            data = frozen_copy(data)
             self.dram.put(nid, key, loc, data)
         return data

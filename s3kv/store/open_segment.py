@@ -7,7 +7,7 @@ bytes of them are queued for upload as one part, a sequence of buffers that the 
 out as it is (``pwritev`` into a file, one request body of slices to S3). A piece that could
 change under us (a caller's ``bytearray``, a writable view) is copied once on the way in.
 Padding comes from one shared zero buffer. Reads of a segment still in memory are served from
-these pieces (copied out). The writer (writer.py) decides when a segment opens, seals and goes.
+these pieces (views of them). The writer (writer.py) decides when a segment opens, seals and goes.
 
 Before, every block was copied into reused part buffers: for a 32 MiB PUT that copy read
 pieces gone cold by the time the whole body was in (~2 GB/s here), the largest cost in the
@@ -17,7 +17,7 @@ gateway after the file writes themselves.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import bisect
 
 from s3kv.backends.multipart import MultipartUpload
 from s3kv.store import layout
@@ -39,6 +39,8 @@ class OpenSegment:
         self.parts: list[Part] = []  # queued or uploaded; kept for reads
         self._cur: list[memoryview] = []  # the pieces of the part being filled
         self.cur_len = 0
+        #: for each part (the current one last), where each of its pieces ends in it
+        self._ends: list[list[int]] = [[]]
         self.size = 0
         self.entries: list[layout.Entry] = []
         self.namespaces: set[str] = set()
@@ -68,6 +70,7 @@ class OpenSegment:
             take = min(self.part_size - self.cur_len, len(view))
             self._cur.append(view[:take])
             self.cur_len += take
+            self._ends[-1].append(self.cur_len)
             view = view[take:]
             if self.cur_len == self.part_size:
                 self._queue_part()
@@ -78,6 +81,7 @@ class OpenSegment:
         self.queue.put_nowait(part)
         self._cur = []
         self.cur_len = 0
+        self._ends.append([])
 
     def pad(self, n: int) -> None:
         """Write ``n`` zero bytes."""
@@ -104,30 +108,30 @@ class OpenSegment:
         self.namespaces.add(entry.namespace)
         self.entries.append(entry)
 
-    def read(self, offset: int, length: int) -> memoryview:
-        """A copy of bytes [offset, offset+length) (a buffer of its own, so that it outlives
-        the segment's pieces)."""
-        if offset < 0 or offset + length > self.size:
+    def read(self, offset: int, length: int) -> list[memoryview]:
+        """Bytes [offset, offset+length) as views of the pieces that hold them (no copy: the
+        pieces never change, and the views keep them alive after the segment is gone)."""
+        if offset < 0 or length < 0 or offset + length > self.size:
             raise ValueError("read past the end of the open segment")
-        out = memoryview(bytearray(length))
+        out: list[memoryview] = []
         idx, inner = divmod(offset, self.part_size)
-        done = 0
-        while done < length:
-            part: Sequence[memoryview] = self.parts[idx] if idx < len(self.parts) else self._cur
-            for piece in part:
-                if inner >= len(piece):
-                    inner -= len(piece)
-                    continue
-                take = min(len(piece) - inner, length - done)
-                out[done:done + take] = piece[inner:inner + take]
-                done += take
+        left = length
+        while left > 0:
+            part = self.parts[idx] if idx < len(self.parts) else self._cur
+            ends = self._ends[idx]
+            j = bisect.bisect_right(ends, inner)  # the piece holding byte ``inner``
+            inner -= ends[j - 1] if j else 0
+            while left > 0 and j < len(part):
+                take = min(len(part[j]) - inner, left)
+                out.append(part[j][inner:inner + take])
+                left -= take
                 inner = 0
-                if done == length:
-                    break
+                j += 1
             idx += 1
-        return out
+        return out or [memoryview(b"")]
 
     def release(self) -> None:
         """Let go of the pieces (the segment is on the backend, or failed)."""
         self.parts.clear()
         self._cur = []
+        self._ends = [[]]

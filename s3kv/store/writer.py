@@ -87,8 +87,9 @@ class SegmentWriter:
         """Whether the segment's bytes are still in memory (open, or sealing)."""
         return seg_id in self._in_memory
 
-    def read(self, seg_id: int, offset: int, length: int) -> memoryview | None:
-        """Bytes of a segment still in memory, or None if it is not (read the backend)."""
+    def read(self, seg_id: int, offset: int, length: int) -> list[memoryview] | None:
+        """Bytes of a segment still in memory, as views of its pieces, or None if it is not
+        (read the backend)."""
         seg = self._in_memory.get(seg_id)
         return None if seg is None else seg.read(offset, length)
 

@@ -1,0 +1,48 @@
+"""Memory maps of the file backend: a range already in memory is viewed on the event loop
+(no worker thread), anything else is left to the thread; a view always pins its bytes."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+from s3kv.backends.filemaps import PAGE, MappedFiles, in_memory
+
+
+def test_in_memory_tells_written_pages_from_holes(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    with open(path, "wb") as fh:
+        fh.write(os.urandom(4 * PAGE))
+        fh.truncate(64 * PAGE)  # the rest is a hole: no page of it is in memory
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        m = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    assert in_memory(m, 0, 4 * PAGE)
+    assert in_memory(m, 100, 3 * PAGE + 5)
+    assert not in_memory(m, 2 * PAGE, 40 * PAGE)
+    assert not in_memory(m, 10, 10)  # an empty range says nothing
+    m.close()
+
+
+def test_view_now_only_for_mapped_files_in_memory(tmp_path: Path) -> None:
+    path = tmp_path / "seg"
+    data = os.urandom(8 * PAGE)
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.truncate(16 * PAGE)
+    maps = MappedFiles()
+    assert maps.view_now(path, 0, PAGE) is None  # not mapped yet: the thread maps it
+    first = maps.view(path, 0, PAGE)
+    assert bytes(first) == data[:PAGE]
+    now = maps.view_now(path, PAGE + 7, 3 * PAGE)
+    assert now is not None and bytes(now) == data[PAGE + 7:4 * PAGE + 7]
+    assert maps.view_now(path, 6 * PAGE, 4 * PAGE) is None  # reaches into the hole
+    # a view handed out on the loop pins the file like any other
+    first.release()
+    assert not maps.move_if_unmapped(path, tmp_path / "moved")
+    now.release()
+    assert maps.move_if_unmapped(path, tmp_path / "moved")
+    assert maps.view_now(path, 0, PAGE) is None
