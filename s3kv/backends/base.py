@@ -104,6 +104,16 @@ class RangeViewer(Protocol):
         ...
 
 
+@runtime_checkable
+class NowViewer(Protocol):
+    """A backend that can lend a range at once, without blocking, when its bytes are in memory
+    already (the file backend: a mapped segment whose pages are resident)."""
+
+    def view_now(self, key: str, start: int, length: int) -> memoryview | None:
+        """As ``RangeViewer.view_range``, on the event loop; None: not at hand (call that)."""
+        ...
+
+
 async def feed_whole_range(backend: Backend, key: str, start: int, length: int,
                            sink: Sink) -> int:
     """``stream_range`` for a backend that reads a range whole: read it, then feed it."""

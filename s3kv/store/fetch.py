@@ -15,8 +15,9 @@ import asyncio
 import itertools
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
+from contextlib import aclosing
 
-from s3kv.backends.base import Backend, RangeViewer, stream_range
+from s3kv.backends.base import Backend, NowViewer, RangeViewer, stream_range
 from s3kv.errors import BackendError, IntegrityError, ObjectMissing
 from s3kv.log import get_logger
 from s3kv.store import layout
@@ -132,6 +133,45 @@ class BlockFetcher:
         finally:
             for run in runs:
                 run.cancel()
+
+    async def read_one(self, nid: int, key: bytes) -> Pieces | None:
+        """One block, as ``iter_many`` gives it, without that machinery (an async generator,
+        a task per read, a worker thread) when it is at hand: in the DRAM tier, in a segment
+        the writer holds, or in a sealed segment the backend can lend at once (mapped pages
+        in memory). Anything else takes the general path."""
+        loc = self.index.get(nid, key)
+        if loc is not None:
+            hit = self.dram.get(nid, key, loc) if self.dram.enabled else None
+            if hit is not None:
+                self.stats.gets += 1
+                self.stats.dram_hits += 1
+                self._count(nid, key, True)
+                return hit
+            raw = self.writer.read(loc.segment, loc.offset, loc.length) or self._view_now(loc)
+            if raw is not None:
+                self.stats.gets += 1
+                if self.dram.enabled:
+                    self.stats.dram_misses += 1
+                block = await self._verified(nid, key, loc, raw)
+                self._count(nid, key, block is not None)
+                return block
+        async with aclosing(self.iter_many(nid, [key])) as blocks:
+            async for block in blocks:
+                return block
+        return None
+
+    def _view_now(self, loc: Location) -> memoryview | None:
+        """The block's bytes lent at once by the backend, if they are in memory; else None."""
+        info = self.segments.get(loc.segment)
+        if not isinstance(self.backend, NowViewer) or info is None \
+                or info.state is not SegmentState.SEALED:
+            return None
+        view = self.backend.view_now(segment_key(self.prefix, info.name), loc.offset, loc.length)
+        if view is not None:
+            self.stats.backend_reads += 1
+            self.stats.backend_read_bytes += len(view)
+            info.last_access = time.time()
+        return view
 
     async def _from_memory(self, loc: Location) -> Pieces | None:
         """A block of a segment the writer held when the request was planned: views of the

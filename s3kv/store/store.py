@@ -13,7 +13,6 @@ import json
 import re
 import time
 from collections.abc import AsyncGenerator, Sequence
-from contextlib import aclosing
 from dataclasses import dataclass
 
 from s3kv.backends import open_backend
@@ -321,10 +320,7 @@ class BlockStore:
 
     async def read(self, namespace: str, key: bytes) -> Pieces | None:
         """As :meth:`get`, in the pieces the store holds it in (no join: for sending)."""
-        async with aclosing(self.iter_many(namespace, [key])) as blocks:
-            async for block in blocks:
-                return block
-        return None
+        return await self.fetcher.read_one(self.ns_id(namespace), key)
 
     async def get_many(self, namespace: str, keys: Sequence[bytes], *,
                        decode: bool = True) -> list[Block | None]:

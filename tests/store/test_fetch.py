@@ -150,3 +150,44 @@ async def test_blocks_of_a_segment_sealed_mid_request_come_from_the_backend(
         assert store.stats.backend_reads - before == len(rest)
     finally:
         await store.close()
+
+
+def _flip(path: Any, offset: int) -> None:
+    """Change one byte of a file in place (the mapping sees it: a shared page)."""
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        old = fh.read(1)
+        fh.seek(offset)
+        fh.write(bytes([old[0] ^ 0xFF]))
+
+
+async def test_a_block_at_hand_is_read_without_a_worker_thread(tmp_path: Any) -> None:
+    """``BlockStore.read`` (the S3 front's GET) takes a sealed block whose mapped pages are in
+    memory on the event loop: same bytes, same counters, and a corrupt one is still a miss."""
+    from s3kv.backends import FileBackend
+
+    backend = await FileBackend(tmp_path / "store").open()
+    store, keys, blocks = await _chain(backend, 4, 64 * KiB)
+    try:
+        assert await store.read("kvns", keys[0]) is not None  # maps the segment file
+        reads, threads = store.stats.backend_reads, []
+
+        async def no_thread(*args: object) -> memoryview:
+            threads.append(args)
+            raise AssertionError("the worker-thread path was taken")
+
+        backend.view_range = no_thread  # type: ignore[method-assign]
+        got = await store.read("kvns", keys[2])
+        assert got is not None and b"".join(pieces_of(got)) == blocks[2] and not threads
+        assert store.stats.backend_reads == reads + 1
+        # the same block corrupted on disk: a miss, counted, dropped from the index
+        loc = store.index.get(store.ns_id("kvns"), keys[3])
+        info = store.segments.get(loc.segment) if loc is not None else None
+        assert loc is not None and info is not None
+        _flip(tmp_path / "store" / "segments" / f"{info.name}.seg", loc.offset + 5)
+        assert await store.read("kvns", keys[3]) is None
+        assert store.stats.checksum_failures == 1
+        assert store.index.get(store.ns_id("kvns"), keys[3]) is None
+    finally:
+        await store.close()
+        await backend.close()
