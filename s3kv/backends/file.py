@@ -32,6 +32,9 @@ _RECYCLED = ".recycled"
 #: (so the writer refuses writes with 503 SlowDown until space returns, instead of accepting
 #: write-back blocks into segments that cannot be written)
 MIN_FREE = 8 * 1024 * 1024
+#: ranges up to this size are viewed on the event loop when in memory (``view_now``); larger
+#: ones are faulted in by a worker thread, which also spares the loop their page-table work
+NOW_MAX = 1024 * 1024
 
 
 #: buffers per pwritev call (Linux's IOV_MAX is 1024)
@@ -139,9 +142,10 @@ class FileBackend:
     async def view_range(self, key: str, start: int, length: int) -> memoryview:
         if length <= 0:
             return memoryview(b"")
-        now = self.view_now(key, start, length)  # in memory already: no thread hop
-        if now is not None:
-            return now
+        if length <= NOW_MAX:  # small and in memory already: no thread hop
+            now = self.view_now(key, start, length)
+            if now is not None:
+                return now
         view = await self._run(f"GET {key}", self._maps.view, self._path(key), start, length)
         assert isinstance(view, memoryview)
         return view

@@ -65,6 +65,9 @@ class BlockFetcher:
                  stats: StoreStats, forget_segment: Callable[[int], int],
                  dead: Callable[[Location], None]) -> None:
         self.backend = backend
+        #: what the backend can lend (isinstance with a Protocol is slow: asked once per
+        #: backend object; tests may swap the backend)
+        self._kinds: tuple[Backend, RangeViewer | None, NowViewer | None] | None = None
         self.prefix = prefix
         self.index = index
         self.segments = segments
@@ -160,13 +163,22 @@ class BlockFetcher:
                 return block
         return None
 
+    def _viewers(self) -> tuple[RangeViewer | None, NowViewer | None]:
+        if self._kinds is None or self._kinds[0] is not self.backend:
+            b = self.backend
+            self._kinds = (b, b if isinstance(b, RangeViewer) else None,
+                           b if isinstance(b, NowViewer) else None)
+        return self._kinds[1], self._kinds[2]
+
     def _view_now(self, loc: Location) -> memoryview | None:
-        """The block's bytes lent at once by the backend, if they are in memory; else None."""
+        """The block's bytes lent at once by the backend, if they are in memory (and small:
+        a large range is faulted in off the loop); else None."""
         info = self.segments.get(loc.segment)
-        if not isinstance(self.backend, NowViewer) or info is None \
-                or info.state is not SegmentState.SEALED:
+        now = self._viewers()[1]
+        if now is None or info is None or info.state is not SegmentState.SEALED \
+                or loc.length > THREAD_THRESHOLD:
             return None
-        view = self.backend.view_now(segment_key(self.prefix, info.name), loc.offset, loc.length)
+        view = now.view_now(segment_key(self.prefix, info.name), loc.offset, loc.length)
         if view is not None:
             self.stats.backend_reads += 1
             self.stats.backend_read_bytes += len(view)
@@ -205,7 +217,7 @@ class BlockFetcher:
                 stats.backend_read_bytes += len(view)  # have all its blocks before the GET ends
                 run.feed(view)
 
-            viewer = backend if isinstance(backend, RangeViewer) else None
+            viewer = self._viewers()[0]
 
             async def attempt() -> int:
                 run.restart()
