@@ -46,7 +46,6 @@ from benchmarks.gateway import (
     FULL,
     QUICK,
     Profile,
-    client_config,
     gateway_client_kwargs,
     gateway_flush,
     gateway_process,
@@ -65,6 +64,7 @@ from benchmarks.harness import (
     settle_disk,
 )
 from benchmarks.runner import run_on_server
+from benchmarks.s3_clients import BotoBlocks, client_config
 from s3kv.sizes import MiB, format_size, parse_size
 
 SIZES = (256 * 1024, 2 * MiB, 16 * MiB)
@@ -141,8 +141,9 @@ async def one_size(server: BenchServer, profile: Profile, size: int, volume: int
             async with session.create_client("s3", config=cfg,
                                              **gateway_client_kwargs(server, gw_url)) as gwc:
                 await gwc.create_bucket(Bucket="cost")
-                sides = {"direct": S3Side("direct", dc, direct_bucket),
-                         "gateway": S3Side("gateway", gwc, "cost", gateway_flush(gw_url))}
+                sides = {"direct": S3Side("direct", BotoBlocks(dc), direct_bucket),
+                         "gateway": S3Side("gateway", BotoBlocks(gwc), "cost",
+                                           gateway_flush(gw_url))}
                 buckets = {"direct": direct_bucket, "gateway": gw_backend}
                 for name, side in sides.items():
                     side.sample = costs.sample

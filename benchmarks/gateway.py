@@ -2,8 +2,21 @@
 
 Measured side by side against the same S3 server (Ceph RGW by default; ``--server s3rver``,
 ``--server moto``, or ``--endpoint URL`` for a running one), with the same client on both sides
-(aiobotocore, SigV4, path-style, one connection per concurrent request); ``--split-cores`` puts
-the server on one CPU and the client plus the gateway on the other (benchmarks/harness.py):
+(``--client``, benchmarks/s3_clients.py: aiobotocore by default, SigV4, path-style, one
+connection per concurrent request; or ``warp``); ``--split-cores`` puts the server on one CPU and
+the client plus the gateway on the other (benchmarks/harness.py).
+
+The client shares the inference core with the gateway, so its own CPU bounds what the
+comparison can show: with ``--split-cores`` on a 2-core machine, aiobotocore's own CPU per GiB
+of 256 KiB PUTs (the ``client`` entry of ``{side}_put_cpu_s_per_GiB_...``) holds the gateway's
+PUT ratio near 3 however cheap the gateway gets.
+``--client warp`` drives both sides with the load generator's own client instead (warp.s3's
+``S3Client``, as ``s3kv bench put|get`` does: raw aiohttp, its own SigV4 signer,
+UNSIGNED-PAYLOAD bodies sent as views of the block; GETs still read each whole body and compare
+it with the block). ``--payload`` is aiobotocore's; warp's client always sends
+UNSIGNED-PAYLOAD. The JSON records both (``client``, ``payload``).
+
+What is measured:
 
 - block PUT and GET throughput through the gateway's S3 front (a ``s3kv serve`` subprocess on
   an ``s3://`` store on that server) against the same client writing one object per block
@@ -31,6 +44,7 @@ absolute MiB/s of a local server (DESIGN.md, "Testing").
     python benchmarks/gateway.py --split-cores --repeats 3    # RGW, text report
     python benchmarks/gateway.py --json                # one JSON object on stdout
     python benchmarks/gateway.py --server moto --quick --json    # tiny profile (CI smoke)
+    python benchmarks/gateway.py --server rgw --split-cores --client warp --repeats 3 --json
 """
 
 from __future__ import annotations
@@ -47,9 +61,6 @@ from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` and `s3kv` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from aiobotocore.session import get_session
-from botocore.config import Config
 
 from benchmarks.gateway_phases import (
     BLOCK_TOKENS,
@@ -76,6 +87,7 @@ from benchmarks.harness import (
 )
 from benchmarks.harness import gateway_process as harness_gateway
 from benchmarks.runner import run_on_server
+from benchmarks.s3_clients import CLIENTS, PAYLOAD_SIGNING, open_client
 from s3kv.client import S3KVClient
 from s3kv.models import block_bytes, kv_bytes_per_token
 from s3kv.sizes import format_size, parse_size
@@ -102,21 +114,6 @@ QUICK = Profile(volume=4 * MiB, session_tokens=256, segment_size="16MiB", part_s
                 warm_requests=16)
 
 
-#: --payload unsigned: the client sends UNSIGNED-PAYLOAD and no CRC (as Warp's
-#: --disable-sha256-payload and the gateway's own backend client do), so client hashing stops
-#: dominating a 2-core machine; the default is botocore's own behaviour over plain HTTP
-PAYLOAD_SIGNING = {"signed": True, "unsigned": False}
-
-
-def client_config(concurrency: int, payload: str = "signed") -> Config:
-    signed = PAYLOAD_SIGNING[payload]
-    return Config(signature_version="s3v4",
-                  s3={"addressing_style": "path", "payload_signing_enabled": signed},
-                  request_checksum_calculation="when_supported" if signed else "when_required",
-                  retries={"max_attempts": 1, "mode": "standard"},
-                  max_pool_connections=max(concurrency, 10), tcp_keepalive=True)
-
-
 # ---- the gateway process -------------------------------------------------------------------
 @contextmanager
 def gateway_process(server: BenchServer, bucket: str, profile: Profile,
@@ -131,8 +128,8 @@ def gateway_process(server: BenchServer, bucket: str, profile: Profile,
 
 
 def gateway_client_kwargs(server: BenchServer, url: str) -> dict[str, str]:
-    """``create_client`` arguments for the front of the gateway at ``url`` (the one
-    :func:`gateway_process` started: its credentials, the server's region)."""
+    """``create_client`` (and :func:`open_client`) arguments for the front of the gateway at
+    ``url`` (the one :func:`gateway_process` started: its credentials, the server's region)."""
     return {"endpoint_url": url, "region_name": server.region,
             "aws_access_key_id": GW_ACCESS, "aws_secret_access_key": GW_SECRET}
 
@@ -173,25 +170,22 @@ async def run(server: BenchServer, profile: Profile, args: argparse.Namespace,
     say(f"server: {server.name} at {server.url}")
     backend_bucket = f"gwbench-{uuid.uuid4().hex[:8]}"
     direct_bucket = f"direct-{uuid.uuid4().hex[:8]}"
-    session = get_session()
-    async with session.create_client("s3", config=client_config(8, args.payload),
-                                     **server.client_kwargs()) as admin:
-        await admin.create_bucket(Bucket=backend_bucket)
-        await admin.create_bucket(Bucket=direct_bucket)
+    async with open_client(args.client, server.client_kwargs(), payload=args.payload) as admin:
+        await admin.create_bucket(backend_bucket)
+        await admin.create_bucket(direct_bucket)
     max_block = max(2 * MiB, block_bytes(MODEL, BLOCK_TOKENS))
     results: dict[str, Any] = {"server": server.name, "model": MODEL,
                                "segment_size": profile.segment_size,
                                "part_size": profile.part_size, "etag": profile.etag,
                                "kv_bytes_per_token": kv_bytes_per_token(MODEL),
                                "profile": "quick" if args.quick else "full",
-                               "payload": args.payload, **topology}
+                               "client": args.client, "payload": args.payload, **topology}
     with gateway_process(server, backend_bucket, profile, max_block) as gw_url:
-        cfg = client_config(8, args.payload)
-        async with session.create_client("s3", config=cfg,
-                                         **gateway_client_kwargs(server, gw_url)) as gwc, \
-                session.create_client("s3", config=cfg, **server.client_kwargs()) as dc:
+        async with open_client(args.client, gateway_client_kwargs(server, gw_url),
+                               payload=args.payload) as gwc, \
+                open_client(args.client, server.client_kwargs(), payload=args.payload) as dc:
             ns = "bench"
-            await gwc.create_bucket(Bucket=ns)
+            await gwc.create_bucket(ns)
             gw = S3Side("gateway", gwc, ns, gateway_flush(gw_url))
             direct = S3Side("direct", dc, direct_bucket)
             meter = CPUMeter.for_run(server, gateway=gateway_pid())
@@ -257,11 +251,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--quick", action="store_true",
                         help="tiny profile (a few MiB per phase; for CI smoke runs on moto)")
-    parser.add_argument("--payload", choices=sorted(PAYLOAD_SIGNING), default="signed",
-                        help="how the (same) S3 client on both sides treats bodies: signed = "
-                        "SHA-256 payload signature and CRC32 checksum, botocore's default over "
-                        "plain HTTP; unsigned = UNSIGNED-PAYLOAD, no checksum, like Warp's "
-                        "--disable-sha256-payload [default: signed]")
+    parser.add_argument("--client", choices=CLIENTS, default="aiobotocore",
+                        help="the S3 client on both sides: aiobotocore, or warp (warp.s3's "
+                        "S3Client, as `s3kv bench` uses: far less CPU per byte; the client "
+                        "shares the inference core with the gateway, so its own CPU bounds the "
+                        "ratios this can show); warp always sends UNSIGNED-PAYLOAD "
+                        "[default: aiobotocore]")
+    parser.add_argument("--payload", choices=sorted(PAYLOAD_SIGNING), default=None,
+                        help="how aiobotocore treats bodies (--client aiobotocore only; warp is "
+                        "always unsigned): signed = SHA-256 payload signature and CRC32 "
+                        "checksum, botocore's default over plain HTTP; unsigned = "
+                        "UNSIGNED-PAYLOAD, no checksum, like Warp's --disable-sha256-payload "
+                        "[default: signed; with --client warp: unsigned]")
     parser.add_argument("--restore-batch", type=int, default=SESSION_TOKENS // BLOCK_TOKENS,
                         metavar="N",
                         help="keys per native batch-get request [default: the whole chain, "
@@ -288,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
+    if args.client == "warp" and args.payload == "signed":
+        parser.error("--payload signed needs --client aiobotocore: warp's S3 client always "
+                     "sends UNSIGNED-PAYLOAD")
+    args.payload = args.payload or ("unsigned" if args.client == "warp" else "signed")
     profile = QUICK if args.quick else FULL
     profile = replace(profile, segment_size=args.segment_size or profile.segment_size,
                       part_size=args.part_size or profile.part_size, etag=args.etag,
@@ -301,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(results, sort_keys=True))
     else:
         print(f"\nserver: {results['server']} ({results['profile']} profile; segments "
-              f"{results['segment_size']} in {results['part_size']} parts)")
+              f"{results['segment_size']} in {results['part_size']} parts; client "
+              f"{results['client']}, payload {results['payload']})")
         per = results.get("per_repeat", {})
         for key in SUMMARY_KEYS:
             value = results[key]

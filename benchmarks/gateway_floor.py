@@ -32,7 +32,6 @@ from benchmarks.aiohttp_sink import sink_process
 from benchmarks.gateway import (
     FULL,
     QUICK,
-    client_config,
     gateway_client_kwargs,
     gateway_flush,
     gateway_process,
@@ -46,6 +45,7 @@ from benchmarks.harness import (
     settle_disk,
 )
 from benchmarks.runner import run_on_server
+from benchmarks.s3_clients import BotoBlocks, client_config
 
 KiB = 1024
 BLOCK = 256 * KiB
@@ -106,8 +106,9 @@ async def run(server: BenchServer, args: argparse.Namespace, say: Progress,
                 session.create_client("s3", config=cfg, **sink_kwargs) as sc, \
                 session.create_client("s3", config=cfg, **gw_kwargs) as gc:
             await gc.create_bucket(Bucket="floor")
-            sides = [S3Side("direct", dc, direct_bucket), S3Side("sink", sc, "floor"),
-                     S3Side("gateway", gc, "floor", gateway_flush(gw_url))]
+            sides = [S3Side("direct", BotoBlocks(dc), direct_bucket),
+                     S3Side("sink", BotoBlocks(sc), "floor"),
+                     S3Side("gateway", BotoBlocks(gc), "floor", gateway_flush(gw_url))]
             say(f"warm-up (untimed): {min(n, 512)} PUTs per side")
             for side in sides:
                 warm = min(n, 512)

@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from botocore.exceptions import ClientError
 
+from benchmarks.s3_clients import BlockClient, SlowDown
 from benchmarks.servers import (
     BenchServer,
     ServerError,
@@ -242,9 +242,10 @@ def mib_s(nbytes: int, seconds: float) -> float:
 
 # ---- phases --------------------------------------------------------------------------------
 class S3Side:
-    """One S3 endpoint (the gateway's front, or the server directly) and a bucket on it."""
+    """One S3 endpoint (the gateway's front, or the server directly) and a bucket on it,
+    through a :class:`~benchmarks.s3_clients.BlockClient` (aiobotocore's or warp's)."""
 
-    def __init__(self, name: str, client: Any, bucket: str,
+    def __init__(self, name: str, client: BlockClient, bucket: str,
                  flush: Callable[[], Awaitable[None]] | None = None) -> None:
         self.name = name
         self.client = client
@@ -263,16 +264,11 @@ class S3Side:
         async def op(i: int) -> None:
             while True:  # 503 SlowDown is retried after Retry-After, as S3 clients do
                 try:
-                    await self.client.put_object(Bucket=self.bucket, Key=keys[i],
-                                                 Body=blocks[i])
+                    await self.client.put(self.bucket, keys[i], blocks[i])
                     return
-                except ClientError as exc:
-                    if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") != 503:
-                        raise
+                except SlowDown as exc:
                     self.slowdowns += 1
-                    retry = exc.response.get("ResponseMetadata", {}).get(
-                        "HTTPHeaders", {}).get("retry-after", "1")
-                    await asyncio.sleep(float(retry))
+                    await asyncio.sleep(exc.retry_after)
 
         await settle_disk()
         before = self.sample() if self.sample is not None else {}
@@ -290,10 +286,7 @@ class S3Side:
         bad: list[str] = []
 
         async def op(i: int) -> None:
-            resp = await self.client.get_object(Bucket=self.bucket, Key=keys[i])
-            async with resp["Body"] as body:
-                data = await body.read()
-            if data != blocks[i]:
+            if await self.client.get(self.bucket, keys[i]) != blocks[i]:
                 bad.append(keys[i])
 
         await settle_disk()

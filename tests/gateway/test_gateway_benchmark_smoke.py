@@ -1,5 +1,7 @@
 """Smoke test of benchmarks/gateway.py: the --quick profile against moto, JSON shape only (no
-ratio is asserted: moto on a shared 2-core machine predicts nothing)."""
+ratio is asserted: moto on a shared 2-core machine predicts nothing), with either S3 client
+(--client aiobotocore or warp); both clients answer a benchmark side the same way
+(benchmarks/s3_clients.py)."""
 
 from __future__ import annotations
 
@@ -7,24 +9,36 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from botocore.exceptions import ClientError
+
+from benchmarks.harness import S3Side
+from benchmarks.s3_clients import CLIENTS, open_client
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"put_ratio_256KiB_c1", "put_ratio_256KiB_c8", "get_ratio_2MiB_c1", "get_ratio_2MiB_c8",
         "restore_ratio"}
 
 
-def test_gateway_benchmark_quick_json() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "gateway.py"), "--server", "moto", "--quick",
-         "--json", "--repeats", "2"],
-        capture_output=True, text=True, timeout=240, cwd=ROOT, check=False)
+def run_json(script: str, *args: str) -> dict[str, Any]:
+    """benchmarks/``script`` with ``args`` and ``--json``: its one JSON line."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args, "--json"],
+                          capture_output=True, text=True, timeout=240, cwd=ROOT, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     assert len(lines) == 1, proc.stdout[-2000:]
-    doc = json.loads(lines[0])
+    doc: dict[str, Any] = json.loads(lines[0])
+    return doc
+
+
+def test_gateway_benchmark_quick_json() -> None:
+    doc = run_json("gateway.py", "--server", "moto", "--quick", "--repeats", "2")
     assert set(doc) >= KEYS, sorted(doc)
+    assert doc["client"] == "aiobotocore" and doc["payload"] == "signed"
     for key in KEYS:
         assert isinstance(doc[key], float) and doc[key] > 0, (key, doc[key])
     assert doc["server"].startswith("moto")
@@ -48,17 +62,89 @@ def test_gateway_benchmark_quick_json() -> None:
     assert cpu["gateway"] > 0 and doc["direct_put_cpu_s_per_GiB_256KiB_c8"]["gateway"] == 0
 
 
+def test_gateway_benchmark_quick_json_warp_client() -> None:
+    """--client warp: warp.s3's S3Client on both sides (always UNSIGNED-PAYLOAD), recorded."""
+    doc = run_json("gateway.py", "--server", "moto", "--quick", "--client", "warp")
+    assert doc["client"] == "warp" and doc["payload"] == "unsigned"
+    assert set(doc) >= KEYS, sorted(doc)
+    for key in KEYS:  # sane: both sides did the work; within two orders of magnitude
+        assert isinstance(doc[key], float) and 0.01 < doc[key] < 100, (key, doc[key])
+    for name in ("gateway_put_MiBps_256KiB_c8", "direct_put_MiBps_256KiB_c8",
+                 "gateway_get_MiBps_2MiB_c1", "direct_get_MiBps_2MiB_c1", "restore_batch_s"):
+        assert doc[name] > 0, name
+    cpu = doc["gateway_put_cpu_s_per_GiB_256KiB_c8"]
+    assert set(cpu) == {"client", "gateway", "server"} and cpu["gateway"] > 0
+    assert doc["gateway_put_slowdowns"] >= 0 and doc["direct_put_slowdowns"] >= 0
+
+
+def test_gateway_benchmark_warp_client_is_unsigned_only() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gateway.py"), "--server", "moto",
+         "--client", "warp", "--payload", "signed"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
+    assert proc.returncode == 2 and "UNSIGNED-PAYLOAD" in proc.stderr, proc.stderr
+
+
+def slow_store() -> web.Application:
+    """A bucket that answers each key's first two PUTs 503 SlowDown (Retry-After: 0)."""
+    objects: dict[str, bytes] = {}
+    refused: dict[str, int] = {}
+
+    async def put(request: web.Request) -> web.Response:
+        key, body = request.match_info["key"], await request.read()
+        if refused.get(key, 0) < 2:
+            refused[key] = refused.get(key, 0) + 1
+            return web.Response(status=503, headers={"Retry-After": "0"},
+                                body=b"<Error><Code>SlowDown</Code></Error>")
+        objects[key] = body
+        return web.Response()
+
+    async def get(request: web.Request) -> web.Response:
+        key = request.match_info["key"]
+        if key not in objects:
+            return web.Response(status=404, body=b"<Error><Code>NoSuchKey</Code></Error>")
+        return web.Response(body=objects[key])
+
+    async def bucket(request: web.Request) -> web.Response:
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_put("/{bucket}", bucket)
+    app.router.add_put("/{bucket}/{key:.+}", put)
+    app.router.add_get("/{bucket}/{key:.+}", get)
+    return app
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_side_retries_slowdown_and_fails_on_errors(client: str) -> None:
+    """Either client: a 503 to a PUT is retried after Retry-After (and counted), the bytes read
+    back are the block's, any other error answer fails the phase."""
+    blocks = [bytes([i]) * (300_000 + i) for i in range(3)]
+    keys = [f"k/{i}" for i in range(3)]
+    async with TestServer(slow_store()) as server:
+        kwargs = {"endpoint_url": str(server.make_url("")).rstrip("/"),
+                  "region_name": "us-east-1", "aws_access_key_id": "a",
+                  "aws_secret_access_key": "s"}
+        payload = "unsigned" if client == "warp" else "signed"
+        async with open_client(client, kwargs, payload=payload) as s3:
+            await s3.create_bucket("b")
+            side = S3Side(client, s3, "b")
+            await side.put_all(keys, blocks, 2)
+            # botocore's retries={"max_attempts": 1} is one retry of its own: it hides the
+            # first 503 of each PUT, warp's client none
+            assert side.slowdowns == len(keys) * (2 if client == "warp" else 1)
+            await side.get_all(keys, blocks, 2)
+            with pytest.raises((RuntimeError, ClientError)):
+                await side.get_all(["absent"], blocks[:1], 1)
+            with pytest.raises(RuntimeError, match="read back wrong"):
+                await side.get_all(keys[:1], blocks[1:2], 1)
+
+
 def test_gateway_floor_benchmark_quick_json() -> None:
     """benchmarks/gateway_floor.py: direct, bare aiohttp sink and gateway PUTs in one run; each
     ratio is the median of its repeats, and each side's CPU per PUT is reported."""
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "gateway_floor.py"), "--server", "moto",
-         "--quick", "--json", "--repeats", "2", "--blocks", "24", "--concurrency", "1,4"],
-        capture_output=True, text=True, timeout=240, cwd=ROOT, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
-    assert len(lines) == 1, proc.stdout[-2000:]
-    doc = json.loads(lines[0])
+    doc = run_json("gateway_floor.py", "--server", "moto", "--quick", "--repeats", "2",
+                   "--blocks", "24", "--concurrency", "1,4")
     for c in (1, 4):
         for key in (f"floor_ratio_c{c}", f"gateway_ratio_c{c}", f"gateway_vs_floor_c{c}"):
             runs = doc[f"{key}_repeats"]
