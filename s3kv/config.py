@@ -109,6 +109,9 @@ class Settings:
                                      "bounds write-path memory", "int", metavar="N")
     max_parts_in_flight: int = setting(4, "multipart part uploads in flight at once", "int",
                                        metavar="N")
+    parts_in_flight_reading: int = setting(
+        1, "part uploads started while reads of this gateway wait on the backend (reads go "
+        "first; at most max_parts_in_flight, which turns the pacing off)", "int", metavar="N")
     compact_threshold: float = setting(0.25, "with --capacity set, a sealed segment whose live "
                                        "bytes fall below this share is dropped or compacted "
                                        "(0: never; fully dead segments always go)", "float",
@@ -225,6 +228,11 @@ class Settings:
             raise ConfigError("seal_after must be positive")
         if self.max_open_segments < 1 or self.max_parts_in_flight < 1:
             raise ConfigError("max_open_segments and max_parts_in_flight must be >= 1")
+        if not 1 <= self.parts_in_flight_reading <= self.max_parts_in_flight:
+            raise ConfigError(
+                f"parts_in_flight_reading ({self.parts_in_flight_reading}) must be between 1 "
+                f"and max_parts_in_flight ({self.max_parts_in_flight}); set both to the same "
+                "value for a fixed count")
         if not 0.0 <= self.compact_threshold < 1.0:
             raise ConfigError("compact_threshold must be in [0, 1)")
         if self.capacity and self.capacity < 2 * self.segment_size:

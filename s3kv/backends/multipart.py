@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Protocol
 
 from s3kv.backends.base import Backend
 from s3kv.errors import BackendError
@@ -19,9 +20,17 @@ from s3kv.wire.body import Pieces, size_of
 log = get_logger(__name__)
 
 
+class Slots(Protocol):
+    """What bounds part uploads in flight: an ``asyncio.Semaphore``, or the store's pacing."""
+
+    async def acquire(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+
 class MultipartUpload:
     def __init__(self, backend: Backend, key: str, part_size: int, retry: RetryPolicy,
-                 slots: asyncio.Semaphore) -> None:
+                 slots: Slots) -> None:
         self.backend = backend
         self.key = key
         self.part_size = part_size

@@ -32,6 +32,8 @@ _COUNTERS = {
                                 "Writes refused with SlowDown"),
     "dram_hits": ("s3kv_dram_hits_total", "DRAM-tier hits"),
     "dram_misses": ("s3kv_dram_misses_total", "DRAM-tier misses"),
+    "uploads_paced": ("s3kv_uploads_paced_total",
+                      "Part uploads held back while reads waited on the backend"),
 }
 _GAUGES = {
     "index_entries": ("s3kv_index_entries", "Blocks in the index"),

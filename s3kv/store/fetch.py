@@ -79,6 +79,11 @@ class BlockFetcher:
         self._slots = asyncio.Semaphore(READ_CONCURRENCY)
         self._budget = ReadBudget(READ_BUDGET)
 
+    @property
+    def reading(self) -> bool:
+        """Whether backend reads are in flight or waiting (the writer paces uploads by it)."""
+        return self._budget.busy
+
     async def iter_many(self, nid: int, keys: Sequence[bytes], *, decode: bool = True,
                         read_ahead: int = READ_AHEAD) -> AsyncGenerator[Pieces | None, None]:
         """One item per key, in order: the block's bytes (one buffer, or the pieces a DRAM-tier

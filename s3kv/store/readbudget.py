@@ -22,6 +22,11 @@ class ReadBudget:
         self.used = 0
         self._waiting: deque[tuple[int, asyncio.Future[None]]] = deque()
 
+    @property
+    def busy(self) -> bool:
+        """Whether any read holds or waits for the budget."""
+        return self.used > 0 or bool(self._waiting)
+
     @asynccontextmanager
     async def hold(self, nbytes: int) -> AsyncIterator[None]:
         n = max(0, min(nbytes, self.limit))

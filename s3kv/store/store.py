@@ -96,7 +96,8 @@ class BlockStore:
         self.catalog = Catalog()
         self.dram = DramCache(settings.dram_cache)
         self.writer = SegmentWriter(backend, prefix, settings, self.catalog.segments, self.stats,
-                                    self._segment_failed)
+                                    self._segment_failed,
+                                    reads_waiting=lambda: self.fetcher.reading)
         self.ready = False
         self.fetcher = BlockFetcher(backend, prefix, self.catalog.index, self.catalog.segments,
                                     self.dram, self.writer, self.stats,
@@ -366,6 +367,7 @@ class BlockStore:
         out["index_bytes"] = self.index.memory_bytes()
         out["open_segments"] = self.writer.open_segments
         out["open_segment_bytes"] = self.writer.memory_bytes()
+        out["uploads_paced"] = self.writer.uploads_paced
         sealed = [s for s in self.segments.all() if s.state is SegmentState.SEALED]
         out["sealed_segments"] = len(sealed)
         out["sealed_bytes"] = sum(s.length for s in sealed)

@@ -32,6 +32,7 @@ from s3kv.log import get_logger
 from s3kv.retry import RetryPolicy
 from s3kv.store import layout
 from s3kv.store.open_segment import OpenSegment
+from s3kv.store.pacing import UploadSlots
 from s3kv.store.segments import (
     SegmentInfo,
     SegmentState,
@@ -53,7 +54,10 @@ def default_node_id() -> str:
 class SegmentWriter:
     def __init__(self, backend: Backend, prefix: str, settings: Settings, table: SegmentTable,
                  stats: StoreStats, on_failed: Callable[[SegmentInfo], None],
-                 retry: RetryPolicy | None = None) -> None:
+                 retry: RetryPolicy | None = None,
+                 reads_waiting: Callable[[], bool] = lambda: False) -> None:
+        """``reads_waiting``: whether reads of this store wait on the backend now (part
+        uploads then give way, pacing.py)."""
         self.backend = backend
         self.prefix = prefix
         self.s = settings
@@ -69,7 +73,8 @@ class SegmentWriter:
         self._in_memory: dict[int, OpenSegment] = {}
         self._lock = asyncio.Lock()
         self._room = asyncio.Condition()
-        self._slots = asyncio.Semaphore(settings.max_parts_in_flight)
+        self._slots = UploadSlots(settings.max_parts_in_flight,
+                                  settings.parts_in_flight_reading, reads_waiting)
         self._tasks: set[asyncio.Task[None]] = set()
         self.healthy = True
         self._probe: asyncio.Task[None] | None = None
@@ -79,6 +84,11 @@ class SegmentWriter:
     @property
     def open_segments(self) -> int:
         return len(self._in_memory)
+
+    @property
+    def uploads_paced(self) -> int:
+        """Part uploads that waited because reads were waiting on the backend."""
+        return self._slots.held_back
 
     def memory_bytes(self) -> int:
         return sum(seg.size for seg in self._in_memory.values())
