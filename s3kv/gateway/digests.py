@@ -8,7 +8,10 @@ two roles (a client's crc32 checksum *is* the store's CRC; a sha256 one is the p
 Pieces are batched: once ``offload_bytes`` have gathered, the batch is hashed in a worker thread
 while the loop reads on (hashlib and zlib-ng release the GIL on large buffers), one batch in
 flight so that every digest sees the bytes in order; what is left is hashed by ``finish``, on
-the loop if it is small. A small body therefore costs no thread hop at all.
+the loop if it is under ``ON_LOOP_BYTES``. A small body therefore costs no thread hop at all.
+A hop costs ~135 us of CPU on the machines measured here (asyncio.to_thread round trip), as
+much as CRC-32 over 1 MiB: batches of 4 MiB took a 32 MiB body's digests from 11.2 to 7.2 ms
+of CPU (CRC only), while what ``finish`` hashes on the loop stays at most 1 MiB.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from s3kv.gateway.checksums import Checksum
 from s3kv.sizes import MiB
 
 #: bytes gathered before a batch is hashed in a worker thread
-OFFLOAD_BYTES = 1 * MiB
+OFFLOAD_BYTES = 4 * MiB
+#: at the end of a body, what is left is hashed on the loop below this, in a thread above
+ON_LOOP_BYTES = 1 * MiB
 
 
 class BodyDigests:
@@ -52,7 +57,7 @@ class BodyDigests:
         self._batch, self._batch_bytes = [], 0
         if not batch:
             return
-        if size >= self._offload:
+        if size >= min(self._offload, ON_LOOP_BYTES):
             await asyncio.get_running_loop().run_in_executor(None, self._update, batch)
         else:
             self._update(batch)
