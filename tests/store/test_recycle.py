@@ -5,6 +5,7 @@ the pool stays within its limit and is never listed."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 from pathlib import Path
 
@@ -72,6 +73,7 @@ async def test_a_view_handed_out_keeps_its_bytes(tmp_path: Path) -> None:
     await backend.view_range("seg/b", 0, PART)  # mapped (cached), view dropped at once
     for _ in range(3):  # the worker thread's future lets go of its result
         await asyncio.sleep(0)
+    gc.collect()  # and any cycle that still holds it
     await backend.delete_objects(["seg/b"])
     assert backend.recycled.bytes == 4 * PART
 
