@@ -104,3 +104,32 @@ def test_cli_version_and_help() -> None:
     helptext = subprocess.run([sys.executable, "-m", "s3kv.cli", "--help"],
                               capture_output=True, text=True, check=True).stdout
     assert "COMMAND" in helptext
+
+
+def test_log_level_check_follows_configure_logging() -> None:
+    """``s3kv.log.enabled`` answers as the configured filter does (the gateway checks it before
+    its per-request debug line); before any configuration every level is emitted."""
+    import logging
+
+    import structlog
+    from structlog.testing import capture_logs
+
+    from s3kv.log import configure_logging, enabled, get_logger
+
+    saved = structlog.get_config()
+    try:
+        configure_logging("json", "warning")
+        assert not enabled(logging.DEBUG) and not enabled(logging.INFO)
+        assert enabled(logging.WARNING) and enabled(logging.ERROR)
+        configure_logging("json", "debug")
+        assert enabled(logging.DEBUG)
+        with capture_logs() as captured:
+            if enabled(logging.DEBUG):
+                get_logger("t").debug("t.line", n=1)
+        assert [c["event"] for c in captured] == ["t.line"]
+        configure_logging("json", "no-such-level")  # falls back to info, as the filter does
+        assert not enabled(logging.DEBUG) and enabled(logging.INFO)
+    finally:
+        configure_logging("console", "notset")
+        structlog.configure(**saved)
+    assert enabled(logging.DEBUG)

@@ -7,6 +7,7 @@ subclasses map through ``_STATUS``; anything else is a bug, logged and answered 
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -38,6 +39,7 @@ from s3kv.gateway.metrics import GatewayMetrics
 from s3kv.gateway.requests import parse_target
 from s3kv.gateway.s3xml import error_document
 from s3kv.gateway.state import STATE, GatewayState, MemoryBudget, state_of
+from s3kv.log import enabled as log_enabled
 from s3kv.log import get_logger
 from s3kv.store.store import BlockStore
 from s3kv.wire.sigv2 import SigV2Verifier
@@ -134,11 +136,8 @@ async def _handle(request: web.Request, handler: Handler,
     request["request_id"] = rid
     structlog.contextvars.bind_contextvars(request_id=rid)
     started = time.perf_counter()
-    op = "unknown"
     try:
-        op = request.get("op", "unknown")
         resp = await handler(request)
-        op = request.get("op", op)
         resp.headers.setdefault("x-amz-request-id", rid)
     except RequestError as exc:
         resp = _error_response(request, exc)
@@ -160,12 +159,14 @@ async def _handle(request: web.Request, handler: Handler,
             resp = _error_response(request, RequestError(
                 "InternalError", "We encountered an internal error. Please try again.", 500))
     try:
-        op = request.get("op", op)
+        op = request.get("op", "unknown")
         elapsed = time.perf_counter() - started
         st.metrics.observe(op, resp.status, elapsed)
-        # logged while request_id is still bound: every line of a request carries it
-        log.debug("http.request", method=request.method, path=request.path, op=op,
-                  status=resp.status, ms=round(elapsed * 1000, 2))
+        # logged while request_id is still bound: every line of a request carries it; the
+        # level checked first (a filtered call through the lazy logger is not free)
+        if log_enabled(logging.DEBUG):
+            log.debug("http.request", method=request.method, path=request.path, op=op,
+                      status=resp.status, ms=round(elapsed * 1000, 2))
     finally:
         structlog.contextvars.unbind_contextvars("request_id")
     return resp

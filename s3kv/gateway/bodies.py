@@ -7,7 +7,6 @@ them into the open segment once. ``Body.data`` joins them for the callers that p
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -16,6 +15,7 @@ from s3kv.errors import RequestError
 from s3kv.gateway.payload import BodyReader, BodyResult
 from s3kv.gateway.s3xml import MAX_XML_BYTES
 from s3kv.gateway.state import GatewayState
+from s3kv.gateway.watchdog import IdleWatchdog
 from s3kv.wire.body import Buffer, joined
 
 #: a body that delivers no byte for this long is abandoned (its memory reservation freed)
@@ -38,12 +38,14 @@ class Body:
 
 
 async def read_body(request: web.Request, st: GatewayState, limit: int, *,
-                    md5: bool = False, crc: bool = False) -> Body:
+                    md5: bool = False, crc: bool = False,
+                    idle: float = BODY_IDLE_TIMEOUT) -> Body:
     """Read and verify the whole body (at most ``limit`` bytes).
 
     Reserves the declared size (or ``limit``) from the budget first; the caller must call
     ``st.budget.release(body.reserved)`` when done with the data. Raises RequestError
-    (EntityTooLarge, IncompleteBody, BadDigest, SlowDown, ...) with nothing reserved.
+    (EntityTooLarge, IncompleteBody, BadDigest, SlowDown, RequestTimeout: no byte for ``idle``
+    seconds, ...) with nothing reserved.
     """
     reader = BodyReader(request.content, request.headers, request.get("auth"),
                         max_size=limit, md5=md5, crc=crc)
@@ -51,18 +53,16 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
     reserved = st.budget.reserve(declared if declared is not None else limit)
     try:
         pieces: list[bytes] = []
-        stream = aiter(reader)
-        while True:
-            try:
-                async with asyncio.timeout(BODY_IDLE_TIMEOUT):
-                    piece = await anext(stream)
-            except StopAsyncIteration:
-                break
-            except TimeoutError:
-                raise RequestError("RequestTimeout", "Your socket connection to the server was "
-                                   "not read from or written to within the timeout period.",
-                                   400) from None
-            pieces.append(piece)
+        try:
+            # one timer for the body, not one per piece (asyncio.timeout's cost per piece)
+            with IdleWatchdog(idle) as watchdog:
+                async for piece in reader:
+                    watchdog.progress()
+                    pieces.append(piece)
+        except TimeoutError:
+            raise RequestError("RequestTimeout", "Your socket connection to the server was "
+                               "not read from or written to within the timeout period.",
+                               400) from None
         result = await reader.verify()
         st.metrics.bytes_in.inc(result.size)
         return Body(pieces, result, reserved)

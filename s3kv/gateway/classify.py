@@ -17,6 +17,7 @@ botocore's S3 model (every operation of the S3 API is either here or answered 50
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -125,6 +126,8 @@ _VALUE_ERRORS = {
 }
 
 S3_METHODS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE"})
+#: the headers that select an operation (CopyObject's x-amz-copy-source)
+_SELECTING_HEADERS = tuple(sorted({op.header for op in OPERATIONS if op.header is not None}))
 
 
 def _not_implemented(message: str) -> RequestError:
@@ -149,14 +152,31 @@ def classify(method: str, level: Level, params: Mapping[str, list[str]],
              headers: Mapping[str, str]) -> Operation:
     """The operation of a request (``params``: decoded query names -> values); RequestError
     for anything not in the allow-list: 501 NotImplemented, 405 MethodNotAllowed, or 400."""
-    repeated = sorted(n for n, v in params.items() if len(v) > 1)
-    if repeated:
-        raise RequestError("InvalidArgument", f"The query parameter {repeated[0]!r} is given "
-                           "more than once.")
-    names = set(params) - COMMON - set(hoisted(params))
+    if params:
+        repeated = sorted(n for n, v in params.items() if len(v) > 1)
+        if repeated:
+            raise RequestError("InvalidArgument", f"The query parameter {repeated[0]!r} is "
+                               "given more than once.")
+        names = frozenset(params) - COMMON - frozenset(hoisted(params))
+    else:
+        names = frozenset()
+    headed = frozenset(h for h in _SELECTING_HEADERS if h in headers)
+    op = _operation(method, level, names, headed)
+    for name, allowed in op.values.items():
+        if name in params and params[name][0] not in allowed:
+            code, status, message = _VALUE_ERRORS[name]
+            raise RequestError(code, message, status)
+    return op
+
+
+@functools.lru_cache(maxsize=1024)
+def _operation(method: str, level: Level, names: frozenset[str],
+               headed: frozenset[str]) -> Operation:
+    """The operation of method, level, query parameter names (less COMMON and hoisted) and the
+    selecting headers present; remembered (a request's shape repeats; errors are not kept)."""
     candidates = [op for op in OPERATIONS
                   if op.method == method and op.level is level and op.selectors <= names
-                  and (op.header is None or op.header in headers)]
+                  and (op.header is None or op.header in headed)]
     if not candidates:
         present = sorted(names & SUBRESOURCES) or sorted(names)
         if method not in S3_METHODS:
@@ -175,10 +195,6 @@ def classify(method: str, level: Level, params: Mapping[str, list[str]],
                                f"({method} on a {level.value}).")
     if not op.implemented:
         raise _not_implemented(f"s3kv does not implement {op.name}.")
-    for name, allowed in op.values.items():
-        if name in params and params[name][0] not in allowed:
-            code, status, message = _VALUE_ERRORS[name]
-            raise RequestError(code, message, status)
     return op
 
 
@@ -209,22 +225,32 @@ _ACCEPTED_VALUES = {
 }
 
 
+_REFUSED = tuple(_REFUSED_PREFIXES)
+
+
 def check_headers(headers: Mapping[str, str], extra: Mapping[str, str] | None = None) -> None:
     """Refuse headers (and SigV2-hoisted query headers, ``extra``) asking for what the gateway
     cannot do; the storage class must be STANDARD (``400 InvalidStorageClass`` otherwise)."""
-    items = [(k.lower(), v) for k, v in headers.items()]
-    items += [(k.lower(), v) for k, v in (extra or {}).items()]
-    for name, value in items:
-        if not name.startswith("x-amz-"):
-            continue
+    for name, value in headers.items():
+        # only x-amz-* headers are ever refused: the others are not even lowercased
+        if name[:1] in "xX" and name[:6].lower() == "x-amz-":
+            _check_header(name.lower(), value)
+    for name, value in (extra or {}).items():
+        if name[:6].lower() == "x-amz-":
+            _check_header(name.lower(), value)
+
+
+def _check_header(name: str, value: str) -> None:
+    """One ``x-amz-*`` header (``name`` in lowercase)."""
+    if name.startswith(_REFUSED):
         for prefix, why in _REFUSED_PREFIXES.items():
             if name.startswith(prefix):
                 raise _not_implemented(f"s3kv does not implement {why}: header {name} is "
                                        "refused and nothing was stored.")
-        accepted = _ACCEPTED_VALUES.get(name)
-        if accepted is not None and value.strip().lower() not in accepted:
-            raise _not_implemented(f"s3kv does not implement {name}: {value.strip()!r} (it "
-                                   f"accepts {', '.join(sorted(accepted))}).")
-        if name == "x-amz-storage-class" and value.strip() != "STANDARD":
-            raise RequestError("InvalidStorageClass", "The storage class you specified is not "
-                               "valid: s3kv stores every object as STANDARD.")
+    accepted = _ACCEPTED_VALUES.get(name)
+    if accepted is not None and value.strip().lower() not in accepted:
+        raise _not_implemented(f"s3kv does not implement {name}: {value.strip()!r} (it "
+                               f"accepts {', '.join(sorted(accepted))}).")
+    if name == "x-amz-storage-class" and value.strip() != "STANDARD":
+        raise RequestError("InvalidStorageClass", "The storage class you specified is not "
+                           "valid: s3kv stores every object as STANDARD.")

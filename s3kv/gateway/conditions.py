@@ -14,8 +14,7 @@ gateway never both pass: of many concurrent put-if-absent PUTs of a key exactly 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 
 from s3kv.errors import RequestError
@@ -113,17 +112,48 @@ class KeyLocks:
     def __len__(self) -> int:
         return len(self._locks)
 
-    @contextlib.asynccontextmanager
-    async def hold(self, bucket: str, key: bytes) -> AsyncIterator[None]:
-        k = (bucket, key)
-        lock, users = self._locks.get(k, (asyncio.Lock(), 0))
+    def hold(self, bucket: str, key: bytes) -> KeyHold:
+        """``async with locks.hold(bucket, key):`` the key's lock is held inside."""
+        return KeyHold(self, (bucket, key))
+
+    def acquire_for(self, k: tuple[str, bytes]) -> asyncio.Lock:
+        """Count one more user of ``k``'s lock (made if none) and return it."""
+        lock, users = self._locks.get(k, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
         self._locks[k] = (lock, users + 1)
+        return lock
+
+    def release_for(self, k: tuple[str, bytes]) -> None:
+        """One user of ``k``'s lock fewer; the last one forgets the lock."""
+        lock, users = self._locks[k]
+        if users <= 1:
+            del self._locks[k]
+        else:
+            self._locks[k] = (lock, users - 1)
+
+
+class KeyHold:
+    """The async context manager of :meth:`KeyLocks.hold` (a class, not a generator-based
+    contextmanager: it is entered on every PUT)."""
+
+    __slots__ = ("_key", "_lock", "_locks")
+
+    def __init__(self, locks: KeyLocks, key: tuple[str, bytes]) -> None:
+        self._locks = locks
+        self._key = key
+        self._lock: asyncio.Lock | None = None
+
+    async def __aenter__(self) -> None:
+        lock = self._locks.acquire_for(self._key)
         try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[k]
-            if users <= 1:
-                del self._locks[k]
-            else:
-                self._locks[k] = (lock, users - 1)
+            await lock.acquire()
+        except BaseException:
+            self._locks.release_for(self._key)
+            raise
+        self._lock = lock
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._lock is not None
+        self._lock.release()
+        self._locks.release_for(self._key)

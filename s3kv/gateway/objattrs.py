@@ -8,6 +8,7 @@ versions can add fields that older gateways ignore.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -122,8 +123,29 @@ def _too_large() -> RequestError:
                         "metadata size.")
 
 
+#: attributes up to this size are decoded once and remembered (at most ~1 MiB in all)
+_REMEMBERED_ATTRS_BYTES = 512
+
+
 def attrs_of(meta: BlockMeta) -> ObjectAttrs:
-    return ObjectAttrs.decode(meta.attrs) if meta.attrs else ObjectAttrs()
+    if not meta.attrs:
+        return ObjectAttrs()
+    if len(meta.attrs) <= _REMEMBERED_ATTRS_BYTES:
+        return _decoded(meta.attrs)
+    return ObjectAttrs.decode(meta.attrs)
+
+
+@functools.lru_cache(maxsize=1024)
+def _decoded(data: bytes) -> ObjectAttrs:
+    """ObjectAttrs.decode, remembered: objects often share their attributes (the same content
+    type, no metadata), and ObjectAttrs is immutable."""
+    return ObjectAttrs.decode(data)
+
+
+@functools.lru_cache(maxsize=1024)
+def http_date(seconds: int) -> str:
+    """An HTTP date (Last-Modified), remembered per second."""
+    return formatdate(seconds, usegmt=True)
 
 
 def fast_etag(crc: int, size: int) -> str:
@@ -171,7 +193,7 @@ def response_headers(meta: BlockMeta, attrs: ObjectAttrs, query: Mapping[str, st
     """Headers of a GET/HEAD answer: stored content headers (overridden by ``response-*``
     query parameters), user metadata, and the checksum if asked for (``checksum``)."""
     out = {"ETag": object_etag(meta, attrs),
-           "Last-Modified": formatdate(int(meta.written_at), usegmt=True),
+           "Last-Modified": http_date(int(meta.written_at)),
            "Accept-Ranges": "bytes"}
     stored = dict(attrs.headers)
     stored.setdefault("Content-Type", DEFAULT_CONTENT_TYPE)

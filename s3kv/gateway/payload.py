@@ -48,7 +48,7 @@ from s3kv.wire.sigv4 import (
     parse_payload_mode,
     signature,
 )
-from s3kv.wire.sigv4_verify import AuthContext, header_values
+from s3kv.wire.sigv4_verify import AuthContext, collect_headers
 
 PIECE_SIZE = 1 * MiB
 _MAX_LINE = 4096
@@ -81,8 +81,8 @@ class BodyResult:
         return f'"{self.md5_hex}"' if self.md5_hex else None
 
 
-def _int_header(headers: Mapping[str, str], name: str) -> int | None:
-    values = header_values(headers, name)
+def _int_header(headers: dict[str, list[str]], name: str) -> int | None:
+    values = headers.get(name)
     if not values:
         return None
     try:
@@ -102,6 +102,12 @@ def _b64(value: str, size: int) -> bytes | None:
     return raw if len(raw) == size else None
 
 
+#: the headers a body reader looks at, collected in one pass over the request's headers
+_HEADERS = frozenset({"x-amz-content-sha256", "x-amz-decoded-content-length", "x-amz-trailer",
+                      "x-amz-sdk-checksum-algorithm", "content-encoding", "content-length",
+                      "content-md5", *(f"x-amz-checksum-{a}" for a in ALGORITHMS)})
+
+
 class BodyReader:
     def __init__(self, stream: ByteStream, headers: Mapping[str, str],
                  auth: AuthContext | None = None, *, max_size: int,
@@ -111,30 +117,29 @@ class BodyReader:
         self._auth = auth
         self._max_size = max_size
         self._piece = piece_size
+        found = collect_headers(headers, _HEADERS)
         if auth is not None:
             self.mode, self._content_sha = auth.payload_mode, auth.content_sha256
         else:
-            sha = header_values(headers, "x-amz-content-sha256")
+            sha = found.get("x-amz-content-sha256")
             self.mode, self._content_sha = (parse_payload_mode(sha[0].strip()) if sha
                                             else (PayloadMode.UNSIGNED, None))
-        encodings = ",".join(header_values(headers, "content-encoding"))
+        encodings = ",".join(found.get("content-encoding", ()))
         aws_chunked = "aws-chunked" in [e.strip() for e in encodings.split(",")]
         if aws_chunked and not self.mode.streaming:
             raise RequestError("InvalidRequest", "Content-Encoding aws-chunked needs a "
                                "STREAMING-* x-amz-content-sha256")
-        length = _int_header(headers, "content-length")
+        length = _int_header(found, "content-length")
         #: the payload size the client announced (None: unknown, read to the end)
-        self.declared_size = (_int_header(headers, "x-amz-decoded-content-length")
+        self.declared_size = (_int_header(found, "x-amz-decoded-content-length")
                               if self.mode.streaming else length)
         if self.declared_size is not None and self.declared_size > max_size:
             raise self._too_large()
-        self._md5_expected = None
-        md5_header = header_values(headers, "content-md5")
-        if md5_header:
-            self._md5_expected = _b64(md5_header[0], 16)
-            if self._md5_expected is None:
-                raise RequestError("InvalidDigest", "The Content-MD5 you specified was invalid.")
-        self._algo, self._expected_b64 = self._checksum_headers(headers)
+        md5_header = found.get("content-md5")
+        self._md5_expected = _b64(md5_header[0], 16) if md5_header else None
+        if md5_header and self._md5_expected is None:
+            raise RequestError("InvalidDigest", "The Content-MD5 you specified was invalid.")
+        self._algo, self._expected_b64 = self._checksum_headers(found)
         self._md5 = hashlib.md5() if (md5 or self._md5_expected is not None) else None
         self._checksum: Checksum | None = None
         self._sha = hashlib.sha256() if self._content_sha is not None else None
@@ -155,11 +160,10 @@ class BodyReader:
 
     # -- header checks ------------------------------------------------------------------------
 
-    def _checksum_headers(self, headers: Mapping[str, str]) -> tuple[str | None, str | None]:
-        found = [(a, header_values(headers, f"x-amz-checksum-{a}")) for a in ALGORITHMS]
-        found = [(a, v) for a, v in found if v]
+    def _checksum_headers(self, headers: dict[str, list[str]]) -> tuple[str | None, str | None]:
+        found = [(a, v) for a in ALGORITHMS if (v := headers.get(f"x-amz-checksum-{a}"))]
         trailer_names = [t.strip().lower() for t in
-                         ",".join(header_values(headers, "x-amz-trailer")).split(",") if t.strip()]
+                         ",".join(headers.get("x-amz-trailer", ())).split(",") if t.strip()]
         if trailer_names and not self.mode.trailer:
             raise RequestError("InvalidRequest", "x-amz-trailer needs a *-TRAILER "
                                "x-amz-content-sha256")
@@ -173,7 +177,7 @@ class BodyReader:
         if len(found) + len(trailer_algos) > 1:
             raise RequestError("InvalidRequest", "Expecting a single x-amz-checksum- header. "
                                "Multiple checksum Types are not allowed.")
-        sdk = header_values(headers, "x-amz-sdk-checksum-algorithm")
+        sdk = headers.get("x-amz-sdk-checksum-algorithm")
         algo: str | None = found[0][0] if found else (trailer_algos[0] if trailer_algos
                                                       else None)
         if sdk and sdk[0].strip().lower() != algo:

@@ -34,7 +34,7 @@ def parse_target(request: web.Request, domain: str) -> Target:
     except UnicodeDecodeError:
         raise RequestError("InvalidURI", "Couldn't parse the specified URI: the path is not "
                            "valid UTF-8 once percent-decoded.") from None
-    query = dict(parse_qsl(raw_query, keep_blank_values=True))
+    query = dict(parse_qsl(raw_query, keep_blank_values=True)) if raw_query else {}
     host = (request.host or "").split(":")[0].lower()
     if domain and host.endswith("." + domain.lower()):
         bucket = host[: -len(domain) - 1]

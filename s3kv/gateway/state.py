@@ -56,23 +56,27 @@ class GatewayState:
     verifier_v2: SigV2Verifier | None = None
     shutting_down: bool = False
     inflight: int = 0  # requests being handled now (the middleware counts them)
-    _idle: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    #: set when the last request in flight leaves; exists only while drain() waits for it
+    _idle: asyncio.Event | None = field(default=None, repr=False)
 
     def enter(self) -> None:
         self.inflight += 1
-        self._idle.clear()
 
     def leave(self) -> None:
         self.inflight -= 1
-        if not self.inflight:
+        if not self.inflight and self._idle is not None:
             self._idle.set()
 
     async def drain(self, grace: float) -> int:
         """Wait until no request is in flight, at most ``grace`` seconds; the number left."""
         if self.inflight:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(grace):
-                    await self._idle.wait()
+            idle = self._idle = asyncio.Event()
+            try:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(grace):
+                        await idle.wait()
+            finally:
+                self._idle = None
         return self.inflight
 
 

@@ -99,6 +99,8 @@ def canonical_query(query: str | Mapping[str, str], *, drop: str | None = None) 
     """The canonical query string: names and values encoded strictly, sorted by name then value,
     repeated names kept. ``query``: as on the request line (each part is decoded first) or the
     decoded parameters; ``drop``: a parameter left out (a presigned URL's X-Amz-Signature)."""
+    if not query:
+        return ""
     if isinstance(query, str):
         split = (part.partition("=") for part in query.split("&") if part)
         items: Iterable[tuple[str, str]] = ((unquote(n), unquote(v)) for n, _, v in split)
@@ -114,7 +116,8 @@ def canonical_query(query: str | Mapping[str, str], *, drop: str | None = None) 
 
 def trim(value: str) -> str:
     """A header value as it is signed: stripped, runs of spaces made one."""
-    return _SPACES.sub(" ", value.strip())
+    value = value.strip()
+    return _SPACES.sub(" ", value) if "  " in value else value
 
 
 def canonical_request(method: str, path: str, query: str, headers: Iterable[tuple[str, str]],
@@ -141,7 +144,7 @@ def chunk_string_to_sign(kind: str, amz_date: str, scope: str, previous: str,
 
 
 def signature(signing_key: bytes, to_sign: str) -> str:
-    return hmac.new(signing_key, to_sign.encode(), hashlib.sha256).hexdigest()
+    return hmac.digest(signing_key, to_sign.encode(), "sha256").hex()
 
 
 # -- the signer ------------------------------------------------------------------------------

@@ -85,9 +85,25 @@ def header_values(headers: Mapping[str, str], name: str) -> list[str]:
     return [] if value is None else [value]
 
 
+def collect_headers(headers: Mapping[str, str], names: frozenset[str]) -> dict[str, list[str]]:
+    """The values of each header of ``names`` (lowercase) present, in one pass over the headers
+    (the lookups of :func:`header_values` for many names, each a visit of the headers)."""
+    found: dict[str, list[str]] = {}
+    for name, value in headers.items():
+        low = name.lower()
+        if low in names:
+            found.setdefault(low, []).append(value)
+    return found
+
+
 def signed_header_values(headers: Mapping[str, str], signed: list[str]) -> list[tuple[str, str]]:
     """(name, value) of each signed header, repeated headers' trimmed values joined by ``,``."""
-    return [(name, ",".join(trim(v) for v in header_values(headers, name))) for name in signed]
+    out = []
+    for name in signed:
+        values = header_values(headers, name)
+        out.append((name, trim(values[0]) if len(values) == 1
+                    else ",".join(trim(v) for v in values)))
+    return out
 
 
 def parse_stamp(text: str) -> datetime:
@@ -100,18 +116,33 @@ def parse_stamp(text: str) -> datetime:
     return datetime(y, mo, d, h, mi, s, tzinfo=UTC)
 
 
-def _parse_amz_date(text: str, what: str) -> datetime:
-    try:
-        return parse_stamp(text)
-    except ValueError:
-        raise _bad("AccessDenied", f"invalid {what} {text!r}: expected YYYYMMDDTHHMMSSZ",
-                   403) from None
+#: x-amz-date -> seconds since the epoch; every request of the same second has the same one
+_STAMP_SECONDS: dict[str, float] = {}
+
+
+def _amz_date_seconds(text: str, what: str) -> float:
+    """``parse_stamp(text).timestamp()``, remembered for the last few stamps seen."""
+    seconds = _STAMP_SECONDS.get(text)
+    if seconds is None:
+        try:
+            seconds = parse_stamp(text).timestamp()
+        except ValueError:
+            raise _bad("AccessDenied", f"invalid {what} {text!r}: expected YYYYMMDDTHHMMSSZ",
+                       403) from None
+        if len(_STAMP_SECONDS) >= 64:
+            _STAMP_SECONDS.clear()
+        _STAMP_SECONDS[text] = seconds
+    return seconds
 
 
 def _as_datetime(now: datetime | float) -> datetime:
     if isinstance(now, datetime):
         return now if now.tzinfo else now.replace(tzinfo=UTC)
     return datetime.fromtimestamp(now, UTC)
+
+
+def _as_seconds(now: datetime | float) -> float:
+    return _as_datetime(now).timestamp() if isinstance(now, datetime) else now
 
 
 def has_auth(raw_query: str, headers: Mapping[str, str]) -> bool:
@@ -132,6 +163,9 @@ class SigV4Verifier:
         self._credentials = dict(credentials)
         self._region = region
         self._max_skew = max_skew
+        self._max_skew_seconds = max_skew.total_seconds()
+        #: Credential= value -> (access key, date, region), once checked
+        self._scopes: dict[str, tuple[str, str, str]] = {}
         self._keys: dict[tuple[str, str, str], bytes] = {}
 
     def _signing_key(self, access_key: str, date: str, region: str) -> bytes:
@@ -157,13 +191,13 @@ class SigV4Verifier:
             return self._verify_presigned(method, raw_path, raw_query, params, headers,
                                           _as_datetime(now))
         if has_header:
-            return self._verify_header(method, raw_path, raw_query, headers, _as_datetime(now))
+            return self._verify_header(method, raw_path, raw_query, headers, _as_seconds(now))
         raise _bad("AccessDenied", "Access Denied: the request is not signed", 403)
 
     # -- header auth ------------------------------------------------------------------------
 
     def _verify_header(self, method: str, raw_path: str, raw_query: str,
-                       headers: Mapping[str, str], now: datetime) -> AuthContext:
+                       headers: Mapping[str, str], now: float) -> AuthContext:
         auth = header_values(headers, "authorization")[0].strip()
         algorithm, _, rest = auth.partition(" ")
         if algorithm != ALGORITHM:
@@ -188,19 +222,20 @@ class SigV4Verifier:
         amz = header_values(headers, "x-amz-date")
         if amz:
             amz_date = amz[0].strip()
-            when = _parse_amz_date(amz_date, "x-amz-date")
+            when = _amz_date_seconds(amz_date, "x-amz-date")
         else:
             raw_date = header_values(headers, "date")
             try:
-                when = parsedate_to_datetime(raw_date[0]).astimezone(UTC)
+                date_time = parsedate_to_datetime(raw_date[0]).astimezone(UTC)
             except (IndexError, TypeError, ValueError):
                 raise _bad("AccessDenied", "AWS authentication requires a valid Date or "
                            "x-amz-date header", 403) from None
-            amz_date = when.strftime(AMZ_DATE_FMT)
+            amz_date = date_time.strftime(AMZ_DATE_FMT)
+            when = date_time.timestamp()
         if amz_date[:8] != date:
             raise _bad("AuthorizationHeaderMalformed", f"invalid credential date {date!r}: it "
                        f"is not the date of the request ({amz_date[:8]})")
-        if abs(now - when) > self._max_skew:
+        if abs(now - when) > self._max_skew_seconds:
             raise _bad("RequestTimeTooSkewed", "The difference between the request time and the "
                        "server's time is too large.", 403)
         sha = header_values(headers, "x-amz-content-sha256")
@@ -270,6 +305,16 @@ class SigV4Verifier:
     # -- shared ----------------------------------------------------------------------------
 
     def _check_credential(self, credential: str, code: str) -> tuple[str, str, str]:
+        known = self._scopes.get(credential)
+        if known is not None:
+            return known
+        checked = self._check_new_credential(credential, code)
+        if len(self._scopes) > 256:
+            self._scopes.clear()
+        self._scopes[credential] = checked
+        return checked
+
+    def _check_new_credential(self, credential: str, code: str) -> tuple[str, str, str]:
         parts = credential.split("/")
         if len(parts) != 5 or not parts[0]:
             raise _bad(code, f"the credential {credential!r} is malformed; expecting "
@@ -299,18 +344,20 @@ class SigV4Verifier:
         cheaders = signed_header_values(headers, signed)
         signed_names = ";".join(signed)
         path = raw_path or "/"
-        candidates = [path]
-        normalised = uri_encode(unquote(path), keep_slash=True)
-        if normalised != path:
-            candidates.append(normalised)
-        ok = False
-        for cpath in candidates:
+        given_bytes = given.encode("utf-8", "surrogateescape")
+
+        def matches(cpath: str) -> bool:
             creq = canonical_request(method.upper(), cpath, cquery, cheaders, signed_names,
                                      hashed_payload)
             expected = signature(key, string_to_sign(amz_date, scope, creq))
             # bytes: compare_digest raises TypeError on str with non-ASCII characters
-            ok = hmac.compare_digest(expected.encode(),
-                                     given.encode("utf-8", "surrogateescape")) or ok
+            return hmac.compare_digest(expected.encode(), given_bytes)
+
+        # the path as sent; the normalised one (reserved characters encoded) only if that fails
+        ok = matches(path)
+        if not ok:
+            normalised = uri_encode(unquote(path), keep_slash=True)
+            ok = normalised != path and matches(normalised)
         if not ok or not _SIG_RE.match(given):
             raise _bad("SignatureDoesNotMatch", "The request signature we calculated does not "
                        "match the signature you provided. Check your key and signing method.",

@@ -93,6 +93,26 @@ def test_every_s3_model_operation_is_classified() -> None:
     assert seen_implemented == IMPLEMENTED
 
 
+def test_classification_is_the_same_when_remembered() -> None:
+    """classify() remembers a request's shape (method, level, parameter names, selecting
+    headers): the values are still checked on every request, and refusals are never kept."""
+    for _ in range(2):
+        assert classify("GET", Level.OBJECT, {"versionId": ["null"]}, {}).name == "GetObject"
+        with pytest.raises(RequestError) as info:
+            classify("GET", Level.OBJECT, {"versionId": ["v2"]}, {})
+        assert (info.value.status, info.value.code) == (501, "NotImplemented")
+        with pytest.raises(RequestError) as info:
+            classify("GET", Level.OBJECT, {"acl": [""]}, {})
+        assert info.value.status == 501
+        with pytest.raises(RequestError) as info:
+            classify("GET", Level.OBJECT, {"partNumber": ["1", "2"]}, {})
+        assert info.value.code == "InvalidArgument"
+        assert classify("PUT", Level.OBJECT, {}, {}).name == "PutObject"
+        with pytest.raises(RequestError) as info:  # the header selects CopyObject: 501
+            classify("PUT", Level.OBJECT, {}, {"x-amz-copy-source": "/b/k"})
+        assert info.value.status == 501
+
+
 # -- boto3: object subresources change nothing -------------------------------------------------
 
 @pytest.mark.parametrize("call", [

@@ -108,3 +108,49 @@ async def test_key_locks_serialise_and_forget() -> None:
     assert order.index("a-") < order.index("b+")  # same key: one at a time
     assert order.index("c+") < order.index("a-")  # another key: not held up
     assert len(locks) == 0
+
+
+async def test_key_locks_forget_a_waiter_that_is_cancelled() -> None:
+    locks = KeyLocks()
+    held = asyncio.Event()
+    release = asyncio.Event()
+
+    async def holder() -> None:
+        async with locks.hold("b", b"k"):
+            held.set()
+            await release.wait()
+
+    async def waiter() -> None:
+        async with locks.hold("b", b"k"):
+            pytest.fail("entered while the key was held")
+
+    first = asyncio.create_task(holder())
+    await held.wait()
+    second = asyncio.create_task(waiter())
+    await asyncio.sleep(0.01)
+    second.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    assert len(locks) == 1  # the holder only
+    release.set()
+    await first
+    assert len(locks) == 0
+    with pytest.raises(ValueError):  # an error inside: the lock is released and forgotten
+        async with locks.hold("b", b"k"):
+            raise ValueError
+    assert len(locks) == 0
+
+
+def test_attrs_and_dates_remembered_are_the_same() -> None:
+    from email.utils import formatdate
+
+    from s3kv.gateway.objattrs import attrs_of, http_date
+
+    for attrs in (ObjectAttrs(etag="e", headers=(("Content-Type", "text/plain"),)),
+                  ObjectAttrs(meta=(("big", "v" * 2000),))):  # over the remembered size
+        blob = attrs.encode()
+        meta = BlockMeta(b"k", 1, 0, 1700000000.5, 0, blob)
+        assert attrs_of(meta) == attrs_of(meta) == ObjectAttrs.decode(blob) == attrs
+    assert attrs_of(BlockMeta(b"k", 1, 0, 0.0, 0, b"")) == ObjectAttrs()
+    for t in (0, 1700000000, 1700000001):
+        assert http_date(t) == http_date(t) == formatdate(t, usegmt=True)

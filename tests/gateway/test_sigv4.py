@@ -218,3 +218,77 @@ def test_parse_stamp_matches_strptime_and_rejects_the_rest() -> None:
                 "", "\uff12\uff10\uff12\uff161130T120000Z", "20261130t120000z"):  # fullwidth digits
         with pytest.raises(ValueError):
             parse_stamp(bad)
+
+
+def test_path_signed_encoded_but_sent_raw_is_accepted() -> None:
+    """A client that signed ``/bkt/a%2Bb`` but sent ``/bkt/a+b`` (the second, normalised
+    candidate path); the path as sent is still the one tried first."""
+    path, query, h = _signed("GET", f"{ENDPOINT}/bkt/a%2Bb%21")
+    assert path == "/bkt/a%2Bb%21"
+    _verify("GET", path, query, h)
+    _verify("GET", "/bkt/a+b!", query, h)
+    assert _code(_verify, "GET", "/bkt/a+c!", query, h) == "SignatureDoesNotMatch"
+
+
+def test_date_header_instead_of_x_amz_date() -> None:
+    from email.utils import formatdate
+
+    from s3kv.wire.sigv4 import (
+        UNSIGNED,
+        canonical_request,
+        credential_scope,
+        derive_signing_key,
+        signature,
+        string_to_sign,
+    )
+
+    now = time.time()
+    stamp = datetime.fromtimestamp(int(now), UTC)
+    day, amz = stamp.strftime("%Y%m%d"), stamp.strftime("%Y%m%dT%H%M%SZ")
+    h: CIMultiDict[str] = CIMultiDict({"Host": "localhost:9470",
+                                       "Date": formatdate(int(now), usegmt=True),
+                                       "x-amz-content-sha256": UNSIGNED})
+    names = ["date", "host", "x-amz-content-sha256"]
+    creq = canonical_request("GET", "/bkt/key", "", [(n, h[n]) for n in names], ";".join(names),
+                             UNSIGNED)
+    scope = credential_scope(day, "us-east-1")
+    sig = signature(derive_signing_key(SK, day, "us-east-1"), string_to_sign(amz, scope, creq))
+    h["Authorization"] = (f"AWS4-HMAC-SHA256 Credential={AK}/{scope}, "
+                          f"SignedHeaders={';'.join(names)}, Signature={sig}")
+    assert _verify("GET", "/bkt/key", "", h, now).amz_date == amz
+    assert _code(_verify, "GET", "/bkt/key", "", h, now + 16 * 60) == "RequestTimeTooSkewed"
+    assert _code(_verify, "GET", "/bkt/key", "", h, datetime.fromtimestamp(now - 16 * 60, UTC)
+                 ) == "RequestTimeTooSkewed"
+
+
+def test_remembered_credentials_and_stamps_check_every_request() -> None:
+    verifier = SigV4Verifier({AK: SK})
+    path, query, h = _signed("GET", f"{ENDPOINT}/bkt/key")
+    for _ in range(2):  # the second time from the verifier's memory of scope and stamp
+        verifier.verify("GET", path, query, h, time.time())
+        with pytest.raises(RequestError) as info:
+            verifier.verify("GET", path + "x", query, h, time.time())
+        assert info.value.code == "SignatureDoesNotMatch"
+        with pytest.raises(RequestError) as info:
+            verifier.verify("GET", path, query, h, time.time() + 16 * 60)
+        assert info.value.code == "RequestTimeTooSkewed"
+    _, _, other = _signed("GET", f"{ENDPOINT}/bkt/key", secret="bad")
+    other["Authorization"] = other["Authorization"].replace(AK, "AKIDUNKNOWN")
+    for _ in range(2):
+        with pytest.raises(RequestError) as info:
+            verifier.verify("GET", path, query, other, time.time())
+        assert info.value.code == "InvalidAccessKeyId"
+
+
+def test_collect_headers_is_header_values_in_one_pass() -> None:
+    from s3kv.wire.sigv4_verify import collect_headers, header_values
+
+    h: CIMultiDict[str] = CIMultiDict([("Content-MD5", "a"), ("X-Amz-Trailer", "t1"),
+                                       ("Host", "h"), ("x-amz-trailer", "t2"),
+                                       ("CONTENT-LENGTH", "5")])
+    names = frozenset({"content-md5", "x-amz-trailer", "content-length", "x-amz-date"})
+    found = collect_headers(h, names)
+    assert found == {"content-md5": ["a"], "x-amz-trailer": ["t1", "t2"],
+                     "content-length": ["5"]}
+    for name in names:
+        assert found.get(name, []) == header_values(h, name)
