@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from s3kv.backends.base import Sink
 from s3kv.errors import BackendError, BackendUnavailable, ObjectMissing
-from s3kv.wire.fastget import GetPool, ProtocolError
+from s3kv.wire.fastget import GetPool, Landing, ProtocolError
 from s3kv.wire.sigv4 import EMPTY_SHA256, Credentials, Signer, quote_path
 
 _CODE = re.compile(rb"<Code>([^<]{1,64})</Code>")
@@ -74,15 +74,7 @@ class RangedReader:
         signer = await self._current_signer()
         signer.sign("GET", urlsplit(endpoint).netloc, path, "", headers,
                     payload_hash=EMPTY_SHA256)
-        got = 0
-
-        def bounded(view: memoryview) -> None:  # never more than asked, whatever is sent
-            nonlocal got
-            n = min(len(view), length - got)
-            if n > 0:
-                got += n
-                sink(view[:n])
-
+        bounded = _Bounded(sink, length)
         try:
             # a 200 is the whole object (the server ignored Range): its bytes are not the
             # range's unless the range starts at 0, so they never reach the sink
@@ -91,7 +83,7 @@ class RangedReader:
         except (ProtocolError, OSError) as exc:  # ConnectionError is an OSError
             raise BackendUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
         if resp.status == 206 or (resp.status == 200 and start == 0 and resp.size == length):
-            return got
+            return bounded.got
         if resp.status == 200:
             raise BackendError(f"{what}: the server ignored the Range header", transient=False,
                                status=200)
@@ -106,3 +98,31 @@ class RangedReader:
 
     def close(self) -> None:
         self._pool.close()
+
+
+class _Bounded:
+    """The caller's sink, fed never more than ``length`` bytes whatever is sent; a sink that
+    takes bytes in place (``fastget.Landing``) still can, within the same bound."""
+
+    def __init__(self, sink: Sink, length: int) -> None:
+        self._sink = sink
+        self._landing = sink if isinstance(sink, Landing) else None
+        self._length = length
+        self.got = 0
+
+    def __call__(self, view: memoryview) -> None:
+        n = min(len(view), self._length - self.got)
+        if n > 0:
+            self.got += n
+            self._sink(view[:n])
+
+    def space(self) -> memoryview | None:
+        if self._landing is None or self.got >= self._length:
+            return None
+        space = self._landing.space()
+        return None if space is None else space[:self._length - self.got]
+
+    def landed(self, n: int) -> None:
+        assert self._landing is not None
+        self.got += n
+        self._landing.landed(n)

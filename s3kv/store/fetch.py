@@ -57,6 +57,27 @@ async def checksum_async(data: Pieces) -> int:
     return layout.checksum_pieces(parts)
 
 
+class _RunSink:
+    """A run's bytes as the backend streams them, counted as they arrive (a request may have
+    all its blocks before the GET ends), received in place where the backend can
+    (``fastget.Landing``)."""
+
+    def __init__(self, run: RunRead, stats: StoreStats) -> None:
+        self._run = run
+        self._stats = stats
+
+    def __call__(self, view: memoryview) -> None:
+        self._stats.backend_read_bytes += len(view)
+        self._run.feed(view)
+
+    def space(self) -> memoryview | None:
+        return self._run.space()
+
+    def landed(self, n: int) -> None:
+        self._stats.backend_read_bytes += n
+        self._run.landed(n)
+
+
 class BlockFetcher:
     """Reads blocks for the store; knows the store's parts, not the store."""
 
@@ -217,11 +238,7 @@ class BlockFetcher:
                 return
             key = segment_key(self.prefix, info.name)
             backend, stats = self.backend, self.stats
-
-            def sink(view: memoryview) -> None:  # counted as the bytes arrive: a request may
-                stats.backend_read_bytes += len(view)  # have all its blocks before the GET ends
-                run.feed(view)
-
+            sink = _RunSink(run, stats)
             viewer = self._viewers()[0]
 
             async def attempt() -> int:

@@ -5,8 +5,10 @@ backend delivers them, into one buffer per block; a block's future resolves as s
 byte is in, so the first block of a 64 MiB read goes out while the rest is still on its way,
 and no buffer is larger than a block. Gaps between blocks (alignment) are skipped.
 
-A backend that lends the run as a view of its own memory (a memory map) hands it to ``lend``
-instead: each block is then a view of that view, no copy at all.
+A backend that can receive in place (the S3 backend's ranged reads, ``fastget.Landing``) asks
+``space`` where the next bytes belong and reports them with ``landed``: they are received
+straight into the block's buffer, no copy at all. A backend that lends the run as a view of its
+own memory (a memory map) hands it to ``lend`` instead: each block is then a view of that view.
 
 A retried read starts again from the run's first byte: blocks already complete are kept and
 their bytes skipped. When the read ends (complete, short or failed), ``finish`` resolves every
@@ -72,6 +74,31 @@ class RunRead:
                     fut.set_result(self._buf)
                 self._buf = None
                 self._next += 1
+
+    def space(self) -> memoryview | None:
+        """The rest of the block the next bytes belong to, to be received in place (then
+        ``landed``); None where they must come through ``feed`` (a gap, a block already
+        complete on a retry, the end of the run)."""
+        if self._next >= len(self._extents):
+            return None
+        off, length = self._extents[self._next]
+        fut = self._blocks.get((off, length))
+        if self._pos < off or fut is None or fut.done():
+            return None
+        if self._buf is None:
+            self._buf = memoryview(bytearray(length))
+        return self._buf[self._pos - off:]
+
+    def landed(self, n: int) -> None:
+        """``n`` bytes were received into the last ``space``."""
+        off, length = self._extents[self._next]
+        self._pos += n
+        if self._pos == off + length:
+            fut = self._blocks.get((off, length))
+            if fut is not None and not fut.done():
+                fut.set_result(self._buf)
+            self._buf = None
+            self._next += 1
 
     def lend(self, view: memoryview) -> None:
         """The whole run as one view (fewer bytes only at the object's end): every block still

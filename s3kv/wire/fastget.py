@@ -9,6 +9,11 @@ Only what a GET needs of HTTP/1.1: one request at a time per keep-alive connecti
 delimited by Content-Length (S3 servers answer GETs with it); a chunked response is accepted
 for short (error) bodies only, and one with neither is read to the end of the connection.
 
+A sink that is also a :class:`Landing` offers the memory the next body bytes belong in (the
+S3 backend's ranged reads: the block being read), and the kernel receives them straight into
+it: no copy out of the connection's buffer. Bytes it has no place for (a gap between blocks,
+the end of the head's read) go through the sink as before.
+
 Used by warp's S3 client for its GETs and by the S3 backend's ranged reads
 (:mod:`s3kv.backends.ranged`).
 """
@@ -19,6 +24,7 @@ import asyncio
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from s3kv.clock import now_ns
@@ -32,6 +38,22 @@ Sink = Callable[[memoryview], None]
 
 class ProtocolError(Exception):
     pass
+
+
+@runtime_checkable
+class Landing(Protocol):
+    """A sink that can take body bytes in place."""
+
+    def __call__(self, view: memoryview) -> None: ...
+
+    def space(self) -> memoryview | None:
+        """Writable memory for the next body bytes, at most as many as belong there; None:
+        none now (they come through ``__call__``)."""
+        ...
+
+    def landed(self, n: int) -> None:
+        """``n`` bytes were received into the start of the last ``space()``."""
+        ...
 
 
 @dataclass
@@ -53,6 +75,8 @@ class _GetProtocol(asyncio.BufferedProtocol):
         self._waiter: asyncio.Future[Response] | None = None
         self._resp = Response()
         self._sink: Sink | None = None
+        self._landing: Landing | None = None
+        self._landed = False  # the last get_buffer handed out the landing's memory
         self._sink_statuses: frozenset[int] | None = None
         self._left = -1  # body bytes still expected; -1: until the connection closes
         self._in_head = True
@@ -70,6 +94,7 @@ class _GetProtocol(asyncio.BufferedProtocol):
         assert self.transport is not None
         self._waiter = asyncio.get_running_loop().create_future()
         self._resp, self._sink, self._sink_statuses = Response(), sink, sink_statuses
+        self._landing = sink if isinstance(sink, Landing) else None
         self._head_len, self._in_head, self._left, self._chunked = 0, True, -1, False
         self.transport.write(request)
         return self._waiter
@@ -82,6 +107,13 @@ class _GetProtocol(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._in_head:
             return memoryview(self._head)[self._head_len:]
+        self._landed = False
+        if self._landing is not None and self._left > 0 and not self._chunked \
+                and self._to_sink():
+            space = self._landing.space()
+            if space is not None and len(space):
+                self._landed = True
+                return space[:self._left]
         return self._body_buf
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -107,6 +139,15 @@ class _GetProtocol(asyncio.BufferedProtocol):
             if len(rest):
                 self._body(rest)
             elif self._left == 0:
+                self._finish()
+            return
+        if self._landed:
+            self._landed = False
+            self._left -= nbytes
+            self._resp.size += nbytes
+            assert self._landing is not None
+            self._landing.landed(nbytes)
+            if self._left == 0:
                 self._finish()
             return
         self._body(self._body_buf[:nbytes])
@@ -157,14 +198,18 @@ class _GetProtocol(asyncio.BufferedProtocol):
             elif len(r.error_body) > ERROR_BODY_LIMIT:
                 self._fail(ProtocolError("chunked response body too large"))
             return
-        if (r.status >= 300 if self._sink_statuses is None
-                else r.status not in self._sink_statuses):
+        if not self._to_sink():
             if len(r.error_body) < ERROR_BODY_LIMIT:
                 r.error_body += bytes(data)
         elif self._sink is not None:
             self._sink(data)
         if self._left == 0:
             self._finish()
+
+    def _to_sink(self) -> bool:
+        """Whether this response's body goes to the sink (else: it is an error's)."""
+        status = self._resp.status
+        return status < 300 if self._sink_statuses is None else status in self._sink_statuses
 
     def _finish(self) -> None:
         if self._waiter is not None and not self._waiter.done():

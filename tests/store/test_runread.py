@@ -108,3 +108,37 @@ def test_a_block_asked_twice_is_given_to_both() -> None:
         assert bytes(await run.block(locs[0]) or b"") == want
 
     asyncio.run(go())
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(1, 3000), min_size=1, max_size=8),
+       gap=st.integers(0, 700), chunks=st.lists(st.integers(1, 5000), max_size=40),
+       in_place=st.lists(st.booleans(), max_size=40))
+def test_bytes_received_in_place_give_the_same_blocks(sizes: list[int], gap: int,
+                                                      chunks: list[int],
+                                                      in_place: list[bool]) -> None:
+    """A backend receiving into ``space`` where it can (``landed``) and through ``feed``
+    where it cannot, in any mix and any chunking, gives every block whole."""
+    async def go() -> None:
+        seg, locs = _layout(sizes, [0] + [gap] * (len(sizes) - 1))
+        run = _run(locs)
+        data = memoryview(seg)[locs[0].offset:locs[-1].offset + locs[-1].length]
+        pos, i = 0, 0
+        while pos < len(data):
+            want = chunks[i % len(chunks)] if chunks else len(data)
+            space = run.space() if in_place and in_place[i % len(in_place)] else None
+            if space is not None:
+                n = min(want, len(space), len(data) - pos)
+                space[:n] = data[pos:pos + n]
+                run.landed(n)
+            else:
+                n = min(want, len(data) - pos)
+                run.feed(data[pos:pos + n])
+            pos += n
+            i += 1
+        run.finish()
+        for loc in locs:
+            got = await run.block(loc)
+            assert got is not None and bytes(got) == seg[loc.offset:loc.offset + loc.length]
+
+    asyncio.run(go())

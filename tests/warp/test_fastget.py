@@ -52,3 +52,66 @@ async def _exercise() -> None:
 
 def test_keep_alive_stale_connection_and_chunked_error() -> None:
     asyncio.run(_exercise())
+
+
+class _InPlace:
+    """A sink that takes the body into its own buffer in place where it can."""
+
+    def __init__(self, size: int) -> None:
+        self.buf = bytearray(size)
+        self.pos = 0
+        self.landed_bytes = 0
+        self.fed_bytes = 0
+
+    def __call__(self, view: memoryview) -> None:
+        self.buf[self.pos:self.pos + len(view)] = view
+        self.pos += len(view)
+        self.fed_bytes += len(view)
+
+    def space(self) -> memoryview | None:
+        return memoryview(self.buf)[self.pos:] if self.pos < len(self.buf) else None
+
+    def landed(self, n: int) -> None:
+        self.pos += n
+        self.landed_bytes += n
+
+
+async def _serve_slowly(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """The head, then the body in pieces with pauses (so that it is read after the head)."""
+    while True:
+        head = await reader.readuntil(b"\r\n\r\n")
+        if head.split(b" ")[1] == b"/b/missing":
+            xml = b"<Error><Code>NoSuchKey</Code></Error>" + b" " * 5000
+            writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: %d\r\n\r\n" % len(xml))
+            await writer.drain()
+            await asyncio.sleep(0.02)
+            writer.write(xml)
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(BODY))
+            for at in range(0, len(BODY), 3000):
+                await writer.drain()
+                await asyncio.sleep(0.01)
+                writer.write(BODY[at:at + 3000])
+        await writer.drain()
+
+
+def test_a_landing_sink_receives_the_body_in_place_and_never_an_error_body() -> None:
+    async def go() -> None:
+        server = await asyncio.start_server(_serve_slowly, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        pool = GetPool()
+        try:
+            sink = _InPlace(len(BODY))
+            r = await pool.get(f"http://127.0.0.1:{port}", "/b/k", {"host": "x"}, sink)
+            assert r.status == 200 and r.size == len(BODY) and bytes(sink.buf) == BODY
+            assert sink.landed_bytes > 0  # received straight into the sink's memory
+            assert sink.landed_bytes + sink.fed_bytes == len(BODY)
+            err = _InPlace(len(BODY))
+            r = await pool.get(f"http://127.0.0.1:{port}", "/b/missing", {"host": "x"}, err)
+            assert r.status == 404 and err.landed_bytes == err.fed_bytes == 0
+        finally:
+            pool.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(go())
