@@ -68,12 +68,7 @@ class RunRead:
                 # value that is not a bytearray into a temporary one first)
                 self._buf[done:done + take] = view[:take]
             view = view[take:]
-            self._pos += take
-            if self._pos == off + length:
-                if fut is not None and not fut.done():
-                    fut.set_result(self._buf)
-                self._buf = None
-                self._next += 1
+            self._advance(take)
 
     def space(self) -> memoryview | None:
         """The rest of the block the next bytes belong to, to be received in place (then
@@ -91,6 +86,10 @@ class RunRead:
 
     def landed(self, n: int) -> None:
         """``n`` bytes were received into the last ``space``."""
+        self._advance(n)
+
+    def _advance(self, n: int) -> None:
+        """``n`` bytes of the current block are in: at its end, hand it out, go to the next."""
         off, length = self._extents[self._next]
         self._pos += n
         if self._pos == off + length:
