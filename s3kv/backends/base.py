@@ -110,7 +110,8 @@ class NowViewer(Protocol):
     already (the file backend: a mapped segment whose pages are resident)."""
 
     def view_now(self, key: str, start: int, length: int) -> memoryview | None:
-        """As ``RangeViewer.view_range``, on the event loop; None: not at hand (call that)."""
+        """As ``RangeViewer.view_range``, on the event loop; None: not at hand, or too large
+        to fault in on the loop (call that)."""
         ...
 
 

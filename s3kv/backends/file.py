@@ -142,17 +142,19 @@ class FileBackend:
     async def view_range(self, key: str, start: int, length: int) -> memoryview:
         if length <= 0:
             return memoryview(b"")
-        if length <= NOW_MAX:  # small and in memory already: no thread hop
-            now = self.view_now(key, start, length)
-            if now is not None:
-                return now
+        now = self.view_now(key, start, length)  # small and in memory already: no thread hop
+        if now is not None:
+            return now
         view = await self._run(f"GET {key}", self._maps.view, self._path(key), start, length)
         assert isinstance(view, memoryview)
         return view
 
     def view_now(self, key: str, start: int, length: int) -> memoryview | None:
-        """The range as a view, at once, if its file is mapped and its pages are in memory;
-        None otherwise (``view_range`` maps and faults it in a worker thread)."""
+        """The range as a view, at once, if it is at most ``NOW_MAX`` bytes, its file is
+        mapped and its pages are in memory; None otherwise (``view_range`` maps and faults it
+        in a worker thread)."""
+        if length > NOW_MAX:
+            return None
         return self._maps.view_now(self._path(key), start, length)
 
     async def get_object(self, key: str) -> bytes:

@@ -197,12 +197,11 @@ class BlockFetcher:
         return self._kinds[1], self._kinds[2]
 
     def _view_now(self, loc: Location) -> memoryview | None:
-        """The block's bytes lent at once by the backend, if they are in memory (and small:
-        a large range is faulted in off the loop); else None."""
+        """The block's bytes lent at once by the backend, if it can (in memory, and small
+        enough for the loop: the backend's call); else None."""
         info = self.segments.get(loc.segment)
         now = self._viewers()[1]
-        if now is None or info is None or info.state is not SegmentState.SEALED \
-                or loc.length > THREAD_THRESHOLD:
+        if now is None or info is None or info.state is not SegmentState.SEALED:
             return None
         view = now.view_now(segment_key(self.prefix, info.name), loc.offset, loc.length)
         if view is not None:
