@@ -31,6 +31,9 @@ STREAM = "application/x-s3kv-stream"
 #: a record's JSON header never legitimately needs more (keys are at most 1 KiB)
 MAX_HEADER = 64 * 1024
 _LEN = struct.Struct("<I")
+#: room a batch-put body's limit leaves for its head beyond the blocks' bytes: the JSON of 4096
+#: keys of up to 1 KiB each, with escaping (a batch of 64 blocks of the max block size fits)
+HEAD_ALLOWANCE = 8 * 1024 * 1024
 
 
 class Readable(Protocol):

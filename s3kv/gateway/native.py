@@ -25,7 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from s3kv.errors import Backpressure, NamespaceExists, RequestError
-from s3kv.frames import STREAM, block_record, decode_frames, end_record
+from s3kv.frames import HEAD_ALLOWANCE, STREAM, block_record, decode_frames, end_record
 from s3kv.gateway import ops
 from s3kv.gateway.access import check_namespace, require_unrestricted
 from s3kv.gateway.bodies import read_body, read_small
@@ -109,7 +109,8 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
     st.store.ns_id(ns)
     durable = durability(request)
     codec = codec_from_headers(request.headers, st.store.namespace_codecs[ns])
-    limit = min(st.settings.max_request_memory // 2, 64 * st.settings.max_block_size)
+    limit = min(st.settings.max_request_memory // 2,
+                64 * st.settings.max_block_size + HEAD_ALLOWANCE)
     body = await read_body(request, st, limit)
     try:
         items = [(validate_key(k), d) for k, d in decode_frames(body.pieces)]
