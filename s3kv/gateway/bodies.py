@@ -52,13 +52,10 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
     declared = reader.declared_size
     reserved = st.budget.reserve(declared if declared is not None else limit)
     try:
-        pieces: list[bytes] = []
         try:
             # one timer for the body, not one per piece (asyncio.timeout's cost per piece)
             with IdleWatchdog(idle) as watchdog:
-                async for piece in reader:
-                    watchdog.progress()
-                    pieces.append(piece)
+                pieces = await reader.collect(watchdog.progress)
         except TimeoutError:
             raise RequestError("RequestTimeout", "Your socket connection to the server was "
                                "not read from or written to within the timeout period.",

@@ -40,12 +40,20 @@ class BodyDigests:
 
     async def feed(self, piece: bytes | memoryview) -> None:
         """Take the next piece of the body (kept, unchanged, until hashed)."""
+        if self.add(piece):
+            await self.spill()
+
+    def add(self, piece: bytes | memoryview) -> bool:
+        """:meth:`feed` without its await: True when a batch has gathered and ``await
+        spill()`` must follow before the next piece (most pieces of most bodies need none)."""
         if not self._hashers:
-            return
+            return False
         self._batch.append(piece)
         self._batch_bytes += len(piece)
-        if self._batch_bytes < self._offload:
-            return
+        return self._batch_bytes >= self._offload
+
+    async def spill(self) -> None:
+        """Hash the gathered batch in a worker thread (after the previous one)."""
         batch, self._batch, self._batch_bytes = self._batch, [], 0
         await self._drain()
         self._pending = asyncio.get_running_loop().run_in_executor(None, self._update, batch)

@@ -1,0 +1,80 @@
+"""The request headers a body reader looks at, parsed: sizes, Content-MD5, flexible checksums.
+
+Raised here, before a byte of the body is read: InvalidArgument (a size that is not a
+non-negative integer), InvalidRequest (contradictory or malformed checksum declarations).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from s3kv.errors import RequestError
+from s3kv.gateway.checksums import ALGORITHMS
+from s3kv.wire.sigv4 import PayloadMode
+
+#: the headers a body reader looks at, collected in one pass over the request's headers
+BODY_HEADERS = frozenset({
+    "x-amz-content-sha256", "x-amz-decoded-content-length", "x-amz-trailer",
+    "x-amz-sdk-checksum-algorithm", "content-encoding", "content-length", "content-md5",
+    *(f"x-amz-checksum-{a}" for a in ALGORITHMS)})
+
+
+def int_header(headers: dict[str, list[str]], name: str) -> int | None:
+    """The first value of header ``name`` as a size (None: absent)."""
+    values = headers.get(name)
+    if not values:
+        return None
+    try:
+        value = int(values[0].strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise RequestError("InvalidArgument", f"{name} must be a non-negative integer")
+    return value
+
+
+def b64(value: str, size: int) -> bytes | None:
+    """``value`` decoded from base64 if it is ``size`` bytes (a digest), else None."""
+    try:
+        raw = base64.b64decode(value.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw if len(raw) == size else None
+
+
+def checksum_headers(headers: dict[str, list[str]],
+                     mode: PayloadMode) -> tuple[str | None, str | None]:
+    """The flexible checksum a body declares: (algorithm, its header value; None when it
+    comes in a trailer), or (None, None); InvalidRequest for a contradictory or malformed
+    declaration."""
+    found = [(a, v) for a in ALGORITHMS if (v := headers.get(f"x-amz-checksum-{a}"))]
+    trailer_names = [t.strip().lower() for t in
+                     ",".join(headers.get("x-amz-trailer", ())).split(",") if t.strip()]
+    if trailer_names and not mode.trailer:
+        raise RequestError("InvalidRequest", "x-amz-trailer needs a *-TRAILER "
+                           "x-amz-content-sha256")
+    trailer_algos = []
+    for name in trailer_names:
+        trailer_algo = name.removeprefix("x-amz-checksum-")
+        if trailer_algo == name or trailer_algo not in ALGORITHMS:
+            raise RequestError("InvalidRequest", f"unsupported trailer {name!r}: only "
+                               "x-amz-checksum-* trailers are accepted")
+        trailer_algos.append(trailer_algo)
+    if len(found) + len(trailer_algos) > 1:
+        raise RequestError("InvalidRequest", "Expecting a single x-amz-checksum- header. "
+                           "Multiple checksum Types are not allowed.")
+    sdk = headers.get("x-amz-sdk-checksum-algorithm")
+    algo: str | None = found[0][0] if found else (trailer_algos[0] if trailer_algos
+                                                  else None)
+    if sdk and sdk[0].strip().lower() != algo:
+        raise RequestError("InvalidRequest", "x-amz-sdk-checksum-algorithm specified, but "
+                           "no corresponding x-amz-checksum-* or x-amz-trailer headers "
+                           "were found.")
+    if not found:
+        return algo, None
+    value = found[0][1][0].strip()
+    if b64(value, ALGORITHMS[found[0][0]][1]) is None:
+        raise RequestError("InvalidRequest",
+                           f"Value for x-amz-checksum-{found[0][0]} header is invalid.")
+    return algo, value
