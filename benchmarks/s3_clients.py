@@ -25,10 +25,10 @@ from aiobotocore.session import get_session
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from s3kv.wire.body import SlicedBody
 from s3kv.wire.sigv4 import Credentials
+from warp.opresult import OpResult
 from warp.payload import PayloadSource
-from warp.s3 import OpResult, S3Client
+from warp.s3 import S3Client
 
 #: --client: which S3 client drives both sides
 CLIENTS = ("aiobotocore", "warp")
@@ -108,20 +108,9 @@ class WarpBlocks:
         self._check(f"create bucket {bucket}", await self.client.create_bucket(bucket))
 
     async def put(self, bucket: str, key: str, body: bytes) -> None:
-        retry_after: list[str] = []
-
-        async def read(resp: aiohttp.ClientResponse, result: OpResult) -> str:
-            await resp.read()
-            if resp.status != 503:
-                return ""
-            retry_after.append(resp.headers.get("Retry-After", "1"))
-            return "HTTP 503 SlowDown"
-
-        r = await self.client.request("PUT", bucket, key, body=lambda: SlicedBody(body),
-                                      headers={"Content-Length": str(len(body))}, reader=read,
-                                      ok=(200, 503))
-        if retry_after:
-            raise SlowDown(float(retry_after[0]))
+        r = await self.client.put_views(bucket, key, [body])
+        if r.status == 503:
+            raise SlowDown(r.retry_after)
         self._check(f"PUT {bucket}/{key}", r)
 
     async def get(self, bucket: str, key: str) -> bytes:

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from s3kv.clock import now_s
 from warp.config import BenchConfig
+from warp.opresult import OpResult
 from warp.records import Record, RecordWriter
-from warp.s3 import OpResult
 
 
 @dataclass

@@ -1,10 +1,11 @@
-"""A small S3 client for load generation: aiohttp, SigV4 with UNSIGNED-PAYLOAD, no body copies.
+"""A small S3 client for load generation: SigV4 with UNSIGNED-PAYLOAD, no body copies.
 
 Each call is one operation and returns an :class:`OpResult` (status, bytes, first byte, end,
 error, retries): errors are data, never exceptions, so a benchmark keeps going and counts them.
-PUT bodies stream as memoryview slices of the shared payload buffer; GET bodies are received
-into reused per-connection buffers (:mod:`s3kv.wire.fastget`), hashed there and dropped, so memory
-does not grow with object size.
+Single PUTs and GETs, the hot path of a run, go through :mod:`s3kv.wire.fastget`'s lean
+HTTP/1.1 client: PUT bodies are sent as memoryview slices of the shared payload buffer, GET
+bodies received into reused per-connection buffers, hashed there and dropped, so memory does
+not grow with object size. Everything else (multipart, listing, deletes) goes through aiohttp.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ import base64
 import hashlib
 import itertools
 import re
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -23,46 +23,20 @@ from yarl import URL
 
 from s3kv.clock import now_ns
 from s3kv.wire.body import SlicedBody
-from s3kv.wire.fastget import GetPool, ProtocolError
+from s3kv.wire.fastget import Buffer, GetPool, ProtocolError
 from s3kv.wire.sigv4 import UNSIGNED, Credentials, Signer, canonical_query, quote_path
+from warp.opresult import OpResult, drop, error_text, failed, retry_after_seconds
 from warp.payload import Expected, Hasher, PayloadSource
 from warp.records import VERIFY_PREFIX
 
 #: statuses worth a retry (server busy or failing), as Warp's Go client retries them
 TRANSIENT = frozenset({500, 502, 503, 504})
 READ_BUFSIZE = 1 << 20
-_CODE_RE = re.compile(rb"<Code>([^<]*)</Code>")
-_MSG_RE = re.compile(rb"<Message>([^<]*)</Message>")
-
-
-@dataclass(slots=True)
-class OpResult:
-    endpoint: str
-    start_ns: int = 0
-    first_byte_ns: int = 0
-    end_ns: int = 0
-    status: int = 0
-    size: int = 0
-    error: str = ""
-    retries: int = 0
-    count: int = 1
-    keys: list[str] = field(default_factory=list)
 
 
 Body = bytes | SlicedBody | None
 # reads a successful response's body into the result; returns an error text ("" when fine)
 Reader = Callable[[aiohttp.ClientResponse, OpResult], Awaitable[str]]
-
-
-def _error_text(status: int, body: bytes) -> str:
-    code = _CODE_RE.search(body)
-    msg = _MSG_RE.search(body)
-    text = f"HTTP {status}"
-    if code:
-        text += f" {code.group(1).decode(errors='replace')}"
-    if msg:
-        text += f": {msg.group(1).decode(errors='replace')[:200]}"
-    return text
 
 
 async def _discard(resp: aiohttp.ClientResponse, result: OpResult) -> str:
@@ -127,9 +101,9 @@ class S3Client:
                     if resp.status in ok:
                         result.error = await reader(resp, result)
                     else:
-                        result.error = _error_text(resp.status, await resp.content.read(65536))
+                        result.error = error_text(resp.status, await resp.content.read(65536))
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                _failed(result, exc)
+                failed(result, exc)
             if not await self._again(result, attempt):
                 break
             attempt += 1
@@ -157,13 +131,39 @@ class S3Client:
 
     async def put_object(self, bucket: str, key: str, variant: int, size: int,
                          endpoint: str = "") -> OpResult:
-        def body() -> Body:
-            return SlicedBody(self.payload.slices(variant, 0, size))
-
-        r = await self.request("PUT", bucket, key, body=body, endpoint=endpoint,
-                               headers={"Content-Length": str(size)})
+        r = await self.put_views(bucket, key, list(self.payload.slices(variant, 0, size)),
+                                 endpoint=endpoint)
         r.size = size if not r.error else 0
         return r
+
+    async def put_views(self, bucket: str, key: str, body: Sequence[Buffer], *,
+                        endpoint: str = "") -> OpResult:
+        """PUT one object whose body is these buffers, sent as they are over the lean client
+        (:mod:`s3kv.wire.fastget`); a 503's Retry-After is kept in ``retry_after``."""
+        endpoint = endpoint or self.next_endpoint()
+        path = quote_path(f"/{bucket}/{key}")
+        length = str(sum(len(b) for b in body))
+        result = OpResult(endpoint=endpoint, start_ns=now_ns())
+        attempt = 0
+        while True:
+            headers = self.signer.sign("PUT", self._hosts[endpoint], path, "",
+                                       {"Content-Length": length})
+            try:
+                async with asyncio.timeout(self.timeout or None):
+                    resp = await self._gets.send("PUT", endpoint, path, headers, body,
+                                                 drop, frozenset())
+                result.status, result.first_byte_ns = resp.status, resp.first_byte_ns
+                result.error = "" if resp.status == 200 else error_text(resp.status,
+                                                                         resp.error_body)
+                if resp.status == 503:
+                    result.retry_after = retry_after_seconds(resp.headers.get("retry-after", ""))
+            except (TimeoutError, OSError, ProtocolError) as exc:
+                failed(result, exc)
+            if not await self._again(result, attempt):
+                break
+            attempt += 1
+        result.end_ns = now_ns()
+        return result
 
     async def multipart_put(self, bucket: str, key: str, variant: int, size: int,
                             part_size: int, in_flight: int) -> OpResult:
@@ -256,7 +256,7 @@ class S3Client:
                     resp = await self._gets.get(endpoint, path, headers, h.update)
                 result.status, result.first_byte_ns = resp.status, resp.first_byte_ns
                 if resp.status not in (200, 206):
-                    result.error = _error_text(resp.status, resp.error_body)
+                    result.error = error_text(resp.status, resp.error_body)
                 elif expected is not None and h.size != expected.length:
                     result.error = f"{VERIFY_PREFIX}got {h.size} bytes, wrote {expected.length}"
                 elif expected is not None and h.digest() != expected.checksum:
@@ -264,7 +264,7 @@ class S3Client:
                 else:
                     result.error = ""
             except (TimeoutError, OSError, ProtocolError) as exc:
-                _failed(result, exc)
+                failed(result, exc)
             if not await self._again(result, attempt):
                 break
             attempt += 1
@@ -361,16 +361,10 @@ class S3Client:
         return removed
 
 
-def _failed(result: OpResult, exc: BaseException) -> None:
-    """A request that got no HTTP answer: status 0, the exception as the error."""
-    result.status = 0
-    result.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
 async def _complete_reader(resp: aiohttp.ClientResponse, res: OpResult) -> str:
     body = await resp.read()
     # S3 may answer 200 and put the error in the body (CompleteMultipartUpload)
-    return _error_text(resp.status, body) if b"<Error>" in body else ""
+    return error_text(resp.status, body) if b"<Error>" in body else ""
 
 
 def _xml_escape(text: str) -> str:

@@ -30,9 +30,10 @@ from s3kv.errors import ConfigError
 from s3kv.frames import FRAMES, STORED_HEADER, frames_head, read_records
 from s3kv.wire.body import SlicedBody
 from s3kv.wire.sigv4 import Credentials
+from warp.opresult import OpResult
 from warp.payload import Hasher, PayloadSource, variant_of
 from warp.records import Record, RecordWriter
-from warp.s3 import OpResult, S3Client
+from warp.s3 import S3Client
 
 #: the gateway answers at most this many keys per native request
 MAX_BATCH_KEYS = 4096

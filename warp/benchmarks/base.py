@@ -10,9 +10,10 @@ from typing import ClassVar
 
 from s3kv.errors import S3KVError
 from warp.config import BenchConfig
+from warp.opresult import OpResult
 from warp.payload import PayloadSource, variant_of
 from warp.recorder import Recorder
-from warp.s3 import OpResult, S3Client
+from warp.s3 import S3Client
 
 
 class BenchError(S3KVError):
