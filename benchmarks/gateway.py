@@ -105,10 +105,12 @@ class Profile:
     etag: str = "md5"  # the gateway's --etag
 
 
-#: 384 MiB per phase: the gateway's PUT phases end with a flush whose tail (the last part or
-#: segment, and s3rver's Complete) is a fixed cost per phase; 128 MiB phases let it be a fifth
-#: of the timed run, while a continuous write stream pays it never
-FULL = Profile(volume=384 * MiB, session_tokens=SESSION_TOKENS, segment_size="256MiB",
+#: 1 GiB per phase, four of the default segments: the gateway's PUT phases end with a flush
+#: whose tail (sealing the segment being filled: its last part uploaded after the client's last
+#: PUT, and the Complete) is a fixed cost per phase that a continuous write stream never pays.
+#: The 384 MiB phases used until session 8 never filled a second segment, and the tail was
+#: 10-20 % of a gateway phase on RGW with 64 MiB parts (docs/performance.md)
+FULL = Profile(volume=1024 * MiB, session_tokens=SESSION_TOKENS, segment_size="256MiB",
                part_size="16MiB", warm_requests=1024)
 QUICK = Profile(volume=4 * MiB, session_tokens=256, segment_size="16MiB", part_size="8MiB",
                 warm_requests=16)
