@@ -3,10 +3,17 @@ and the store's own counters and gauges read at scrape time. Names are prefixed 
 
 from __future__ import annotations
 
+import itertools
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -64,33 +71,75 @@ class _StoreCollector(Collector):
             yield GaugeMetricFamily(name, doc, value=values.get(key, 0.0))
 
 
+class Tally:
+    """A counter the event loop adds to (plain arithmetic: no lock, unlike a prometheus_client
+    Counter, whose inc takes one)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+
 class GatewayMetrics:
+    """The front's request metrics, kept in plain numbers updated on the event loop (a request
+    costs a few dict operations, not four locked prometheus_client updates) and turned into
+    metric families at scrape time, which also runs on the loop."""
+
     def __init__(self, summary: Callable[[], dict[str, float]]) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter("s3kv_requests", "HTTP requests by operation and status",
-                                ["op", "status"], registry=self.registry)
-        self.latency = Histogram("s3kv_request_duration_seconds", "Request latency by operation",
-                                 ["op"], buckets=_BUCKETS, registry=self.registry)
-        self.bytes_in = Counter("s3kv_http_bytes_in", "Request body bytes received",
-                                registry=self.registry)
-        self.bytes_out = Counter("s3kv_http_bytes_out", "Response body bytes sent",
-                                 registry=self.registry)
+        self.bytes_in = Tally()
+        self.bytes_out = Tally()
+        self._requests: dict[tuple[str, int], int] = {}
+        #: op -> [count per bucket of _BUCKETS, then +Inf; sum of seconds]
+        self._latency: dict[str, list[float]] = {}
+        self.registry.register(_RequestCollector(self))
         self.registry.register(_StoreCollector(summary))
-        self._counters: dict[tuple[str, int], Counter] = {}
-        self._latencies: dict[str, Histogram] = {}
 
     def observe(self, op: str, status: int, seconds: float) -> None:
-        # the labelled children, looked up once per (op, status): labels() takes a lock and
-        # builds its key on every call
-        counter = self._counters.get((op, status))
-        if counter is None:
-            counter = self._counters[(op, status)] = self.requests.labels(op, str(status))
-        latency = self._latencies.get(op)
+        key = (op, status)
+        self._requests[key] = self._requests.get(key, 0) + 1
+        latency = self._latency.get(op)
         if latency is None:
-            latency = self._latencies[op] = self.latency.labels(op)
-        counter.inc()
-        latency.observe(seconds)
+            latency = self._latency[op] = [0.0] * (len(_BUCKETS) + 2)
+        latency[bisect_left(_BUCKETS, seconds)] += 1  # a bound's own value is in its bucket
+        latency[-1] += seconds
+
+    def families(self) -> Iterator[Metric]:
+        """The request metrics as Prometheus families (names as prometheus_client's own
+        Counter and Histogram gave them)."""
+        requests = CounterMetricFamily("s3kv_requests", "HTTP requests by operation and status",
+                                       labels=["op", "status"])
+        for (op, status), n in sorted(self._requests.items()):
+            requests.add_metric([op, str(status)], n)
+        yield requests
+        latency = HistogramMetricFamily("s3kv_request_duration_seconds",
+                                        "Request latency by operation", labels=["op"])
+        bounds = [str(float(b)) for b in _BUCKETS] + ["+Inf"]
+        for op, counts in sorted(self._latency.items()):
+            cumulative = list(itertools.accumulate(counts[:-1]))
+            latency.add_metric([op], list(zip(bounds, cumulative, strict=True)),
+                               sum_value=counts[-1])
+        yield latency
+        for name, doc, tally in (("s3kv_http_bytes_in", "Request body bytes received",
+                                  self.bytes_in),
+                                 ("s3kv_http_bytes_out", "Response body bytes sent",
+                                  self.bytes_out)):
+            family = CounterMetricFamily(name, doc)
+            family.add_metric([], tally.value)
+            yield family
 
     def render(self) -> bytes:
         data: bytes = generate_latest(self.registry)
         return data
+
+
+class _RequestCollector(Collector):
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        return self._metrics.families()
