@@ -144,26 +144,34 @@ class S3Client:
         path = quote_path(f"/{bucket}/{key}")
         length = str(sum(len(b) for b in body))
         result = OpResult(endpoint=endpoint, start_ns=now_ns())
-        attempt = 0
-        while True:
+
+        async def once() -> None:
             headers = self.signer.sign("PUT", self._hosts[endpoint], path, "",
                                        {"Content-Length": length})
+            resp = await self._gets.send("PUT", endpoint, path, headers, body, drop, frozenset())
+            result.status, result.first_byte_ns = resp.status, resp.first_byte_ns
+            result.error = "" if resp.status == 200 else error_text(resp.status, resp.error_body)
+            if resp.status == 503:
+                result.retry_after = retry_after_seconds(resp.headers.get("retry-after", ""))
+
+        await self._lean(result, once)
+        return result
+
+    async def _lean(self, result: OpResult, once: Callable[[], Awaitable[None]]) -> None:
+        """Run ``once`` (one exchange on the lean client, filling ``result``) under the
+        timeout and the retry policy; an exchange that got no answer is status 0 with the
+        exception as its error."""
+        attempt = 0
+        while True:
             try:
                 async with asyncio.timeout(self.timeout or None):
-                    resp = await self._gets.send("PUT", endpoint, path, headers, body,
-                                                 drop, frozenset())
-                result.status, result.first_byte_ns = resp.status, resp.first_byte_ns
-                result.error = "" if resp.status == 200 else error_text(resp.status,
-                                                                         resp.error_body)
-                if resp.status == 503:
-                    result.retry_after = retry_after_seconds(resp.headers.get("retry-after", ""))
+                    await once()
             except (TimeoutError, OSError, ProtocolError) as exc:
                 failed(result, exc)
             if not await self._again(result, attempt):
                 break
             attempt += 1
         result.end_ns = now_ns()
-        return result
 
     async def multipart_put(self, bucket: str, key: str, variant: int, size: int,
                             part_size: int, in_flight: int) -> OpResult:
@@ -247,28 +255,24 @@ class S3Client:
         path = quote_path(f"/{bucket}/{key}")
         base = {"Range": f"bytes={offset}-{offset + length - 1}"} if length else {}
         result = OpResult(endpoint=endpoint, start_ns=now_ns())
-        attempt = 0
-        while True:
+        h = Hasher()
+
+        async def once() -> None:
+            nonlocal h
             h = Hasher()
             headers = self.signer.sign("GET", self._hosts[endpoint], path, "", dict(base))
-            try:
-                async with asyncio.timeout(self.timeout or None):
-                    resp = await self._gets.get(endpoint, path, headers, h.update)
-                result.status, result.first_byte_ns = resp.status, resp.first_byte_ns
-                if resp.status not in (200, 206):
-                    result.error = error_text(resp.status, resp.error_body)
-                elif expected is not None and h.size != expected.length:
-                    result.error = f"{VERIFY_PREFIX}got {h.size} bytes, wrote {expected.length}"
-                elif expected is not None and h.digest() != expected.checksum:
-                    result.error = f"{VERIFY_PREFIX}checksum mismatch"
-                else:
-                    result.error = ""
-            except (TimeoutError, OSError, ProtocolError) as exc:
-                failed(result, exc)
-            if not await self._again(result, attempt):
-                break
-            attempt += 1
-        result.end_ns = now_ns()
+            resp = await self._gets.get(endpoint, path, headers, h.update)
+            result.status, result.first_byte_ns = resp.status, resp.first_byte_ns
+            if resp.status not in (200, 206):
+                result.error = error_text(resp.status, resp.error_body)
+            elif expected is not None and h.size != expected.length:
+                result.error = f"{VERIFY_PREFIX}got {h.size} bytes, wrote {expected.length}"
+            elif expected is not None and h.digest() != expected.checksum:
+                result.error = f"{VERIFY_PREFIX}checksum mismatch"
+            else:
+                result.error = ""
+
+        await self._lean(result, once)
         ok = not result.error or result.error.startswith(VERIFY_PREFIX)
         result.size = h.size if ok else 0
         return result
