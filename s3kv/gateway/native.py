@@ -92,10 +92,12 @@ async def batch_get(request: web.Request) -> web.StreamResponse:
         names_left = iter(names)
         async for block in blocks:
             size = None if block is None else size_of(block)
-            await resp.write(block_record(next(names_left), size))
+            record = block_record(next(names_left), size)
             if block is not None and size:
-                await write_sliced(resp, block)
+                await write_sliced(resp, block, head=record)  # one write for a small block
                 sent += size
+            else:
+                await resp.write(record)
     await resp.write(end_record(len(names)))
     await resp.write_eof()
     st.metrics.bytes_out.inc(sent)

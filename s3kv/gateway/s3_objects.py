@@ -17,7 +17,7 @@ from s3kv.gateway.payload import BodyResult
 from s3kv.gateway.requests import Target, durability, parse_range, validate_key
 from s3kv.gateway.state import GatewayState
 from s3kv.store.codecs import codec_from_headers
-from s3kv.wire.body import SLICE, Pieces, slices, views_of
+from s3kv.wire.body import SLICE, Pieces, pieces_of, slices, views_of
 
 
 async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
@@ -154,8 +154,10 @@ async def get_object(request: web.Request, st: GatewayState, t: Target, *,
         raise RequestError("NoSuchKey", "The specified key does not exist.", 404)
     views = views_of(data, start, end)
     st.metrics.bytes_out.inc(end - start)
-    if len(views) == 1 and end - start <= SLICE:
-        small = web.Response(status=status, body=views[0], headers=headers)
+    if end - start <= SLICE:  # head and body in one send (a block kept in the pieces its
+        # PUT arrived in is joined: a copy of at most SLICE, cheaper than a send per piece)
+        body = views[0] if len(views) == 1 else b"".join(views)
+        small = web.Response(status=status, body=body, headers=headers)
         _keep_content_type(small, headers)
         return small
     resp = web.StreamResponse(status=status, headers=headers)
@@ -173,9 +175,16 @@ def _keep_content_type(resp: web.StreamResponse, headers: dict[str, str]) -> Non
         resp.headers["Content-Type"] = headers["Content-Type"]
 
 
-async def write_sliced(resp: web.StreamResponse, data: Pieces) -> None:
-    """Write ``data`` (one buffer or pieces) in views of at most SLICE bytes: what one socket
-    write leaves unsent, Python 3.11's transport copies and then trims send by send (see
-    s3kv/wire/body.py)."""
-    for view in slices(data):
+async def write_sliced(resp: web.StreamResponse, data: Pieces, head: bytes = b"") -> None:
+    """Write ``head`` then ``data`` (one buffer or pieces) in views of at most SLICE bytes:
+    what one socket write leaves unsent, Python 3.11's transport copies and then trims send by
+    send (see s3kv/wire/body.py). Up to SLICE bytes in all go as one write (pieces joined, a
+    copy): each write is a send, and a chunk of its own when the response is chunked."""
+    parts = pieces_of(data)
+    if len(head) + sum(len(p) for p in parts) <= SLICE:
+        await resp.write(b"".join([head, *parts]) if head or len(parts) > 1 else parts[0])
+        return
+    if head:
+        await resp.write(head)
+    for view in slices(parts):
         await resp.write(view)
