@@ -22,8 +22,8 @@ import aiohttp
 from yarl import URL
 
 from s3kv.clock import now_ns
-from s3kv.wire.body import SlicedBody
-from s3kv.wire.fastget import Buffer, GetPool, ProtocolError
+from s3kv.wire.body import Buffer, SlicedBody, size_of
+from s3kv.wire.fastget import GetPool, ProtocolError
 from s3kv.wire.sigv4 import UNSIGNED, Credentials, Signer, canonical_query, quote_path
 from warp.opresult import OpResult, drop, error_text, failed, retry_after_seconds
 from warp.payload import Expected, Hasher, PayloadSource
@@ -142,7 +142,7 @@ class S3Client:
         (:mod:`s3kv.wire.fastget`); a 503's Retry-After is kept in ``retry_after``."""
         endpoint = endpoint or self.next_endpoint()
         path = quote_path(f"/{bucket}/{key}")
-        length = str(sum(len(b) for b in body))
+        length = str(size_of(body))
         result = OpResult(endpoint=endpoint, start_ns=now_ns())
 
         async def once() -> None:

@@ -143,10 +143,13 @@ class BodyReader:
     # -- streaming ----------------------------------------------------------------------------
 
     def __aiter__(self) -> AsyncIterator[bytes]:
+        self._start()
+        return self._iterate()
+
+    def _start(self) -> None:
         if self._started:
             raise RuntimeError("a request body can be iterated once")
         self._started = True
-        return self._iterate()
 
     async def collect(self, progress: Callable[[], None]) -> list[bytes]:
         """The whole payload's pieces (what iterating yields), calling ``progress()`` as each
@@ -158,9 +161,7 @@ class BodyReader:
                 progress()
                 pieces.append(piece)
             return pieces
-        if self._started:
-            raise RuntimeError("a request body can be iterated once")
-        self._started = True
+        self._start()
         pieces, remaining, digests = [], self.declared_size, self._digests
         try:
             while remaining > 0:

@@ -17,7 +17,7 @@ from s3kv.gateway.payload import BodyResult
 from s3kv.gateway.requests import Target, durability, parse_range, validate_key
 from s3kv.gateway.state import GatewayState
 from s3kv.store.codecs import codec_from_headers
-from s3kv.wire.body import SLICE, Pieces, pieces_of, slices, views_of
+from s3kv.wire.body import SLICE, Pieces, joined, pieces_of, size_of, slices, views_of
 
 
 async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
@@ -156,8 +156,7 @@ async def get_object(request: web.Request, st: GatewayState, t: Target, *,
     st.metrics.bytes_out.inc(end - start)
     if end - start <= SLICE:  # head and body in one send (a block kept in the pieces its
         # PUT arrived in is joined: a copy of at most SLICE, cheaper than a send per piece)
-        body = views[0] if len(views) == 1 else b"".join(views)
-        small = web.Response(status=status, body=body, headers=headers)
+        small = web.Response(status=status, body=joined(views), headers=headers)
         _keep_content_type(small, headers)
         return small
     resp = web.StreamResponse(status=status, headers=headers)
@@ -181,8 +180,8 @@ async def write_sliced(resp: web.StreamResponse, data: Pieces, head: bytes = b""
     send (see s3kv/wire/body.py). Up to SLICE bytes in all go as one write (pieces joined, a
     copy): each write is a send, and a chunk of its own when the response is chunked."""
     parts = pieces_of(data)
-    if len(head) + sum(len(p) for p in parts) <= SLICE:
-        await resp.write(b"".join([head, *parts]) if head or len(parts) > 1 else parts[0])
+    if len(head) + size_of(parts) <= SLICE:
+        await resp.write(joined([head, *parts] if head else parts))
         return
     if head:
         await resp.write(head)

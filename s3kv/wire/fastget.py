@@ -31,13 +31,13 @@ from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from s3kv.clock import now_ns
+from s3kv.wire.body import Buffer
 
 RECV_BUFFER = 1 << 20
 HEAD_LIMIT = 64 << 10
 ERROR_BODY_LIMIT = 64 << 10
 
 Sink = Callable[[memoryview], None]
-Buffer = bytes | bytearray | memoryview
 
 
 class ProtocolError(Exception):
