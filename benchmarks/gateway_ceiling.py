@@ -7,8 +7,12 @@ client drives the same way (benchmarks/ceiling_runs.py):
   body in and drops it; GET writes the bytes the client verifies from memory; the native
   batch-put drops the blocks, batch-get streams them in the native framing);
 - ``fast`` and ``md5``: ``s3kv serve --etag fast`` and ``--etag md5``, each on a ``file://``
-  store in a fresh temporary directory of ``/dev/shm`` (so the backend costs about nothing),
-  removed afterwards; ``--capacity`` bounds what each store holds.
+  store in a fresh temporary directory of ``/dev/shm``, removed afterwards; ``--capacity``
+  bounds what each store holds. Before the timed runs each gateway is filled (``--fill``,
+  untimed) past its capacity, so it runs full as a cache tier does: every new segment is then
+  written over a recycled file (s3kv/backends/recycle.py) and the backend costs about nothing.
+  From an empty store every segment lands on newly allocated tmpfs pages, which on this VM
+  costs 1-3.6 CPU-s per GiB by itself (``--fill 0`` measures that).
 
 Cases: PUT and GET of each ``--sizes`` object through the S3 front (``s3kv bench put|get``:
 UNSIGNED-PAYLOAD, ``--concurrent`` connections, one PUT per object, every GET verified), and
@@ -31,8 +35,10 @@ and ``gateway_cpu_ms_per_put_<size>`` for ``--etag fast``, the same keys suffixe
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -48,10 +54,13 @@ from benchmarks.aiohttp_sink import sink_process
 from benchmarks.ceiling_runs import BATCH_OPS, S3_OPS, Case, Load, Side, run_once
 from benchmarks.gateway_phases import GW_ACCESS, GW_SECRET
 from benchmarks.harness import Progress, ServerError, gateway_subprocess, medians
-from s3kv.errors import ConfigError
+from s3kv.backends.recycle import RECYCLE_BYTES
+from s3kv.client import S3KVClient
+from s3kv.errors import Backpressure, ConfigError
 from s3kv.sizes import MiB, format_size, parse_size
 
-MODES = ("fast", "md5")  # the targets are for fast; md5 is reported beside it
+MODES = ("fast", "md5")
+FILL_NAMESPACE = "ceiling-fill"  # the targets are for fast; md5 is reported beside it
 DEFAULTS = {"duration": 10.0, "repeats": 3, "set_bytes": "512MiB"}
 QUICK = {"duration": 1.0, "repeats": 1, "set_bytes": "64MiB"}
 
@@ -61,10 +70,16 @@ def cases(args: argparse.Namespace) -> list[Case]:
             *(Case(op, args.batch_block) for op in BATCH_OPS)]
 
 
+def segment_size(args: argparse.Namespace) -> int:
+    """Segments hold at least two of the largest objects, in whole 16 MiB parts."""
+    largest = max(*args.sizes, args.batch_block)
+    return max(256 * MiB, -(-2 * largest // (16 * MiB)) * 16 * MiB)
+
+
 def gateway_args(args: argparse.Namespace, mode: str) -> list[str]:
     """``s3kv serve`` settings under which every case's objects and requests fit."""
     largest = max(*args.sizes, args.batch_block)
-    segment = max(256 * MiB, -(-2 * largest // (16 * MiB)) * 16 * MiB)
+    segment = segment_size(args)
     memory = max(512 * MiB, 4 * args.concurrent * max(largest, args.batch * args.batch_block))
     return ["--etag", mode, "--log-level", "warning", "--sync-interval", "0",
             "--node-id", f"ceiling-{mode}", "--segment-size", str(segment),
@@ -89,10 +104,38 @@ def sides(args: argparse.Namespace) -> Iterator[list[Side]]:
         yield out
 
 
+def fill_bytes(args: argparse.Namespace) -> int:
+    """What ``--fill auto`` stores in a gateway before the timed runs: its capacity, the file backend's pool of
+    recycled files, and one segment more, so every later segment is written over a recycled
+    file, as in a cache tier that runs full."""
+    return args.capacity + RECYCLE_BYTES + segment_size(args)
+
+
+async def fill(url: str, nbytes: int, block_size: int) -> None:
+    """Store ``nbytes`` of ``block_size`` blocks through the native batch API (untimed),
+    resending what the gateway pushes back."""
+    block = os.urandom(block_size)
+    keys = [f"fill-{i:07d}" for i in range(-(-nbytes // block_size))]
+    per_request = max(1, 16 * MiB // block_size)
+    async with S3KVClient(url, token=f"{GW_ACCESS}:{GW_SECRET}") as client:
+        await client.create_namespace(FILL_NAMESPACE)
+        while keys:
+            try:
+                await client.put_many(FILL_NAMESPACE, [(k, block) for k in keys[:per_request]])
+                keys = keys[per_request:]
+            except Backpressure as exc:
+                keys = keys[exc.stored:]
+                await asyncio.sleep(min(exc.retry_after, 1.0))
+
+
 def measure(args: argparse.Namespace, say: Progress) -> dict[str, Any]:
     detail: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="gateway-ceiling-records-") as records, \
             sides(args) as all_sides:
+        for side in all_sides[1:] if args.fill else []:
+            say(f"filling the {side.name} gateway's store with {format_size(args.fill)} "
+                "(untimed)")
+            asyncio.run(fill(side.url, args.fill, max(*args.sizes, args.batch_block)))
         load = Load(args.concurrent, args.duration, args.batch, args.set_bytes, GW_ACCESS,
                     GW_SECRET, Path(records))
         todo = cases(args)
@@ -174,6 +217,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--capacity", default="2GiB", metavar="SIZE",
                    help="each gateway's --capacity: its store evicts whole segments above it, "
                    "so /dev/shm stays bounded [default: 2GiB]")
+    p.add_argument("--fill", default="auto", metavar="SIZE",
+                   help="bytes stored in each gateway before the timed runs (untimed), so it "
+                   "runs full, as a cache tier does: auto = --capacity + the file backend's "
+                   "1 GiB pool of recycled files + a segment; 0 measures from an empty store, "
+                   "where every segment lands on newly allocated tmpfs pages (on this VM that "
+                   "alone is 1-3.6 CPU-s per GiB) [default: auto]")
     p.add_argument("--gateway-args", default="", metavar="ARGS",
                    help="more s3kv serve flags for both gateways, e.g. '--dram-cache 1GiB'")
     p.add_argument("--shm-dir", default="/dev/shm", metavar="DIR",
@@ -192,6 +241,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.batch_block = parse_size(args.batch_block)
         args.set_bytes = parse_size(str(args.set_bytes))
         args.capacity = parse_size(args.capacity)
+        args.fill = fill_bytes(args) if args.fill == "auto" else parse_size(args.fill)
     except ConfigError as exc:
         p.error(str(exc))
     if not args.sizes or min(*args.sizes, args.batch_block, args.batch, args.concurrent,
@@ -212,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                 "duration_s": args.duration, "repeats": args.repeats, "batch": args.batch,
                 "batch_block": format_size(args.batch_block),
                 "set_bytes": format_size(args.set_bytes),
+                "fill": format_size(args.fill),
                 "gateway_args": gateway_args(args, "fast")}
     if args.json:
         print(json.dumps({**headline(args, detail), "detail": detail, "settings": settings},

@@ -59,7 +59,8 @@ async def test_bare_server_native_batches_round_trip() -> None:
 def test_gateway_ceiling_tiny_run_json() -> None:
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--sizes", "256KiB", "--batch", "4", "--duration", "0.3",
-         "--repeats", "1", "--set-bytes", "2MiB", "--capacity", "512MiB", "--json"],
+         "--repeats", "1", "--set-bytes", "2MiB", "--capacity", "512MiB", "--fill", "24MiB",
+         "--json"],
         capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
@@ -84,6 +85,8 @@ def test_gateway_ceiling_tiny_run_json() -> None:
     assert doc["gateway_cpu_ms_per_put_256KiB_md5"] == \
         doc["detail"]["put_256KiB"]["md5"]["server_cpu_ms_per_op"]
     assert "--etag" in doc["settings"]["gateway_args"]
+    assert doc["settings"]["fill"] == "24MiB"
+    assert "filling the fast gateway's store with 24MiB" in proc.stderr
     assert "batch_get_256KiB repeat 1/1 md5" in proc.stderr  # the progress lines
 
 
