@@ -105,9 +105,9 @@ def sides(args: argparse.Namespace) -> Iterator[list[Side]]:
 
 
 def fill_bytes(args: argparse.Namespace) -> int:
-    """What ``--fill auto`` stores in a gateway before the timed runs: its capacity, the file backend's pool of
-    recycled files, and one segment more, so every later segment is written over a recycled
-    file, as in a cache tier that runs full."""
+    """What ``--fill auto`` stores in a gateway before the timed runs: its capacity, the file
+    backend's pool of recycled files, and one segment more, so every later segment is written
+    over a recycled file, as in a cache tier that runs full."""
     return args.capacity + RECYCLE_BYTES + segment_size(args)
 
 
