@@ -72,7 +72,7 @@ def cases(args: argparse.Namespace) -> list[Case]:
 
 def segment_size(args: argparse.Namespace) -> int:
     """Segments hold at least two of the largest objects, in whole 16 MiB parts."""
-    largest = max(*args.sizes, args.batch_block)
+    largest: int = max(*args.sizes, args.batch_block)
     return max(256 * MiB, -(-2 * largest // (16 * MiB)) * 16 * MiB)
 
 
@@ -108,7 +108,8 @@ def fill_bytes(args: argparse.Namespace) -> int:
     """What ``--fill auto`` stores in a gateway before the timed runs: its capacity, the file
     backend's pool of recycled files, and one segment more, so every later segment is written
     over a recycled file, as in a cache tier that runs full."""
-    return args.capacity + RECYCLE_BYTES + segment_size(args)
+    capacity: int = args.capacity
+    return capacity + RECYCLE_BYTES + segment_size(args)
 
 
 async def fill(url: str, nbytes: int, block_size: int) -> None:
