@@ -46,3 +46,32 @@ def test_view_now_only_for_mapped_files_in_memory(tmp_path: Path) -> None:
     now.release()
     assert maps.move_if_unmapped(path, tmp_path / "moved")
     assert maps.view_now(path, 0, PAGE) is None
+
+
+def test_view_now_populates_each_page_once_per_mapping(tmp_path: Path) -> None:
+    """A range on the loop is faulted in only if a page of it was not before (the populate
+    call walks every page of the range, present or not); the worker thread's path always
+    faults in, and a file mapped afresh starts over."""
+    path = tmp_path / "seg"
+    data = os.urandom(32 * PAGE)
+    path.write_bytes(data)
+    maps = MappedFiles()
+    maps.view(path, 0, PAGE).release()
+    assert maps.fault_ins == 1
+    for _ in range(3):  # pages 1-4: populated by the first of these views only
+        view = maps.view_now(path, PAGE, 4 * PAGE)
+        assert view is not None and bytes(view) == data[PAGE:5 * PAGE]
+        view.release()
+    assert maps.fault_ins == 2
+    view = maps.view_now(path, 3 * PAGE + 1, 3 * PAGE)  # reaches page 6: not yet
+    assert view is not None and bytes(view) == data[3 * PAGE + 1:6 * PAGE + 1]
+    view.release()
+    assert maps.fault_ins == 3
+    maps.view(path, PAGE, PAGE).release()  # the thread's path: always
+    assert maps.fault_ins == 4
+    maps.forget(path)  # replaced: mapped afresh, populated afresh
+    maps.view(path, 0, PAGE).release()
+    view = maps.view_now(path, PAGE, PAGE)
+    assert view is not None
+    view.release()
+    assert maps.fault_ins == 6
