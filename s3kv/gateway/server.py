@@ -8,6 +8,7 @@ SIGTERM.
 from __future__ import annotations
 
 import asyncio
+import gc
 import ipaddress
 import signal
 import sys
@@ -31,6 +32,8 @@ log = get_logger(__name__)
 SHUTDOWN_GRACE = 15.0
 #: then, aiohttp's own wait for handlers it has cancelled
 SHUTDOWN_TIMEOUT = 5.0
+#: tracked allocations (net) between generation-0 collections (CPython's default: 700)
+GC_THRESHOLD = 50_000
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -66,6 +69,16 @@ def check_settings(settings: Settings) -> None:
         credential_table(settings.access_key, settings.secret_key, settings.credentials_file)
 
 
+def tune_gc() -> None:
+    """Collect cyclic garbage less often: the request path makes almost none (11 objects
+    found in 83 collections during 7 s of 256 KiB PUTs), yet at the default threshold a
+    generation-0 collection ran every ~190 PUTs and the collector took 1.3% of the gateway's
+    CPU. What exists once the store is open (index, catalog, the app) lives as long as the
+    process: frozen, no collection scans it again."""
+    gc.freeze()
+    gc.set_threshold(GC_THRESHOLD, 20, 20)
+
+
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     check_settings(settings)
     host, port = parse_listen(settings.listen)
@@ -96,6 +109,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
         await runner.cleanup()
         await store.close()
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    tune_gc()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
