@@ -9,11 +9,17 @@
   session that comes back while it is in the tier never touches the S3 server.
 
 Per route: store a 10K-token session (Llama-3-8B geometry: 40 chunks of 256 tokens, 32 MiB
-each) with ``batched_submit_put_task`` until LMCache counts the puts finished, retrieve it with
+each) with ``batched_submit_put_task`` until LMCache counts the puts finished (and, on the
+gateway routes, until the gateway has flushed them to the S3 server: a gateway acknowledges a
+put once the block is in its open segment, so without the flush its uploads of the session
+would run inside the retrieve and be charged to it; with it, both sides' store ends with the
+bytes on the server), retrieve it with
 ``batched_get_blocking`` (bytes verified), and look up a 64-chunk prefix with ``batched_contains``
 from a fresh RemoteBackend (a fresh S3 connector has no size cache, as another engine replica or
 a restarted one has none: it sends one HEAD per chunk). Routes run interleaved, ``--repeat``
-rounds in rotating order, on one server; figures are medians over the rounds.
+rounds in rotating order, on one server; figures are medians over the rounds. CPU is each
+process's user + system time (psutil) over each phase; "server" sums all of the S3 server's
+processes (RGW: radosgw, the OSD and the mon).
 
 LMCache's S3 connector addresses buckets virtual-hosted style (``Host: BUCKET.DOMAIN:PORT``,
 resolved by awscrt), so ``lmcgw.s3.localtest`` and ``lmcdirect.s3.localtest`` must resolve to
@@ -224,12 +230,20 @@ class Engine:
             self.loop.call_soon_threadsafe(self.loop.stop)
 
 
-def _cpu(pids: dict[str, int]) -> dict[str, float]:
+def _cpu(pids: dict[str, tuple[int, ...]]) -> dict[str, float]:
+    """CPU-seconds so far per name, summed over its processes."""
     out = {}
-    for name, pid in pids.items():
-        t = psutil.Process(pid).cpu_times()
-        out[name] = t.user + t.system
+    for name, group in pids.items():
+        times = [psutil.Process(pid).cpu_times() for pid in group]
+        out[name] = sum(t.user + t.system for t in times)
     return out
+
+
+def _flush(url: str) -> None:
+    """The gateway's open segments, uploaded and durable on the S3 server (POST /v1/flush)."""
+    urllib.request.urlopen(urllib.request.Request(
+        f"{url}/v1/flush", method="POST",
+        headers={"Authorization": f"Bearer {ACCESS}:{SECRET}"}), timeout=600).close()
 
 
 def _digest(obj: Any) -> int:
@@ -237,7 +251,8 @@ def _digest(obj: Any) -> int:
 
 
 def one_round(e: Engine, route: str, server: BenchServer, urls: dict[str, str],
-              pids: dict[str, int], tokens: int, lookup_n: int, salt: int) -> dict[str, float]:
+              pids: dict[str, tuple[int, ...]], flush_url: str | None, tokens: int,
+              lookup_n: int, salt: int) -> dict[str, float]:
     """One store + retrieve on the route's engine (kept across rounds: LMCache's S3 connector
     cannot be closed, so a fresh engine per round would keep its CPU memory forever), then the
     lookup from a fresh small engine."""
@@ -247,6 +262,8 @@ def one_round(e: Engine, route: str, server: BenchServer, urls: dict[str, str],
     size = sum(len(memoryview(o.byte_array).cast("B")) for o in objs)
     c0, t0 = _cpu(pids), time.perf_counter()
     e.store(keys, objs)
+    if flush_url is not None:
+        _flush(flush_url)
     t1 = time.perf_counter()
     want = [_digest(o) for o in objs]  # the originals go back before the retrieve needs room
     for o in objs:
@@ -313,11 +330,13 @@ def main(argv: list[str] | None = None) -> int:
                     "s3_gateway": f"s3://{names[0]}:{gw_url.rsplit(':', 1)[1]}",
                     "s3_direct": f"s3://{names[1]}:{port}"}
             gateways = {r: gw_pid for r in ROUTES}
+            gateway_urls = {r: gw_url for r in ROUTES}
             if parse_size(args.dram_cache):
                 dram_url, dram_pid = stack.enter_context(
                     gateway(server, "kv-dram", args.dram_cache))
                 routes = (*ROUTES, DRAM_ROUTE)
                 urls[DRAM_ROUTE], gateways[DRAM_ROUTE] = dram_url, dram_pid
+                gateway_urls[DRAM_ROUTE] = dram_url
             for url in {urls["plugin"], urls.get(DRAM_ROUTE, gw_url)}:
                 urllib.request.urlopen(urllib.request.Request(
                     f"{url}/v1/{GW_BUCKET}", method="PUT",
@@ -328,10 +347,13 @@ def main(argv: list[str] | None = None) -> int:
                 k = i % len(routes)
                 for route in routes[k:] + routes[:k]:  # rotate the order
                     _say(f"round {i + 1}/{args.repeat}: {route}")
-                    pids = {"gateway": gateways[route], "client": os.getpid()}
-                    if server.pid:
-                        pids["server"] = server.pid
+                    pids: dict[str, tuple[int, ...]] = {"gateway": (gateways[route],),
+                                                        "client": (os.getpid(),)}
+                    if server.pids:
+                        pids["server"] = server.pids
+                    flush_url = None if route == "s3_direct" else gateway_urls[route]
                     rounds[route].append(one_round(engines[route], route, server, urls, pids,
+                                                   flush_url,
                                                    args.tokens, args.lookup_chunks,
                                                    10 * i + routes.index(route)))
             for eng in engines.values():
