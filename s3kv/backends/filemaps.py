@@ -31,6 +31,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -70,12 +71,21 @@ def in_memory(m: mmap.mmap, start: int, end: int) -> bool:
     return vec.raw[:pages].translate(_RESIDENT_BIT).find(0) < 0
 
 
+def _pages(start: int, end: int) -> tuple[int, int]:
+    """The pages [first, last) that bytes [start, end) touch."""
+    return start // PAGE, -(-end // PAGE)
+
+
+class _Cached(NamedTuple):
+    mapping: mmap.mmap
+    #: one byte per page, 1 once it was populated (changed under the lock)
+    populated: bytearray
+
+
 class MappedFiles:
     def __init__(self, limit: int = MAX_MAPS) -> None:
         self.limit = limit
-        self._maps: OrderedDict[Path, mmap.mmap] = OrderedDict()
-        #: per cached mapping, one byte per page: 1 once it was populated (under the lock)
-        self._populated: dict[Path, bytearray] = {}
+        self._maps: OrderedDict[Path, _Cached] = OrderedDict()
         #: every mapping still alive, cached or only held by views handed out
         self._live: weakref.WeakValueDictionary[Path, mmap.mmap] = weakref.WeakValueDictionary()
         self._lock = threading.Lock()
@@ -100,9 +110,10 @@ class MappedFiles:
         """As :meth:`view`, without blocking, for the event loop: only for a file mapped
         already whose range is all in memory; None otherwise (call :meth:`view` in a thread)."""
         with self._lock:
-            m = self._maps.get(path)
-            if m is None:
+            cached = self._maps.get(path)
+            if cached is None:
                 return None
+            m = cached.mapping
             end = min(start + length, len(m))
             if end <= start:
                 return memoryview(b"")
@@ -110,34 +121,24 @@ class MappedFiles:
                 return None
             self._maps.move_to_end(path)
             view = memoryview(m)[start:end]
-            todo = self._unpopulated(path, start, end)
+            todo = cached.populated.find(0, *_pages(start, end)) >= 0
         if todo:
             self._fault_in(m, start, end)  # no disk read: page tables only
             self._mark_populated(path, m, start, end)
         return view
 
-    def _unpopulated(self, path: Path, start: int, end: int) -> bool:
-        """Whether a page of the range may not be in this process's page tables yet (the
-        caller holds the lock)."""
-        done = self._populated.get(path)
-        return done is None or done.find(0, start // PAGE, -(-end // PAGE)) >= 0
-
     def _mark_populated(self, path: Path, m: mmap.mmap, start: int, end: int) -> None:
-        first, last = start // PAGE, -(-end // PAGE)
+        first, last = _pages(start, end)
         with self._lock:
-            if self._maps.get(path) is not m:
-                return  # forgotten or mapped afresh meanwhile
-            done = self._populated.get(path)
-            if done is None:
-                done = self._populated[path] = bytearray(-(-len(m) // PAGE))
-            done[first:last] = b"\1" * (last - first)
+            cached = self._maps.get(path)
+            if cached is not None and cached.mapping is m:  # else forgotten or mapped afresh
+                cached.populated[first:last] = b"\1" * (last - first)
 
     def forget(self, path: Path) -> None:
         """The file at ``path`` is being replaced or deleted: map it afresh next time (views
         of the old mapping stay valid)."""
         with self._lock:
             self._maps.pop(path, None)
-            self._populated.pop(path, None)
             self._live.pop(path, None)
 
     def move_if_unmapped(self, path: Path, dest: Path) -> bool:
@@ -145,7 +146,6 @@ class MappedFiles:
         False: leave it be). OSError from the rename. Blocking."""
         with self._lock:
             self._maps.pop(path, None)
-            self._populated.pop(path, None)
             m = self._live.pop(path, None)
             if m is not None:
                 try:
@@ -159,15 +159,14 @@ class MappedFiles:
     def clear(self) -> None:
         with self._lock:
             self._maps.clear()
-            self._populated.clear()
             self._live.clear()
 
     def _mapping(self, path: Path) -> mmap.mmap | None:
         """The file's mapping (cached, or mapped now); the caller holds the lock."""
-        m = self._maps.get(path)
-        if m is not None:
+        cached = self._maps.get(path)
+        if cached is not None:
             self._maps.move_to_end(path)
-            return m
+            return cached.mapping
         m = self._live.get(path)  # dropped from the cache, still alive through a view
         if m is None:
             fd = os.open(path, os.O_RDONLY)
@@ -178,10 +177,9 @@ class MappedFiles:
             finally:
                 os.close(fd)
             self._live[path] = m
-        self._maps[path] = m
+        self._maps[path] = _Cached(m, bytearray(-(-len(m) // PAGE)))
         while len(self._maps) > self.limit:
-            old, _ = self._maps.popitem(last=False)
-            self._populated.pop(old, None)
+            self._maps.popitem(last=False)
         return m
 
     def _fault_in(self, m: mmap.mmap, start: int, end: int) -> None:
