@@ -239,11 +239,11 @@ def _cpu(pids: dict[str, tuple[int, ...]]) -> dict[str, float]:
     return out
 
 
-def _flush(url: str) -> None:
-    """The gateway's open segments, uploaded and durable on the S3 server (POST /v1/flush)."""
+def _native(url: str, method: str, path: str, timeout: float) -> None:
+    """One call to a gateway's native API (``/v1/...``) with the benchmark's token."""
     urllib.request.urlopen(urllib.request.Request(
-        f"{url}/v1/flush", method="POST",
-        headers={"Authorization": f"Bearer {ACCESS}:{SECRET}"}), timeout=600).close()
+        f"{url}/v1/{path}", method=method,
+        headers={"Authorization": f"Bearer {ACCESS}:{SECRET}"}), timeout=timeout).close()
 
 
 def _digest(obj: Any) -> int:
@@ -262,8 +262,8 @@ def one_round(e: Engine, route: str, server: BenchServer, urls: dict[str, str],
     size = sum(len(memoryview(o.byte_array).cast("B")) for o in objs)
     c0, t0 = _cpu(pids), time.perf_counter()
     e.store(keys, objs)
-    if flush_url is not None:
-        _flush(flush_url)
+    if flush_url is not None:  # the open segments, uploaded and durable on the S3 server
+        _native(flush_url, "POST", "flush", 600)
     t1 = time.perf_counter()
     want = [_digest(o) for o in objs]  # the originals go back before the retrieve needs room
     for o in objs:
@@ -329,29 +329,27 @@ def main(argv: list[str] | None = None) -> int:
             urls = {"plugin": gw_url,
                     "s3_gateway": f"s3://{names[0]}:{gw_url.rsplit(':', 1)[1]}",
                     "s3_direct": f"s3://{names[1]}:{port}"}
-            gateways = {r: gw_pid for r in ROUTES}
-            gateway_urls = {r: gw_url for r in ROUTES}
+            gateways = {r: (gw_url, gw_pid) for r in ROUTES}  # route -> its gateway
             if parse_size(args.dram_cache):
                 dram_url, dram_pid = stack.enter_context(
                     gateway(server, "kv-dram", args.dram_cache))
                 routes = (*ROUTES, DRAM_ROUTE)
-                urls[DRAM_ROUTE], gateways[DRAM_ROUTE] = dram_url, dram_pid
-                gateway_urls[DRAM_ROUTE] = dram_url
+                urls[DRAM_ROUTE] = dram_url
+                gateways[DRAM_ROUTE] = (dram_url, dram_pid)
             for url in {urls["plugin"], urls.get(DRAM_ROUTE, gw_url)}:
-                urllib.request.urlopen(urllib.request.Request(
-                    f"{url}/v1/{GW_BUCKET}", method="PUT",
-                    headers={"Authorization": f"Bearer {ACCESS}:{SECRET}"}), timeout=30).close()
+                _native(url, "PUT", GW_BUCKET, 30)
             rounds: dict[str, list[dict[str, float]]] = {r: [] for r in routes}
             engines = {r: Engine(r, LLAMA3_8B, urls, server, args.cpu_gib) for r in routes}
             for i in range(args.repeat):
                 k = i % len(routes)
                 for route in routes[k:] + routes[:k]:  # rotate the order
                     _say(f"round {i + 1}/{args.repeat}: {route}")
-                    pids: dict[str, tuple[int, ...]] = {"gateway": (gateways[route],),
+                    route_url, route_pid = gateways[route]
+                    pids: dict[str, tuple[int, ...]] = {"gateway": (route_pid,),
                                                         "client": (os.getpid(),)}
                     if server.pids:
                         pids["server"] = server.pids
-                    flush_url = None if route == "s3_direct" else gateway_urls[route]
+                    flush_url = None if route == "s3_direct" else route_url
                     rounds[route].append(one_round(engines[route], route, server, urls, pids,
                                                    flush_url,
                                                    args.tokens, args.lookup_chunks,
