@@ -7,9 +7,10 @@ for unreachable/timeouts/5xx, BackendError for everything else.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from s3kv.wire.body import Buffer as Buffer
 from s3kv.wire.body import Pieces as Pieces
@@ -123,9 +124,16 @@ async def feed_whole_range(backend: Backend, key: str, start: int, length: int,
     return len(data)
 
 
+@functools.cache
+def _streams(cls: type) -> bool:
+    """Whether a backend class is a RangeStreamer, decided once per class (``isinstance``
+    against a runtime protocol walks its members on every call)."""
+    return issubclass(cls, RangeStreamer)
+
+
 async def stream_range(backend: Backend, key: str, start: int, length: int, sink: Sink) -> int:
     """Bytes [start, start+length) of the object to ``sink`` as they arrive where the backend
     can stream them (RangeStreamer), else all at once; returns how many were fed."""
-    if isinstance(backend, RangeStreamer):
-        return await backend.stream_range(key, start, length, sink)
+    if _streams(type(backend)):
+        return await cast(RangeStreamer, backend).stream_range(key, start, length, sink)
     return await feed_whole_range(backend, key, start, length, sink)

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from s3kv.backends.base import Sink
 from s3kv.errors import BackendError, BackendUnavailable, ObjectMissing
-from s3kv.wire.fastget import GetPool, Landing, ProtocolError
+from s3kv.wire.fastget import GetPool, ProtocolError, landing_of
 from s3kv.wire.sigv4 import EMPTY_SHA256, Credentials, Signer, quote_path
 
 _CODE = re.compile(rb"<Code>([^<]{1,64})</Code>")
@@ -106,7 +106,7 @@ class _Bounded:
 
     def __init__(self, sink: Sink, length: int) -> None:
         self._sink = sink
-        self._landing = sink if isinstance(sink, Landing) else None
+        self._landing = landing_of(sink)
         self._length = length
         self.got = 0
 

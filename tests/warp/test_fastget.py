@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from s3kv.wire.fastget import GetPool
+from s3kv.wire.fastget import GetPool, landing_of
 
 BODY = b"0123456789" * 1000
 
@@ -115,3 +115,15 @@ def test_a_landing_sink_receives_the_body_in_place_and_never_an_error_body() -> 
             await server.wait_closed()
 
     asyncio.run(go())
+
+
+def test_landing_of_tells_in_place_sinks_from_plain_callables_per_class() -> None:
+    sink = _InPlace(4)
+    assert landing_of(sink) is sink
+    assert landing_of(lambda view: None) is None
+
+    class CallOnly:  # a __call__ but no space/landed: bytes come through __call__
+        def __call__(self, view: memoryview) -> None:
+            pass
+
+    assert landing_of(CallOnly()) is None
