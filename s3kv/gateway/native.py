@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from s3kv.errors import Backpressure, NamespaceExists, RequestError
+from s3kv.errors import NamespaceExists, RequestError
 from s3kv.frames import HEAD_ALLOWANCE, STREAM, block_record, decode_frames, end_record
 from s3kv.gateway import ops
 from s3kv.gateway.access import check_namespace, require_unrestricted
@@ -119,16 +119,7 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
         for _, d in items:
             if size_of(d) > st.settings.max_block_size:
                 raise RequestError("EntityTooLarge", "a block exceeds the max block size")
-        stored = 0
-        for k, d in items:  # in order, so that a 503 can say how many leading blocks are in
-            try:
-                await st.store.put(ns, k, d, codec=codec)
-            except Backpressure as exc:
-                if not stored:
-                    raise
-                raise Backpressure(f"{exc} ({stored} of {len(items)} blocks stored; send "
-                                   "the rest)", exc.retry_after, stored) from exc
-            stored += 1
+        stored = await st.store.put_many(ns, items, codec=codec)  # Backpressure says how many
     finally:
         st.budget.release(body.reserved)
     if durable:

@@ -21,27 +21,28 @@ from s3kv.config import Settings
 from s3kv.errors import (
     BackendError,
     BackendUnavailable,
+    Backpressure,
     ConfigError,
-    InvalidInput,
     InvalidNamespace,
     NamespaceExists,
     NamespaceNotEmpty,
     S3KVError,
-    TooLarge,
 )
 from s3kv.log import get_logger
 from s3kv.store import layout
 from s3kv.store.catalog import Catalog
-from s3kv.store.codecs import NONE_ID, CodecSpec, codec_for, parse_codec_spec
+from s3kv.store.codecs import CodecSpec, parse_codec_spec
 from s3kv.store.dram import DramCache, frozen_copy
 from s3kv.store.eviction import Evictor
-from s3kv.store.fetch import Block, BlockFetcher, checksum_async
+from s3kv.store.fetch import Block, BlockFetcher
 from s3kv.store.index import BlockIndex, Location
+from s3kv.store.ingest import prepare
+from s3kv.store.open_segment import OpenSegment
 from s3kv.store.recovery import Recovery
 from s3kv.store.segments import SegmentInfo, SegmentState, SegmentTable
 from s3kv.store.stats import StoreStats
 from s3kv.store.writer import SegmentWriter
-from s3kv.wire.body import Pieces, joined, size_of
+from s3kv.wire.body import Pieces, joined
 
 log = get_logger(__name__)
 
@@ -219,41 +220,50 @@ class BlockStore:
         only when the block is stored as it is, with no codec).
         """
         nid = self.ns_id(namespace)
-        self._check_key(key)
-        raw_len = size_of(data)
-        if raw_len > self.settings.max_block_size:
-            raise TooLarge(f"block of {raw_len} bytes is over max_block_size "
-                           f"({self.settings.max_block_size})")
-        if len(attrs) > layout.MAX_ATTRS_BYTES:
-            raise InvalidInput(f"block attributes of {len(attrs)} bytes are over "
-                               f"{layout.MAX_ATTRS_BYTES}")
+        ready = await prepare(namespace, key, data, codec or self.namespace_codecs[namespace],
+                              max_block_size=self.settings.max_block_size, attrs=attrs, crc=crc)
+        seg, placed = await self.writer.append(ready.entry, ready.stored)
+        meta = self._placed(nid, data, seg, placed)
+        if durable:
+            await seg.done
+        return meta
+
+    async def put_many(self, namespace: str, items: Sequence[tuple[bytes, Pieces]], *,
+                       codec: CodecSpec | None = None) -> int:
+        """Store the blocks of one request one after another in the open segment (no other
+        request's block between them), so that a chain written in one batch is read back with
+        one ranged GET. Every block is checked, encoded and checksummed before the first is
+        appended: a bad one (TooLarge, InvalidInput) stores none. Returns how many were stored
+        (all); Backpressure's ``stored`` says how many leading blocks are in when the store
+        pushed back part way."""
+        nid = self.ns_id(namespace)
         spec = codec or self.namespace_codecs[namespace]
-        codec_id = NONE_ID
-        stored: Pieces = data
-        if spec.name != "none":
-            impl = codec_for(spec)
-            stored = await asyncio.to_thread(impl.encode, memoryview(joined(data)))
-            codec_id = impl.codec_id
-            crc = None
-        if crc is None:
-            crc = await checksum_async(stored)
-        stored_len = size_of(stored)
-        entry = layout.Entry(namespace, key, 0, stored_len, raw_len, crc, codec_id, 0.0,
-                             attrs=attrs)
-        seg, placed = await self.writer.append(entry, stored)
-        loc = Location(seg.info.seg_id, placed.offset, stored_len, raw_len, crc, codec_id,
-                       placed.written_at, attrs)
+        ready = [await prepare(namespace, k, d, spec, max_block_size=self.settings.max_block_size)
+                 for k, d in items]
+        placed, stopped = await self.writer.append_many([(r.entry, r.stored) for r in ready])
+        for (_, data), (seg, entry) in zip(items, placed, strict=False):
+            self._placed(nid, data, seg, entry)
+        if stopped is not None:
+            raise Backpressure(f"{stopped} ({len(placed)} of {len(items)} blocks stored; send "
+                               "the rest)", stopped.retry_after, len(placed)) from stopped
+        return len(placed)
+
+    def _placed(self, nid: int, data: Pieces, seg: OpenSegment, placed: layout.Entry
+                ) -> BlockMeta:
+        """A block the writer appended: into the index (and the DRAM tier), counted."""
+        key = placed.key
+        loc = Location(seg.info.seg_id, placed.offset, placed.length, placed.raw_length,
+                       placed.crc, placed.codec, placed.written_at, placed.attrs)
         self.catalog.put(nid, key, loc)
         if self._fill_on_write:
             self.dram.put(nid, key, loc, frozen_copy(data))
         else:
             self.dram.invalidate(nid, key)
         self.stats.blocks_put += 1
-        self.stats.bytes_accepted += raw_len
-        self.stats.bytes_stored += stored_len
-        if durable:
-            await seg.done
-        return BlockMeta(key, raw_len, crc, placed.written_at, codec_id, attrs)
+        self.stats.bytes_accepted += placed.raw_length
+        self.stats.bytes_stored += placed.length
+        return BlockMeta(key, placed.raw_length, placed.crc, placed.written_at, placed.codec,
+                         placed.attrs)
 
     async def wait_durable(self, namespace: str, keys: Sequence[bytes]) -> None:
         """Wait until the segments holding these blocks are complete on the backend.
@@ -300,10 +310,6 @@ class BlockStore:
         except BackendError as exc:  # Backpressure included: the delete holds in memory
             log.warning("store.tombstone_deferred", key=key[:80], error=str(exc))
         return True
-
-    def _check_key(self, key: bytes) -> None:
-        if not key or len(key) > layout.MAX_KEY_BYTES:
-            raise InvalidInput(f"key must be 1..{layout.MAX_KEY_BYTES} bytes, got {len(key)}")
 
     def _segment_failed(self, info: SegmentInfo) -> None:
         self.stats.blocks_lost += self.catalog.forget_segment(info.seg_id)

@@ -22,7 +22,7 @@ import functools
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from s3kv.backends.base import Backend
 from s3kv.backends.multipart import MultipartUpload
@@ -114,20 +114,48 @@ class SegmentWriter:
         self._check_healthy()
         async with self._lock:
             self._check_healthy()  # again: the backend may have failed while we queued
-            size = size_of(data)
-            seg = await self._segment_for(entry.namespace, entry.key, size, len(entry.attrs))
-            offset = seg.append(data, self.s.block_align) if size else 0
-            placed = layout.Entry(entry.namespace, entry.key, offset, entry.length,
-                                  entry.raw_length, entry.crc, entry.codec,
-                                  entry.written_at or self._stamp(), entry.flags, entry.attrs)
-            seg.add_entry(placed)
-            seg.info.block_bytes += size
-            seg.info.live_bytes += size
-            if seg.first_at == 0.0:
-                seg.first_at = time.monotonic()
-                seg.timer = asyncio.get_running_loop().call_later(
-                    self.s.seal_after, self._seal_soon, seg, "deadline")
-            return seg, placed
+            return await self._place(entry, data)
+
+    async def append_many(self, items: Sequence[tuple[layout.Entry, Pieces]]
+                          ) -> tuple[list[tuple[OpenSegment, layout.Entry]], Backpressure | None]:
+        """Append blocks one after another under one hold of the lock, so that no other
+        request's block lands between them: a prefix chain written in one batch is one byte
+        range, read back with one ranged GET. (Appended one lock hold each, concurrent batches
+        interleaved block by block as soon as a wait for room queued them on the lock, and then
+        every block of a chain took a ranged GET of its own.)
+
+        Returns what was placed, as :meth:`append` does per block, and the Backpressure that
+        stopped it early (None: all placed); raises it if nothing was placed."""
+        self._check_healthy()
+        placed: list[tuple[OpenSegment, layout.Entry]] = []
+        async with self._lock:
+            try:
+                for entry, data in items:
+                    self._check_healthy()
+                    placed.append(await self._place(entry, data))
+            except Backpressure as exc:
+                if not placed:
+                    raise
+                return placed, exc
+        return placed, None
+
+    async def _place(self, entry: layout.Entry, data: Pieces
+                     ) -> tuple[OpenSegment, layout.Entry]:
+        """Append one block; the caller holds the lock."""
+        size = size_of(data)
+        seg = await self._segment_for(entry.namespace, entry.key, size, len(entry.attrs))
+        offset = seg.append(data, self.s.block_align) if size else 0
+        placed = layout.Entry(entry.namespace, entry.key, offset, entry.length,
+                              entry.raw_length, entry.crc, entry.codec,
+                              entry.written_at or self._stamp(), entry.flags, entry.attrs)
+        seg.add_entry(placed)
+        seg.info.block_bytes += size
+        seg.info.live_bytes += size
+        if seg.first_at == 0.0:
+            seg.first_at = time.monotonic()
+            seg.timer = asyncio.get_running_loop().call_later(
+                self.s.seal_after, self._seal_soon, seg, "deadline")
+        return seg, placed
 
     def _stamp(self) -> float:
         """Wall-clock time, strictly increasing within this writer (last writer wins)."""
