@@ -240,13 +240,18 @@ class BlockStore:
         spec = codec or self.namespace_codecs[namespace]
         ready = [await prepare(namespace, k, d, spec, max_block_size=self.settings.max_block_size)
                  for k, d in items]
-        placed, stopped = await self.writer.append_many([(r.entry, r.stored) for r in ready])
-        for (_, data), (seg, entry) in zip(items, placed, strict=False):
-            self._placed(nid, data, seg, entry)
+        stored = 0
+
+        def placed(i: int, seg: OpenSegment, entry: layout.Entry) -> None:
+            nonlocal stored
+            self._placed(nid, items[i][1], seg, entry)
+            stored += 1
+
+        stopped = await self.writer.append_many([(r.entry, r.stored) for r in ready], placed)
         if stopped is not None:
-            raise Backpressure(f"{stopped} ({len(placed)} of {len(items)} blocks stored; send "
-                               "the rest)", stopped.retry_after, len(placed)) from stopped
-        return len(placed)
+            raise Backpressure(f"{stopped} ({stored} of {len(items)} blocks stored; send the "
+                               "rest)", stopped.retry_after, stored) from stopped
+        return stored
 
     def _placed(self, nid: int, data: Pieces, seg: OpenSegment, placed: layout.Entry
                 ) -> BlockMeta:

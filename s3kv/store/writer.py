@@ -116,28 +116,33 @@ class SegmentWriter:
             self._check_healthy()  # again: the backend may have failed while we queued
             return await self._place(entry, data)
 
-    async def append_many(self, items: Sequence[tuple[layout.Entry, Pieces]]
-                          ) -> tuple[list[tuple[OpenSegment, layout.Entry]], Backpressure | None]:
+    async def append_many(self, items: Sequence[tuple[layout.Entry, Pieces]],
+                          placed: Callable[[int, OpenSegment, layout.Entry], None]
+                          ) -> Backpressure | None:
         """Append blocks one after another under one hold of the lock, so that no other
         request's block lands between them: a prefix chain written in one batch is one byte
         range, read back with one ranged GET. (Appended one lock hold each, concurrent batches
         interleaved block by block as soon as a wait for room queued them on the lock, and then
         every block of a chain took a ranged GET of its own.)
 
-        Returns what was placed, as :meth:`append` does per block, and the Backpressure that
-        stopped it early (None: all placed); raises it if nothing was placed."""
+        ``placed(i, segment, entry)`` is called as item ``i`` is placed, before anything else
+        runs (the store indexes it there: a segment that fails or is evicted while the rest of
+        the batch waits for room must find it). Returns the Backpressure that stopped the
+        batch part way (None: all placed); raises it if nothing was placed."""
         self._check_healthy()
-        placed: list[tuple[OpenSegment, layout.Entry]] = []
+        done = 0
         async with self._lock:
             try:
-                for entry, data in items:
+                for i, (entry, data) in enumerate(items):
                     self._check_healthy()
-                    placed.append(await self._place(entry, data))
+                    seg, entry_placed = await self._place(entry, data)
+                    placed(i, seg, entry_placed)
+                    done += 1
             except Backpressure as exc:
-                if not placed:
+                if not done:
                     raise
-                return placed, exc
-        return placed, None
+                return exc
+        return None
 
     async def _place(self, entry: layout.Entry, data: Pieces
                      ) -> tuple[OpenSegment, layout.Entry]:
