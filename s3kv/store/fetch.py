@@ -45,8 +45,11 @@ READ_CONCURRENCY = 8
 READ_AHEAD = MAX_RUN
 #: bytes of ranged GETs in flight at once, all requests together
 READ_BUDGET = 4 * MAX_RUN
-#: checksums of blocks larger than this are computed off the event loop
-THREAD_THRESHOLD = 1024 * 1024
+#: checksums of blocks larger than this are computed off the event loop. The CRC runs at ~30
+#: GB/s here on bytes just received (8 MiB: ~0.28 ms on the loop), while a hop to a worker
+#: thread and back costs ~0.1 ms of CPU however small the block: at 1 MiB, 2 MiB blocks paid
+#: 142 us of CPU for a 36 us checksum
+THREAD_THRESHOLD = 8 * 1024 * 1024
 
 
 async def checksum_async(data: Pieces) -> int:
