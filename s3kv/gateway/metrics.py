@@ -41,6 +41,8 @@ _COUNTERS = {
     "dram_misses": ("s3kv_dram_misses_total", "DRAM-tier misses"),
     "uploads_paced": ("s3kv_uploads_paced_total",
                       "Part uploads held back while reads waited on the backend"),
+    "shared_range_reads": ("s3kv_shared_range_reads_total",
+                           "Ranged GETs served from another read of the same block"),
 }
 _GAUGES = {
     "index_entries": ("s3kv_index_entries", "Blocks in the index"),
@@ -50,6 +52,8 @@ _GAUGES = {
     "sealed_segments": ("s3kv_sealed_segments", "Sealed segments on the backend"),
     "sealed_bytes": ("s3kv_sealed_bytes", "Bytes of sealed segments on the backend"),
     "dram_bytes": ("s3kv_dram_bytes", "Bytes held by the DRAM tier"),
+    "shared_read_bytes": ("s3kv_shared_read_bytes",
+                          "Bytes of blocks kept briefly for the ranged GETs that follow"),
     "write_amplification": ("s3kv_write_amplification",
                             "Backend bytes written / block bytes accepted"),
     "backend_healthy": ("s3kv_backend_healthy", "1 when the backend answers"),

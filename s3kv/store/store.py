@@ -9,6 +9,7 @@ other module of s3kv.store imports this one.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import time
@@ -40,6 +41,7 @@ from s3kv.store.ingest import prepare
 from s3kv.store.open_segment import OpenSegment
 from s3kv.store.recovery import Recovery
 from s3kv.store.segments import SegmentInfo, SegmentState, SegmentTable
+from s3kv.store.shared_reads import SharedReads
 from s3kv.store.stats import StoreStats
 from s3kv.store.writer import SegmentWriter
 from s3kv.wire.body import Pieces, joined
@@ -107,6 +109,7 @@ class BlockStore:
                                   settings.sync_interval)
         self._evictor = Evictor(settings, backend, prefix, self.catalog, self.writer,
                                 self.stats, self)
+        self.shared_reads = SharedReads(settings.max_request_memory // 4)  # ranged GETs
         self._background: list[asyncio.Task[None]] = []
         self._owns_backend = owns_backend
         self._fill_on_write = self.dram.enabled and settings.dram_fill == "write"
@@ -330,9 +333,13 @@ class BlockStore:
         """The block's bytes, or None on a miss (absent, evicted, corrupt, backend down)."""
         return (await self.get_many(namespace, [key]))[0]
 
-    async def read(self, namespace: str, key: bytes) -> Pieces | None:
-        """As :meth:`get`, in the pieces the store holds it in (no join: for sending)."""
-        return await self.fetcher.read_one(self.ns_id(namespace), key)
+    async def read(self, namespace: str, key: bytes, *, ranged: bool = False) -> Pieces | None:
+        """As :meth:`get`, in the pieces the store holds it in (no join: for sending).
+        ``ranged``: the caller sends a range; such reads of one block share one (shared_reads)."""
+        nid = self.ns_id(namespace)
+        loc = self.index.get(nid, key) if ranged else None
+        load = functools.partial(self.fetcher.read_one, nid, key)
+        return await (load() if loc is None else self.shared_reads.read((nid, key, loc), load))
 
     async def get_many(self, namespace: str, keys: Sequence[bytes], *,
                        decode: bool = True) -> list[Block | None]:
@@ -383,6 +390,8 @@ class BlockStore:
         out["sealed_segments"] = len(sealed)
         out["sealed_bytes"] = sum(s.length for s in sealed)
         out["dram_bytes"] = self.dram.size
+        out["shared_range_reads"] = self.shared_reads.shared
+        out["shared_read_bytes"] = self.shared_reads.held_bytes
         out["namespaces"] = len(self.namespaces)
         out["backend_healthy"] = 1.0 if self.writer.healthy else 0.0
         out["capacity_bytes"] = float(self.settings.capacity)
