@@ -149,7 +149,7 @@ async def get_object(request: web.Request, st: GatewayState, t: Target, *,
     if head:
         headers["Content-Length"] = str(end - start)
         return web.Response(status=status, headers=headers)
-    data = await st.store.read(t.bucket, key, ranged=(start, end) != (0, meta.size))
+    data = await st.store.read(t.bucket, key, span=0 if rng is None else end - start)
     if data is None:  # evicted, corrupt or backend down since the index said yes: a miss
         raise RequestError("NoSuchKey", "The specified key does not exist.", 404)
     views = views_of(data, start, end)

@@ -6,7 +6,9 @@ LMCache's S3 connector, ``aws s3 cp`` above its multipart threshold: 8 MiB range
 block fetched that way was read from the backend four times. :class:`SharedReads` gives the
 reads of one block that overlap in time one backend read, and keeps a block that was read for
 a range for ``hold`` seconds, at most ``limit`` bytes in all, so that the ranges that come just
-after it are cut from memory too.
+after it are cut from memory too. A block is let go as soon as as many bytes of it have been
+asked for as it has (every range of a download served once), which leaves the room to the
+blocks whose ranges are still coming when a client downloads many objects at once.
 
 A block is known by its :class:`~s3kv.store.index.Location` as well as its key: a block written
 again, or deleted and written again, is another block and is read afresh.
@@ -33,19 +35,24 @@ class SharedReads:
         self._flying: dict[Ident, asyncio.Future[Pieces | None]] = {}
         self._held: OrderedDict[Ident, tuple[float, Pieces]] = OrderedDict()
         self._held_bytes = 0
+        self._asked: dict[Ident, int] = {}  # bytes asked for, per block in flight or held
 
     @property
     def held_bytes(self) -> int:
         return self._held_bytes
 
-    async def read(self, ident: Ident, load: Callable[[], Awaitable[Pieces | None]]
-                   ) -> Pieces | None:
+    async def read(self, ident: Ident, span: int,
+                   load: Callable[[], Awaitable[Pieces | None]]) -> Pieces | None:
         """The block's bytes: held, or from a read of it in flight, or from ``load()``
-        (which then serves the reads that come while it runs, and is held if it fits)."""
+        (which then serves the reads that come while it runs, and is held if it fits and
+        ranges of it are still to come). ``span``: how many bytes of it the caller sends."""
         self._expire()
+        self._asked[ident] = self._asked.get(ident, 0) + span
         held = self._held.get(ident)
         if held is not None:
             self.shared += 1
+            if self._asked[ident] >= size_of(held[1]):  # its last range: let it go
+                self._drop(ident)
             return held[1]
         flying = self._flying.get(ident)
         if flying is not None:
@@ -59,23 +66,26 @@ class SharedReads:
 
     def _landed(self, ident: Ident, done: asyncio.Future[Pieces | None]) -> None:
         self._flying.pop(ident, None)
+        asked = self._asked.pop(ident, 0)
         if done.cancelled() or done.exception() is not None:
             return
         data = done.result()
         size = 0 if data is None else size_of(data)
-        if data is None or size > self.limit:
+        if data is None or size > self.limit or asked >= size:
             return
         while self._held and self._held_bytes + size > self.limit:
-            self._drop_oldest()
+            self._drop(next(iter(self._held)))
         self._held[ident] = (time.monotonic() + self.hold, data)
         self._held_bytes += size
+        self._asked[ident] = asked
         asyncio.get_running_loop().call_later(self.hold, self._expire)  # let go when idle
 
     def _expire(self) -> None:
         now = time.monotonic()
         while self._held and next(iter(self._held.values()))[0] <= now:
-            self._drop_oldest()
+            self._drop(next(iter(self._held)))
 
-    def _drop_oldest(self) -> None:
-        _, (_, data) = self._held.popitem(last=False)
+    def _drop(self, ident: Ident) -> None:
+        _, data = self._held.pop(ident)
+        self._asked.pop(ident, None)
         self._held_bytes -= size_of(data)

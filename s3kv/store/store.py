@@ -333,13 +333,13 @@ class BlockStore:
         """The block's bytes, or None on a miss (absent, evicted, corrupt, backend down)."""
         return (await self.get_many(namespace, [key]))[0]
 
-    async def read(self, namespace: str, key: bytes, *, ranged: bool = False) -> Pieces | None:
+    async def read(self, namespace: str, key: bytes, *, span: int = 0) -> Pieces | None:
         """As :meth:`get`, in the pieces the store holds it in (no join: for sending).
-        ``ranged``: the caller sends a range; such reads of one block share one (shared_reads)."""
+        ``span``: bytes of a range the caller sends; such reads share one (shared_reads)."""
         nid = self.ns_id(namespace)
-        loc = self.index.get(nid, key) if ranged else None
+        loc = self.index.get(nid, key) if span else None
         load = functools.partial(self.fetcher.read_one, nid, key)
-        return await (load() if loc is None else self.shared_reads.read((nid, key, loc), load))
+        return await (self.shared_reads.read((nid, key, loc), span, load) if loc else load())
 
     async def get_many(self, namespace: str, keys: Sequence[bytes], *,
                        decode: bool = True) -> list[Block | None]:

@@ -26,30 +26,30 @@ class _Loads:
 
 async def test_overlapping_reads_share_one_load_and_later_ones_use_the_held_block() -> None:
     shared, load = SharedReads(limit=1000, hold=0.2), _Loads(b"x" * 100)
-    got = await asyncio.gather(*(shared.read((1, b"k", LOC), load) for _ in range(5)))
+    got = await asyncio.gather(*(shared.read((1, b"k", LOC), 10, load) for _ in range(5)))
     assert got == [b"x" * 100] * 5 and load.calls == 1 and shared.shared == 4
-    assert await shared.read((1, b"k", LOC), load) == b"x" * 100 and load.calls == 1
+    assert await shared.read((1, b"k", LOC), 10, load) == b"x" * 100 and load.calls == 1
     other = Location(2, 0, 100, 100, 8, 0, 2.0)  # the key written again: another block
-    await shared.read((1, b"k", other), load)
+    await shared.read((1, b"k", other), 10, load)
     assert load.calls == 2
     await asyncio.sleep(0.3)  # past the hold: let go without another read
     assert shared.held_bytes == 0
-    await shared.read((1, b"k", LOC), load)
+    await shared.read((1, b"k", LOC), 10, load)
     assert load.calls == 3
 
 
 async def test_the_limit_bounds_what_is_held() -> None:
     shared = SharedReads(limit=250, hold=10)
     for i in range(4):
-        await shared.read((1, b"k%d" % i, LOC), _Loads(b"y" * 100, delay=0))
+        await shared.read((1, b"k%d" % i, LOC), 10, _Loads(b"y" * 100, delay=0))
     assert shared.held_bytes == 200  # the two most recent
-    await shared.read((1, b"big", LOC), _Loads(b"z" * 300, delay=0))  # over the limit: not held
+    await shared.read((1, b"big", LOC), 10, _Loads(b"z" * 300, delay=0))  # over the limit: not held
     assert shared.held_bytes == 200
 
 
 async def test_a_failed_load_fails_its_readers_and_is_not_held() -> None:
     shared, load = SharedReads(limit=1000), _Loads(b"", fail=True)
-    results = await asyncio.gather(*(shared.read((1, b"k", LOC), load) for _ in range(3)),
+    results = await asyncio.gather(*(shared.read((1, b"k", LOC), 10, load) for _ in range(3)),
                                    return_exceptions=True)
     assert all(isinstance(r, OSError) for r in results) and load.calls == 1
     assert shared.held_bytes == 0
@@ -57,10 +57,22 @@ async def test_a_failed_load_fails_its_readers_and_is_not_held() -> None:
 
 async def test_a_reader_that_goes_away_does_not_fail_the_others() -> None:
     shared, load = SharedReads(limit=1000), _Loads(b"w" * 10, delay=0.05)
-    first = asyncio.create_task(shared.read((1, b"k", LOC), load))
-    second = asyncio.create_task(shared.read((1, b"k", LOC), load))
+    first = asyncio.create_task(shared.read((1, b"k", LOC), 10, load))
+    second = asyncio.create_task(shared.read((1, b"k", LOC), 10, load))
     await asyncio.sleep(0.01)
     first.cancel()
     with pytest.raises(asyncio.CancelledError):
         await first
     assert await second == b"w" * 10 and load.calls == 1
+
+
+async def test_a_block_is_let_go_once_every_byte_of_it_was_asked_for() -> None:
+    shared, load = SharedReads(limit=1000, hold=10), _Loads(b"v" * 100)
+    await asyncio.gather(*(shared.read((1, b"k", LOC), 25, load) for _ in range(2)))
+    assert shared.held_bytes == 100  # half of it asked for: the other ranges are to come
+    await shared.read((1, b"k", LOC), 25, load)
+    assert shared.held_bytes == 100
+    await shared.read((1, b"k", LOC), 25, load)  # the last range
+    assert shared.held_bytes == 0 and load.calls == 1
+    await asyncio.gather(*(shared.read((1, b"j", LOC), 50, load) for _ in range(2)))
+    assert shared.held_bytes == 0 and load.calls == 2  # all asked for while in flight
