@@ -8,7 +8,9 @@ reads of one block that overlap in time one backend read, and keeps a block that
 a range for ``hold`` seconds, at most ``limit`` bytes in all, so that the ranges that come just
 after it are cut from memory too. A block is let go as soon as as many bytes of it have been
 asked for as it has (every range of a download served once), which leaves the room to the
-blocks whose ranges are still coming when a client downloads many objects at once.
+blocks whose ranges are still coming when a client downloads many objects at once; when the
+limit is reached, newly read blocks are not held (their ranges read them again) rather than
+held blocks dropped.
 
 A block is known by its :class:`~s3kv.store.index.Location` as well as its key: a block written
 again, or deleted and written again, is another block and is read afresh.
@@ -41,6 +43,10 @@ class SharedReads:
     def held_bytes(self) -> int:
         return self._held_bytes
 
+    def __contains__(self, ident: Ident) -> bool:
+        """Whether the block is held now."""
+        return ident in self._held
+
     async def read(self, ident: Ident, span: int,
                    load: Callable[[], Awaitable[Pieces | None]]) -> Pieces | None:
         """The block's bytes: held, or from a read of it in flight, or from ``load()``
@@ -71,10 +77,10 @@ class SharedReads:
             return
         data = done.result()
         size = 0 if data is None else size_of(data)
-        if data is None or size > self.limit or asked >= size:
+        # a full store of held blocks takes no more: the blocks it holds have ranges still to
+        # come (dropping one for a newcomer would only move the second read to it)
+        if data is None or asked >= size or self._held_bytes + size > self.limit:
             return
-        while self._held and self._held_bytes + size > self.limit:
-            self._drop(next(iter(self._held)))
         self._held[ident] = (time.monotonic() + self.hold, data)
         self._held_bytes += size
         self._asked[ident] = asked

@@ -42,7 +42,8 @@ async def test_the_limit_bounds_what_is_held() -> None:
     shared = SharedReads(limit=250, hold=10)
     for i in range(4):
         await shared.read((1, b"k%d" % i, LOC), 10, _Loads(b"y" * 100, delay=0))
-    assert shared.held_bytes == 200  # the two most recent
+    assert shared.held_bytes == 200  # the first two: held blocks are not dropped for newcomers
+    assert (1, b"k0", LOC) in shared and (1, b"k3", LOC) not in shared
     await shared.read((1, b"big", LOC), 10, _Loads(b"z" * 300, delay=0))  # over the limit: not held
     assert shared.held_bytes == 200
 
