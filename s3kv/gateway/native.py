@@ -94,7 +94,7 @@ async def batch_get(request: web.Request) -> web.StreamResponse:
             size = None if block is None else size_of(block)
             record = block_record(next(names_left), size)
             if block is not None and size:
-                await write_sliced(resp, block, head=record)  # one write for a small block
+                await write_sliced(resp, block, head=record)
                 sent += size
             else:
                 await resp.write(record)
