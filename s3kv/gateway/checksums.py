@@ -188,3 +188,9 @@ ALGORITHMS: dict[str, tuple[Callable[[], Checksum], int]] = {
 
 def new_checksum(name: str) -> Checksum:
     return ALGORITHMS[name][0]()
+
+
+def is_cheap(checksum: object) -> bool:
+    """Whether ``checksum`` runs at memory speed (a hardware-assisted CRC: tens of GB/s here),
+    so that hashing a piece on the event loop costs less than handing it to a thread."""
+    return isinstance(checksum, (_Crc32, _CrtCrc))

@@ -4,9 +4,11 @@ and whether a batch is hashed on the loop or in a worker thread."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import itertools
 import zlib
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -32,3 +34,25 @@ def test_digests_do_not_depend_on_the_pieces_or_the_thread(body: bytes, cuts: li
     md5, crc = asyncio.run(run())
     assert md5 == hashlib.md5(body).digest()
     assert int.from_bytes(crc, "big") == zlib.crc32(body)
+
+
+class _NoThreads(concurrent.futures.ThreadPoolExecutor):
+    def submit(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a cheap digest was handed to a worker thread")
+
+
+@settings(max_examples=20, deadline=None)
+@given(body=st.binary(max_size=5000), cuts=st.lists(st.integers(0, 5000), max_size=8))
+def test_crc_only_digests_are_hashed_on_the_loop_as_pieces_arrive(body: bytes,
+                                                                  cuts: list[int]) -> None:
+    async def run() -> bytes:
+        asyncio.get_running_loop().set_default_executor(_NoThreads())
+        crc = new_checksum("crc32")
+        digests = BodyDigests([crc], offload_bytes=1)  # would spill every piece otherwise
+        at = sorted({min(c, len(body)) for c in cuts} | {0, len(body)})
+        for lo, hi in itertools.pairwise(at):
+            assert not digests.add(memoryview(body)[lo:hi])
+        await digests.finish()
+        return crc.digest()
+
+    assert int.from_bytes(asyncio.run(run()), "big") == zlib.crc32(body)
