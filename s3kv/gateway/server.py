@@ -20,6 +20,7 @@ from s3kv.config import Settings
 from s3kv.errors import ConfigError
 from s3kv.gateway.access import credential_table
 from s3kv.gateway.app import make_app
+from s3kv.gateway.heap import keep_freed_memory
 from s3kv.gateway.multipart import UPLOADS, Uploads
 from s3kv.gateway.protocol import front_runner
 from s3kv.gateway.state import STATE
@@ -110,6 +111,8 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
         await store.close()
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     tune_gc()
+    keep_freed_memory(settings.max_request_memory + settings.dram_cache
+                      + settings.max_open_segments * settings.segment_size)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
