@@ -13,8 +13,9 @@ took 4-10 faults per block with the resident set swinging by 200 MiB every secon
 :func:`keep_freed_memory` raises both thresholds (``mallopt``): buffers up to 32 MiB (glibc's
 largest mmap threshold) come from the heap, and the heap is trimmed only above ``limit``, the
 memory the settings already allow the gateway (request bodies, open segments, the DRAM tier).
-The resident set then stays at its high-water mark instead of swinging, within that bound.
-A C library without ``mallopt`` (musl) is left as it is.
+The resident set then stays at its high-water mark instead of swinging. (glibc applies the
+trim threshold per arena: the event loop's holds almost every buffer; a worker thread that
+allocates, a codec's, keeps its own.) A C library without ``mallopt`` (musl) is left as it is.
 """
 
 from __future__ import annotations
