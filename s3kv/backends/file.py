@@ -37,6 +37,8 @@ MIN_FREE = 8 * 1024 * 1024
 NOW_MAX = 1024 * 1024
 
 
+#: object keys whose paths are remembered (segments and manifests: a few per GiB stored)
+_PATHS_KEPT = 4096
 #: buffers per pwritev call (Linux's IOV_MAX is 1024)
 _IOV_MAX = 1024
 
@@ -65,6 +67,7 @@ class FileBackend:
         self.fsync = fsync
         self.description = f"file://{self.root}"
         self._maps = MappedFiles()
+        self._paths: dict[str, Path] = {}
         self.recycled = RecycledFiles(self.root / _RECYCLED, self._maps,
                                       limit_bytes=recycle_bytes)
 
@@ -80,11 +83,19 @@ class FileBackend:
             raise BackendError(f"cannot create store directory {self.root}: {exc}") from exc
 
     def _path(self, key: str) -> Path:
+        """The file of ``key`` (checked; remembered, since every GET asks: building and hashing
+        a new Path cost more than the rest of a small GET's view of its segment)."""
+        path = self._paths.get(key)
+        if path is not None:
+            return path
         parts = key.split("/")
         if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts) \
                 or parts[0] in (_UPLOADS, _RECYCLED):
             raise InvalidInput(f"invalid object key for the file backend: {key!r}")
-        return self.root.joinpath(*parts)
+        if len(self._paths) >= _PATHS_KEPT:
+            self._paths.clear()
+        path = self._paths[key] = self.root.joinpath(*parts)
+        return path
 
     @staticmethod
     def _io_error(exc: OSError, what: str) -> BackendError:

@@ -57,18 +57,27 @@ def _find_mincore() -> Callable[[int, int, ctypes.Array[ctypes.c_char]], int] | 
 _MINCORE = _find_mincore()
 
 
-def in_memory(m: mmap.mmap, start: int, end: int) -> bool:
+def address_of(m: mmap.mmap) -> int:
+    """Where the mapping starts in memory (fixed for its lifetime)."""
+    return int(np.frombuffer(m, dtype=np.uint8).ctypes.data)  # the array (an export) is dropped
+
+
+def in_memory(m: mmap.mmap, start: int, end: int, base: int | None = None,
+              vec: ctypes.Array[ctypes.c_char] | None = None) -> bool:
     """Whether every page of bytes [start, end) of the mapping is in memory (no disk read to
-    touch them). False when the system cannot tell."""
+    touch them). False when the system cannot tell. ``base``: the mapping's ``address_of``,
+    ``vec``: a buffer to reuse for mincore's answer (each costs a few us to make per call)."""
     if _MINCORE is None or end <= start:
         return False
     first = start - start % PAGE
     pages = -(-(end - first) // PAGE)
-    base = np.frombuffer(m, dtype=np.uint8).ctypes.data  # the array (an export) is dropped
-    vec = ctypes.create_string_buffer(pages)
+    if base is None:
+        base = address_of(m)
+    if vec is None or len(vec) < pages:
+        vec = ctypes.create_string_buffer(pages)
     if _MINCORE(base + first, end - first, vec) != 0:
         return False
-    return vec.raw[:pages].translate(_RESIDENT_BIT).find(0) < 0
+    return ctypes.string_at(vec, pages).translate(_RESIDENT_BIT).find(0) < 0
 
 
 def _pages(start: int, end: int) -> tuple[int, int]:
@@ -80,6 +89,8 @@ class _Cached(NamedTuple):
     mapping: mmap.mmap
     #: one byte per page, 1 once it was populated (changed under the lock)
     populated: bytearray
+    #: the mapping's address_of
+    base: int
 
 
 class MappedFiles:
@@ -91,6 +102,8 @@ class MappedFiles:
         self._lock = threading.Lock()
         self._populate = True  # until the kernel says it has no MADV_POPULATE_READ
         self.fault_ins = 0  # ranges faulted in (a counter, for tests)
+        #: mincore's answer for view_now, reused under the lock (64 pages: a 256 KiB range)
+        self._vec = ctypes.create_string_buffer(64)
 
     def view(self, path: Path, start: int, length: int) -> memoryview:
         """Bytes [start, start+length) of the file (fewer at its end), faulted in. Blocking:
@@ -117,7 +130,10 @@ class MappedFiles:
             end = min(start + length, len(m))
             if end <= start:
                 return memoryview(b"")
-            if not in_memory(m, start, end):
+            pages = -(-(end - start + start % PAGE) // PAGE)
+            if len(self._vec) < pages:
+                self._vec = ctypes.create_string_buffer(pages)
+            if not in_memory(m, start, end, cached.base, self._vec):
                 return None
             self._maps.move_to_end(path)
             view = memoryview(m)[start:end]
@@ -177,7 +193,7 @@ class MappedFiles:
             finally:
                 os.close(fd)
             self._live[path] = m
-        self._maps[path] = _Cached(m, bytearray(-(-len(m) // PAGE)))
+        self._maps[path] = _Cached(m, bytearray(-(-len(m) // PAGE)), address_of(m))
         while len(self._maps) > self.limit:
             self._maps.popitem(last=False)
         return m

@@ -75,3 +75,20 @@ def test_view_now_populates_each_page_once_per_mapping(tmp_path: Path) -> None:
     assert view is not None
     view.release()
     assert maps.fault_ins == 6
+
+
+def test_in_memory_with_a_reused_answer_buffer(tmp_path: Path) -> None:
+    """view_now reuses one buffer for mincore's answers: what an earlier, longer range left in
+    it must not make a shorter one look resident, and a range longer than it grows it."""
+    path = tmp_path / "seg"
+    with open(path, "wb") as fh:
+        fh.write(os.urandom(100 * PAGE))
+        fh.truncate(200 * PAGE)  # pages 100.. are a hole
+    maps = MappedFiles()
+    maps.view(path, 0, PAGE)  # mapped
+    assert maps.view_now(path, 0, 90 * PAGE) is not None  # 90 pages: more than the buffer
+    assert maps.view_now(path, 99 * PAGE, 2 * PAGE) is None  # one resident page, one hole
+    assert maps.view_now(path, 150 * PAGE, PAGE) is None
+    ok = maps.view_now(path, 98 * PAGE, 2 * PAGE)
+    assert ok is not None and len(ok) == 2 * PAGE
+    ok.release()
