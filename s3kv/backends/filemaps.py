@@ -40,6 +40,9 @@ MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
 PAGE = mmap.PAGESIZE
 #: files mapped at once (a 256 MiB segment costs address space and page tables, no memory)
 MAX_MAPS = 64
+#: pages of the answer buffer view_now reuses: 1 MiB, the file backend's NOW_MAX, plus one
+#: for a range that does not start on a page
+ANSWER_PAGES = 257
 #: mincore's answer per page -> 1 if resident (its low bit), else 0
 _RESIDENT_BIT = bytes(i & 1 for i in range(256))
 
@@ -102,8 +105,9 @@ class MappedFiles:
         self._lock = threading.Lock()
         self._populate = True  # until the kernel says it has no MADV_POPULATE_READ
         self.fault_ins = 0  # ranges faulted in (a counter, for tests)
-        #: mincore's answer for view_now, reused under the lock (64 pages: a 256 KiB range)
-        self._vec = ctypes.create_string_buffer(64)
+        #: mincore's answer for view_now, reused under the lock (a longer range, which the
+        #: file backend never asks on the loop, gets a buffer of its own in in_memory)
+        self._vec = ctypes.create_string_buffer(ANSWER_PAGES)
 
     def view(self, path: Path, start: int, length: int) -> memoryview:
         """Bytes [start, start+length) of the file (fewer at its end), faulted in. Blocking:
@@ -130,9 +134,6 @@ class MappedFiles:
             end = min(start + length, len(m))
             if end <= start:
                 return memoryview(b"")
-            pages = -(-(end - start + start % PAGE) // PAGE)
-            if len(self._vec) < pages:
-                self._vec = ctypes.create_string_buffer(pages)
             if not in_memory(m, start, end, cached.base, self._vec):
                 return None
             self._maps.move_to_end(path)

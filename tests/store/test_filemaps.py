@@ -7,7 +7,7 @@ import mmap
 import os
 from pathlib import Path
 
-from s3kv.backends.filemaps import PAGE, MappedFiles, in_memory
+from s3kv.backends.filemaps import ANSWER_PAGES, PAGE, MappedFiles, in_memory
 
 
 def test_in_memory_tells_written_pages_from_holes(tmp_path: Path) -> None:
@@ -79,16 +79,18 @@ def test_view_now_populates_each_page_once_per_mapping(tmp_path: Path) -> None:
 
 def test_in_memory_with_a_reused_answer_buffer(tmp_path: Path) -> None:
     """view_now reuses one buffer for mincore's answers: what an earlier, longer range left in
-    it must not make a shorter one look resident, and a range longer than it grows it."""
+    it must not make a shorter one look resident, and a range longer than it gets its own."""
     path = tmp_path / "seg"
+    resident = ANSWER_PAGES + 50
     with open(path, "wb") as fh:
-        fh.write(os.urandom(100 * PAGE))
-        fh.truncate(200 * PAGE)  # pages 100.. are a hole
+        fh.write(os.urandom(resident * PAGE))
+        fh.truncate(2 * resident * PAGE)  # the pages after ``resident`` are a hole
     maps = MappedFiles()
     maps.view(path, 0, PAGE)  # mapped
-    assert maps.view_now(path, 0, 90 * PAGE) is not None  # 90 pages: more than the buffer
-    assert maps.view_now(path, 99 * PAGE, 2 * PAGE) is None  # one resident page, one hole
-    assert maps.view_now(path, 150 * PAGE, PAGE) is None
-    ok = maps.view_now(path, 98 * PAGE, 2 * PAGE)
+    assert maps.view_now(path, 0, (ANSWER_PAGES + 20) * PAGE) is not None  # > the buffer
+    assert maps.view_now(path, 0, (ANSWER_PAGES - 1) * PAGE) is not None  # fills the buffer
+    assert maps.view_now(path, (resident - 1) * PAGE, 2 * PAGE) is None  # resident, then hole
+    assert maps.view_now(path, (resident + 20) * PAGE, PAGE) is None
+    ok = maps.view_now(path, (resident - 2) * PAGE, 2 * PAGE)
     assert ok is not None and len(ok) == 2 * PAGE
     ok.release()
