@@ -150,6 +150,15 @@ class FileBackend:
         assert isinstance(data, bytes)
         return data
 
+    async def read_upload(self, key: str, upload_id: str, start: int, length: int) -> bytes:
+        """Bytes of a multipart upload's parts written so far, read from its file."""
+        if length <= 0:
+            return b""
+        data = await self._run(f"GET {key} (upload {upload_id})", self._pread,
+                               self._upload_dir(upload_id) / "data", start, length)
+        assert isinstance(data, bytes)
+        return data
+
     async def view_range(self, key: str, start: int, length: int) -> memoryview:
         if length <= 0:
             return memoryview(b"")
