@@ -17,7 +17,9 @@ client drives the same way (benchmarks/ceiling_runs.py):
 Cases: PUT and GET of each ``--sizes`` object through the S3 front (``s3kv bench put|get``:
 UNSIGNED-PAYLOAD, ``--concurrent`` connections, one PUT per object, every GET verified), and
 native batch put / streamed batch get (s3kv/client.py) of ``--batch-block`` blocks in batches of
-``--batch``. Per case, each repeat runs bare, fast, md5 in turn; ratios are gateway / bare
+``--batch``. Per case, each side first runs ``--warmup`` seconds untimed (a process's first
+run of a case grows its memory to the case's request sizes), then each repeat runs bare, fast,
+md5 in turn; ratios are gateway / bare
 throughput within a repeat, and every figure is the median over ``--repeats``. Each process's
 CPU (client, gateway, bare server; psutil, over the timed window only) is reported per GiB and
 per op (an op is an object, or a block in the batch cases), with the gateway's peak RSS.
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -61,8 +64,8 @@ from s3kv.sizes import MiB, format_size, parse_size
 
 MODES = ("fast", "md5")
 FILL_NAMESPACE = "ceiling-fill"  # the targets are for fast; md5 is reported beside it
-DEFAULTS = {"duration": 10.0, "repeats": 3, "set_bytes": "512MiB"}
-QUICK = {"duration": 1.0, "repeats": 1, "set_bytes": "64MiB"}
+DEFAULTS = {"duration": 10.0, "repeats": 3, "set_bytes": "512MiB", "warmup": 2.0}
+QUICK = {"duration": 1.0, "repeats": 1, "set_bytes": "64MiB", "warmup": 0.0}
 
 
 def cases(args: argparse.Namespace) -> list[Case]:
@@ -142,6 +145,13 @@ def measure(args: argparse.Namespace, say: Progress) -> dict[str, Any]:
         todo = cases(args)
         for n, case in enumerate(todo, 1):
             rounds: dict[str, list[dict[str, Any]]] = {s.name: [] for s in all_sides}
+            for side in all_sides if args.warmup else []:
+                # untimed: the first run of a case grows each process's heap to the case's
+                # request sizes (32 MiB PUTs after 256 KiB ones: fresh pages, 2.6x the CPU
+                # per op of the later repeats here), which the repeats should not time
+                say(f"[{n}/{len(todo)}] {case.label} {side.name}: warm-up {args.warmup:g} s "
+                    "(untimed)")
+                run_once(case, side, dataclasses.replace(load, duration=args.warmup))
             for r in range(args.repeats):
                 for side in all_sides:
                     say(f"[{n}/{len(todo)}] {case.label} repeat {r + 1}/{args.repeats} "
@@ -211,6 +221,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=None, metavar="N",
                    help="interleaved runs per case and side; figures are medians "
                    f"[default: {DEFAULTS['repeats']}, --quick {QUICK['repeats']}]")
+    p.add_argument("--warmup", type=float, default=None, metavar="SECONDS",
+                   help="an untimed run of each case on each side before its repeats, so "
+                   "that no timed run pays for growing a process's memory to the case "
+                   f"[default: {DEFAULTS['warmup']:g}, --quick {QUICK['warmup']:g}; 0: none]")
     p.add_argument("--set-bytes", default=None, metavar="SIZE",
                    help="bytes a GET run stores first and then reads (4 to 1024 objects, 1 "
                    f"to 64 batches) [default: {DEFAULTS['set_bytes']}, --quick "
@@ -263,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                 "duration_s": args.duration, "repeats": args.repeats, "batch": args.batch,
                 "batch_block": format_size(args.batch_block),
                 "set_bytes": format_size(args.set_bytes),
-                "fill": format_size(args.fill),
+                "fill": format_size(args.fill), "warmup_s": args.warmup,
                 "gateway_args": gateway_args(args, "fast")}
     if args.json:
         print(json.dumps({**headline(args, detail), "detail": detail, "settings": settings},

@@ -60,7 +60,7 @@ def test_gateway_ceiling_tiny_run_json() -> None:
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--sizes", "256KiB", "--batch", "4", "--duration", "0.3",
          "--repeats", "1", "--set-bytes", "2MiB", "--capacity", "512MiB", "--fill", "24MiB",
-         "--json"],
+         "--warmup", "0.2", "--json"],
         capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
@@ -88,12 +88,14 @@ def test_gateway_ceiling_tiny_run_json() -> None:
     assert doc["settings"]["fill"] == "24MiB"
     assert "filling the fast gateway's store with 24MiB" in proc.stderr
     assert "batch_get_256KiB repeat 1/1 md5" in proc.stderr  # the progress lines
+    assert "put_256KiB fast: warm-up 0.2 s (untimed)" in proc.stderr
+    assert doc["settings"]["warmup_s"] == 0.2
 
 
 def test_gateway_ceiling_help_lists_every_flag() -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True,
                           text=True, timeout=60, cwd=ROOT, check=True)
     for flag in ("--sizes", "--batch-block", "--batch", "--concurrent", "--duration",
-                 "--repeats", "--set-bytes", "--capacity", "--gateway-args", "--shm-dir",
+                 "--repeats", "--warmup", "--set-bytes", "--capacity", "--gateway-args", "--shm-dir",
                  "--quick", "--json"):
         assert flag in proc.stdout, flag
