@@ -96,6 +96,6 @@ def test_gateway_ceiling_help_lists_every_flag() -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True,
                           text=True, timeout=60, cwd=ROOT, check=True)
     for flag in ("--sizes", "--batch-block", "--batch", "--concurrent", "--duration",
-                 "--repeats", "--warmup", "--set-bytes", "--capacity", "--gateway-args", "--shm-dir",
-                 "--quick", "--json"):
+                 "--repeats", "--warmup", "--set-bytes", "--capacity", "--gateway-args",
+                 "--shm-dir", "--quick", "--json"):
         assert flag in proc.stdout, flag
