@@ -149,6 +149,18 @@ class OpenSegment:
             idx += 1
         return out or [memoryview(b"")]
 
+    def read_parts(self, offset: int, length: int
+                   ) -> list[tuple[int, int, list[memoryview] | None]]:
+        """Bytes [offset, offset+length) part by part: (start, length, the views of a part
+        held in memory, or None for a part let go of)."""
+        out: list[tuple[int, int, list[memoryview] | None]] = []
+        pos, end = offset, offset + length
+        while pos < end:
+            upto = min(end, (pos // self.part_size + 1) * self.part_size)
+            out.append((pos, upto - pos, self.read(pos, upto - pos)))
+            pos = upto
+        return out
+
     def release(self) -> None:
         """Let go of the pieces (the segment is on the backend, or failed)."""
         self.parts.clear()

@@ -41,7 +41,7 @@ from s3kv.store.segments import (
     sidecar_key,
 )
 from s3kv.store.stats import StoreStats
-from s3kv.wire.body import Pieces, size_of
+from s3kv.wire.body import Buffer, Pieces, size_of
 
 log = get_logger(__name__)
 
@@ -92,8 +92,7 @@ class SegmentWriter:
         """Part uploads that waited because reads were waiting on the backend."""
         return self._slots.held_back
 
-    def memory_bytes(self) -> int:
-        """Bytes of segments held in memory (parts let go of are in the backend)."""
+    def memory_bytes(self) -> int:  # parts let go of are not counted
         return sum(seg.held for seg in self._in_memory.values())
 
     def holds(self, seg_id: int) -> bool:
@@ -106,25 +105,31 @@ class SegmentWriter:
         seg = self._in_memory.get(seg_id)
         return None if seg is None else seg.read(offset, length)
 
-    async def read_back(self, seg_id: int, offset: int, length: int) -> bytes | None:
-        """Bytes of a segment still held whose parts were let go of once stored: from the
-        upload in progress, or from the segment object if it has just been completed. None
-        if the segment is not held (any more) or the backend fails (the caller reads the
-        segment object, or misses)."""
+    async def read_back(self, seg_id: int, offset: int, length: int) -> list[Buffer] | None:
+        """Bytes of a held segment with parts let go of: theirs from the upload (or the object,
+        just completed), the rest from memory. None: not held, or the backend failed."""
         seg = self._in_memory.get(seg_id)
-        upload_id = seg.upload.upload_id if seg is not None else None
         reader = self._upload_reader
-        if seg is None or upload_id is None or reader is None:
+        if seg is None or reader is None or seg.upload.upload_id is None:
             return None
-        try:
+        key, upload_id = seg.upload.key, seg.upload.upload_id
+        out: list[Buffer] = []
+        for start, n, held in seg.read_parts(offset, length):  # views taken now stay valid
+            if held is not None:
+                out.extend(held)
+                continue
             try:
-                data = await reader.read_upload(seg.upload.key, upload_id, offset, length)
-            except ObjectMissing:  # completed meanwhile
-                data = bytes(await self.backend.get_range(seg.upload.key, offset, length))
-        except BackendError as exc:
-            log.warning("writer.read_back_failed", segment=seg.info.name, error=str(exc))
-            return None
-        return data if len(data) == length else None
+                try:
+                    data = await reader.read_upload(key, upload_id, start, n)
+                except ObjectMissing:  # completed meanwhile
+                    data = bytes(await self.backend.get_range(key, start, n))
+            except BackendError as exc:
+                log.warning("writer.read_back_failed", segment=seg.info.name, error=str(exc))
+                return None
+            if len(data) != n:
+                return None
+            out.append(data)
+        return out
 
     async def append(self, entry: layout.Entry, data: Pieces
                      ) -> tuple[OpenSegment, layout.Entry]:
