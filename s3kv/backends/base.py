@@ -122,7 +122,8 @@ class UploadReader(Protocol):
     backend writes each part in place into the upload's file). The segment writer then lets go
     of a part's bytes in memory as soon as the part is stored, and reads them back from here."""
 
-    async def read_upload(self, key: str, upload_id: str, start: int, length: int) -> bytes:
+    async def read_upload(self, key: str, upload_id: str, start: int,
+                          length: int) -> bytes | memoryview:
         """Bytes [start, start+length) of the parts stored so far (offsets in the object the
         upload will be). ObjectMissing once the upload is gone (completed: read the object)."""
         ...
