@@ -116,19 +116,6 @@ class NowViewer(Protocol):
         ...
 
 
-@runtime_checkable
-class UploadReader(Protocol):
-    """A backend that can read back the parts of a multipart upload in progress (the file
-    backend writes each part in place into the upload's file). The segment writer then lets go
-    of a part's bytes in memory as soon as the part is stored, and reads them back from here."""
-
-    async def read_upload(self, key: str, upload_id: str, start: int,
-                          length: int) -> bytes | memoryview:
-        """Bytes [start, start+length) of the parts stored so far (offsets in the object the
-        upload will be). ObjectMissing once the upload is gone (completed: read the object)."""
-        ...
-
-
 async def feed_whole_range(backend: Backend, key: str, start: int, length: int,
                            sink: Sink) -> int:
     """``stream_range`` for a backend that reads a range whole: read it, then feed it."""

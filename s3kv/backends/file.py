@@ -150,27 +150,6 @@ class FileBackend:
         assert isinstance(data, bytes)
         return data
 
-    async def read_upload(self, key: str, upload_id: str, start: int,
-                          length: int) -> memoryview:
-        """Bytes of a multipart upload's parts written so far, as a view of its file's mapping
-        (kept valid, and the file kept from being written over, after the upload completes:
-        ``_complete`` moves it with ``MappedFiles.move``)."""
-        path = self._upload_dir(upload_id) / "data"
-        view = self._maps.view_now(path, start, length) if length <= NOW_MAX else None
-        if view is not None and len(view) == length:
-            return view
-        got = await self._run(f"GET {key} (upload {upload_id})", self._view_upload, path,
-                              start, length)
-        assert isinstance(got, memoryview)
-        return got
-
-    def _view_upload(self, path: Path, start: int, length: int) -> memoryview:
-        view = self._maps.view(path, start, length)
-        if len(view) < length:  # mapped before the file grew to this part: map it again
-            self._maps.move(path, path)
-            view = self._maps.view(path, start, length)
-        return view
-
     async def view_range(self, key: str, start: int, length: int) -> memoryview:
         if length <= 0:
             return memoryview(b"")
@@ -314,7 +293,7 @@ class FileBackend:
         dest = self._path(key)
         dest.parent.mkdir(parents=True, exist_ok=True)
         self._maps.forget(dest)
-        self._maps.move(data, dest)  # views of the upload's file stay valid, and guard it
+        os.replace(data, dest)
         self._remove_upload(upload_id)
 
     async def complete_multipart(self, key: str, upload_id: str,

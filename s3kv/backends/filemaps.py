@@ -108,9 +108,6 @@ class MappedFiles:
         #: mincore's answer for view_now, reused under the lock (a longer range, which the
         #: file backend never asks on the loop, gets a buffer of its own in in_memory)
         self._vec = ctypes.create_string_buffer(ANSWER_PAGES)
-        #: mappings of files since renamed (an upload's file, now the object it became), alive
-        #: through views: while any is, the file is not written over (move_if_unmapped)
-        self._moved: dict[Path, list[weakref.ref[mmap.mmap]]] = {}
 
     def view(self, path: Path, start: int, length: int) -> memoryview:
         """Bytes [start, start+length) of the file (fewer at its end), faulted in. Blocking:
@@ -161,32 +158,10 @@ class MappedFiles:
             self._maps.pop(path, None)
             self._live.pop(path, None)
 
-    def move(self, path: Path, dest: Path) -> None:
-        """Rename ``path`` to ``dest`` (OSError as ``os.replace``); views of the file's
-        mappings stay valid and keep ``dest`` from being written over while they live. ``dest``
-        is mapped afresh (at its own length) next time; ``path == dest`` only retires the
-        mapping (the file grew: map it again). Blocking."""
-        with self._lock:
-            self._maps.pop(path, None)
-            m = self._live.pop(path, None)
-            refs = [r for r in (*self._moved.pop(path, ()), *self._moved.pop(dest, ()))
-                    if r() is not None]
-            if m is not None:
-                refs.append(weakref.ref(m))
-            if path != dest:
-                os.replace(path, dest)
-            for gone in [p for p, rs in self._moved.items() if all(r() is None for r in rs)]:
-                del self._moved[gone]
-            if refs:
-                self._moved[dest] = refs
-
     def move_if_unmapped(self, path: Path, dest: Path) -> bool:
         """Rename ``path`` to ``dest`` unless a view of its mapping is still alive (then
         False: leave it be). OSError from the rename. Blocking."""
         with self._lock:
-            if any(r() is not None for r in self._moved.get(path, ())):
-                return False
-            self._moved.pop(path, None)
             self._maps.pop(path, None)
             m = self._live.pop(path, None)
             if m is not None:
@@ -202,7 +177,6 @@ class MappedFiles:
         with self._lock:
             self._maps.clear()
             self._live.clear()
-            self._moved.clear()
 
     def _mapping(self, path: Path) -> mmap.mmap | None:
         """The file's mapping (cached, or mapped now); the caller holds the lock."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 from typing import Protocol
 
 from s3kv.backends.base import Backend
@@ -43,8 +42,6 @@ class MultipartUpload:
         self._next_part = 1
         self.bytes_sent = 0
         self.failed: BaseException | None = None
-        #: called with a part's number once the backend has stored it
-        self.on_stored: Callable[[int], None] | None = None
 
     async def start(self) -> None:
         self.upload_id = await self.retry.run(
@@ -70,8 +67,6 @@ class MultipartUpload:
                 lambda: self.backend.upload_part(self.key, upload_id, number, data))
             self._etags[number] = etag
             self.bytes_sent += size_of(data)
-            if self.on_stored is not None:
-                self.on_stored(number)
         except BaseException as exc:
             if self.failed is None:
                 self.failed = exc

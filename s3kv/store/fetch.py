@@ -215,14 +215,10 @@ class BlockFetcher:
 
     async def _from_memory(self, loc: Location) -> Pieces | None:
         """A block of a segment the writer held when the request was planned: views of the
-        pieces it holds, its bytes read back from the upload in progress if the writer let go
-        of them, or one GET of its own if it has been sealed and let go since."""
+        pieces it holds, or one GET of its own if it has been sealed and let go since."""
         mem = self.writer.read(loc.segment, loc.offset, loc.length)
         if mem is not None:
             return mem
-        back = await self.writer.read_back(loc.segment, loc.offset, loc.length)
-        if back is not None:
-            return back
         run = RunRead(ReadRun(loc.segment, loc.offset, loc.offset + loc.length, [(0, loc)]))
         await self._read_run(run)
         return await run.block(loc)

@@ -9,12 +9,6 @@ change under us (a caller's ``bytearray``, a writable view) is copied once on th
 Padding comes from one shared zero buffer. Reads of a segment still in memory are served from
 these pieces (views of them). The writer (writer.py) decides when a segment opens, seals and goes.
 
-On a backend that can read an upload's stored parts back (the file backend, UploadReader), a
-part's pieces are let go as soon as it is stored: the bytes are in the file, and keeping them
-in memory too until the segment is sealed held up to two segments' worth of request bodies
-(~600 MiB resident with 256 MiB segments), so every body landed in memory gone cold. Reads of
-such a part go to the backend (``read`` says None).
-
 Before, every block was copied into reused part buffers: for a 32 MiB PUT that copy read
 pieces gone cold by the time the whole body was in (~2 GB/s here), the largest cost in the
 gateway after the file writes themselves.
@@ -42,13 +36,12 @@ class OpenSegment:
         self.info = info
         self.part_size = part_size
         self.upload = upload
-        self.parts: list[Part] = []  # queued or uploaded; kept for reads (or let go: empty)
+        self.parts: list[Part] = []  # queued or uploaded; kept for reads
         self._cur: list[memoryview] = []  # the pieces of the part being filled
         self.cur_len = 0
         #: for each part (the current one last), where each of its pieces ends in it
         self._ends: list[list[int]] = [[]]
         self.size = 0
-        self.held = 0  # bytes of it still in memory (not let go)
         self.entries: list[layout.Entry] = []
         self.namespaces: set[str] = set()
         self.manifest_bytes = layout.manifest_overhead(info.name)
@@ -73,7 +66,6 @@ class OpenSegment:
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
         self.size += len(view)
-        self.held += len(view)
         while view:
             take = min(self.part_size - self.cur_len, len(view))
             self._cur.append(view[:take])
@@ -116,18 +108,9 @@ class OpenSegment:
         self.namespaces.add(entry.namespace)
         self.entries.append(entry)
 
-    def let_go(self, number: int) -> None:
-        """Part ``number`` (1-based) is stored and can be read back from the backend: drop
-        its pieces."""
-        i = number - 1
-        if i < len(self.parts) and self.parts[i]:
-            self.held -= self._ends[i][-1]
-            self.parts[i] = ()
-
-    def read(self, offset: int, length: int) -> list[memoryview] | None:
+    def read(self, offset: int, length: int) -> list[memoryview]:
         """Bytes [offset, offset+length) as views of the pieces that hold them (no copy: the
-        pieces never change, and the views keep them alive after the segment is gone); None
-        if part of the range was let go (read it from the backend)."""
+        pieces never change, and the views keep them alive after the segment is gone)."""
         if offset < 0 or length < 0 or offset + length > self.size:
             raise ValueError("read past the end of the open segment")
         out: list[memoryview] = []
@@ -136,8 +119,6 @@ class OpenSegment:
         while left > 0:
             part = self.parts[idx] if idx < len(self.parts) else self._cur
             ends = self._ends[idx]
-            if not part and ends:
-                return None
             j = bisect.bisect_right(ends, inner)  # the piece holding byte ``inner``
             inner -= ends[j - 1] if j else 0
             while left > 0 and j < len(part):
@@ -149,21 +130,8 @@ class OpenSegment:
             idx += 1
         return out or [memoryview(b"")]
 
-    def read_parts(self, offset: int, length: int
-                   ) -> list[tuple[int, int, list[memoryview] | None]]:
-        """Bytes [offset, offset+length) part by part: (start, length, the views of a part
-        held in memory, or None for a part let go of)."""
-        out: list[tuple[int, int, list[memoryview] | None]] = []
-        pos, end = offset, offset + length
-        while pos < end:
-            upto = min(end, (pos // self.part_size + 1) * self.part_size)
-            out.append((pos, upto - pos, self.read(pos, upto - pos)))
-            pos = upto
-        return out
-
     def release(self) -> None:
         """Let go of the pieces (the segment is on the backend, or failed)."""
         self.parts.clear()
         self._cur = []
         self._ends = [[]]
-        self.held = 0

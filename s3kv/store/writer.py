@@ -24,10 +24,10 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 
-from s3kv.backends.base import Backend, UploadReader
+from s3kv.backends.base import Backend
 from s3kv.backends.multipart import MultipartUpload
 from s3kv.config import Settings
-from s3kv.errors import BackendError, BackendUnavailable, Backpressure, ObjectMissing
+from s3kv.errors import BackendError, BackendUnavailable, Backpressure
 from s3kv.log import get_logger
 from s3kv.retry import RetryPolicy
 from s3kv.store import layout
@@ -41,7 +41,7 @@ from s3kv.store.segments import (
     sidecar_key,
 )
 from s3kv.store.stats import StoreStats
-from s3kv.wire.body import Buffer, Pieces, size_of
+from s3kv.wire.body import Pieces, size_of
 
 log = get_logger(__name__)
 
@@ -59,8 +59,6 @@ class SegmentWriter:
         """``reads_waiting``: whether reads of this store wait on the backend now (part
         uploads then give way, pacing.py)."""
         self.backend = backend
-        #: the backend, if it reads stored parts of an upload back (then they are let go of)
-        self._upload_reader = backend if isinstance(backend, UploadReader) else None
         self.prefix = prefix
         self.s = settings
         self.table = table
@@ -92,44 +90,18 @@ class SegmentWriter:
         """Part uploads that waited because reads were waiting on the backend."""
         return self._slots.held_back
 
-    def memory_bytes(self) -> int:  # parts let go of are not counted
-        return sum(seg.held for seg in self._in_memory.values())
+    def memory_bytes(self) -> int:
+        return sum(seg.size for seg in self._in_memory.values())
 
     def holds(self, seg_id: int) -> bool:
         """Whether the segment's bytes are still in memory (open, or sealing)."""
         return seg_id in self._in_memory
 
     def read(self, seg_id: int, offset: int, length: int) -> list[memoryview] | None:
-        """Bytes of a segment still in memory, as views of its pieces, or None if they are
-        not (a segment let go of: read the backend; one still held: ``read_back``)."""
+        """Bytes of a segment still in memory, as views of its pieces, or None if it is not
+        (read the backend)."""
         seg = self._in_memory.get(seg_id)
         return None if seg is None else seg.read(offset, length)
-
-    async def read_back(self, seg_id: int, offset: int, length: int) -> list[Buffer] | None:
-        """Bytes of a held segment with parts let go of: theirs from the upload (or the object,
-        just completed), the rest from memory. None: not held, or the backend failed."""
-        seg = self._in_memory.get(seg_id)
-        reader = self._upload_reader
-        if seg is None or reader is None or seg.upload.upload_id is None:
-            return None
-        key, upload_id = seg.upload.key, seg.upload.upload_id
-        out: list[Buffer] = []
-        for start, n, held in seg.read_parts(offset, length):  # views taken now stay valid
-            if held is not None:
-                out.extend(held)
-                continue
-            try:
-                try:
-                    data = await reader.read_upload(key, upload_id, start, n)
-                except ObjectMissing:  # completed meanwhile
-                    data = bytes(await self.backend.get_range(key, start, n))
-            except BackendError as exc:
-                log.warning("writer.read_back_failed", segment=seg.info.name, error=str(exc))
-                return None
-            if len(data) != n:
-                return None
-            out.append(data)
-        return out
 
     async def append(self, entry: layout.Entry, data: Pieces
                      ) -> tuple[OpenSegment, layout.Entry]:
@@ -267,8 +239,6 @@ class SegmentWriter:
         upload = MultipartUpload(self.backend, segment_key(self.prefix, name), self.s.part_size,
                                  self.retry, self._slots)
         seg = OpenSegment(info, self.s.part_size, upload)
-        if self._upload_reader is not None:  # stored parts are read back from there
-            upload.on_stored = seg.let_go
         seg.uploader = asyncio.create_task(self._upload_loop(seg), context=contextvars.Context())
         seg.uploader.add_done_callback(functools.partial(self._uploader_done, seg))
         self._in_memory[info.seg_id] = seg

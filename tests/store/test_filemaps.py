@@ -94,26 +94,3 @@ def test_in_memory_with_a_reused_answer_buffer(tmp_path: Path) -> None:
     ok = maps.view_now(path, (resident - 2) * PAGE, 2 * PAGE)
     assert ok is not None and len(ok) == 2 * PAGE
     ok.release()
-
-
-def test_a_moved_file_is_not_written_over_while_a_view_of_it_lives(tmp_path: Path) -> None:
-    """An upload's file is viewed (reads of its stored parts), then moved to the object it
-    becomes: the view stays valid, and the object's file is not recycled while it lives."""
-    upload, obj, pool = tmp_path / "upload", tmp_path / "obj", tmp_path / "pool"
-    first = os.urandom(2 * PAGE)
-    upload.write_bytes(first)
-    maps = MappedFiles()
-    view = maps.view(upload, 0, PAGE)
-    with open(upload, "ab") as fh:  # the upload grows by a part: map it again for that one
-        fh.write(os.urandom(2 * PAGE))
-    assert len(maps.view(upload, 2 * PAGE, PAGE)) == 0  # beyond the first mapping
-    maps.move(upload, upload)
-    later = maps.view(upload, 2 * PAGE, PAGE)
-    assert len(later) == PAGE
-    maps.move(upload, obj)
-    assert not upload.exists() and bytes(view) == first[:PAGE]
-    assert not maps.move_if_unmapped(obj, pool)  # both mappings are alive through views
-    view.release()
-    assert not maps.move_if_unmapped(obj, pool)  # the second one still is
-    later.release()
-    assert maps.move_if_unmapped(obj, pool) and pool.exists()

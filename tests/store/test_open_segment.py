@@ -58,19 +58,3 @@ def test_any_range_reads_back(sizes: list[int], align: int, data: st.DataObject)
         length = data.draw(st.integers(0, len(expect) - start))
         assert b"".join(seg.read(start, length)) == bytes(expect[start:start + length])
     asyncio.run(run())
-
-
-async def test_a_part_let_go_is_read_from_the_backend() -> None:
-    seg = new_segment()
-    a = os.urandom(2 * PART + 100)
-    seg.append([a], 1)
-    assert seg.held == seg.size == len(a)
-    seg.let_go(1)
-    assert seg.parts[0] == () and seg.held == len(a) - PART
-    assert seg.read(10, 100) is None  # inside the part let go
-    assert seg.read(PART - 10, 20) is None  # across its end
-    assert b"".join(seg.read(PART, 200) or []) == a[PART:PART + 200]  # the next one is held
-    seg.let_go(1)  # again: nothing changes
-    assert seg.held == len(a) - PART
-    seg.release()
-    assert seg.held == 0
