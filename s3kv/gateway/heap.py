@@ -21,7 +21,6 @@ allocates, a codec's, keeps its own.) A C library without ``mallopt`` (musl) is 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 from s3kv.log import get_logger
 
@@ -37,9 +36,8 @@ MAX_MMAP_THRESHOLD = 32 * 1024 * 1024
 def keep_freed_memory(limit: int) -> bool:
     """Serve buffers up to 32 MiB from the heap and trim it only above ``limit`` bytes; False
     if this C library has no ``mallopt`` (or refuses the values)."""
-    name = ctypes.util.find_library("c")
     try:
-        mallopt = ctypes.CDLL(name).mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the process's C library, as filemaps.py finds it
     except (OSError, AttributeError):
         log.info("gateway.heap_untuned", detail="the C library has no mallopt")
         return False
