@@ -2,7 +2,8 @@
 
 Objects are files under the root. A multipart upload writes each part straight into a hidden
 temporary file at its final offset ((n-1) * part_size), so a segment is written once, in large
-aligned writes, and published by an atomic rename on completion. All file I/O runs in threads.
+aligned writes (one part at a time per file: filelocks.py), and published by an atomic rename
+on completion. All file I/O runs in threads.
 Ranged reads can also be lent as views of a memory map of the file (``view_range``, filemaps.py).
 Large deleted files are kept (up to ``recycle_bytes``) and written over by the next large
 objects instead of new files being allocated (recycle.py).
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from s3kv.backends.base import ObjectInfo, Pieces, UploadInfo
+from s3kv.backends.filelocks import FileLocks
 from s3kv.backends.filemaps import MappedFiles
 from s3kv.backends.recycle import RECYCLE_BYTES, RecycledFiles
 from s3kv.errors import BackendError, BackendUnavailable, InvalidInput, ObjectMissing
@@ -68,6 +70,7 @@ class FileBackend:
         self.description = f"file://{self.root}"
         self._maps = MappedFiles()
         self._paths: dict[str, Path] = {}
+        self._writing = FileLocks()  # parts of one upload are written one at a time
         self.recycled = RecycledFiles(self.root / _RECYCLED, self._maps,
                                       limit_bytes=recycle_bytes)
 
@@ -259,7 +262,8 @@ class FileBackend:
         d = self._upload_dir(upload_id)
         fd = os.open(d / "data", os.O_WRONLY)
         try:
-            _write_at(fd, data, (number - 1) * part_size)
+            with self._writing.held(upload_id):
+                _write_at(fd, data, (number - 1) * part_size)
         finally:
             os.close(fd)
         (d / f"part-{number:05d}").write_text(str(size))

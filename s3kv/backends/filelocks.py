@@ -1,0 +1,53 @@
+"""One writer at a time per file (file backend).
+
+Linux serializes buffered writes into one file: every ``pwritev`` takes the inode's ``i_rwsem``
+(tmpfs, ext4 and XFS alike), so two worker threads writing two parts of one segment never copy
+at the same time. The second one does not sleep, though: it spins on the lock while the owner
+runs (``rwsem_spin_on_owner``), burning its core for nothing. Measured on the 2-core KVM machine
+here, two threads writing 16 MiB parts from 256 KiB pieces into one tmpfs file took 0.27-0.31
+CPU-s per GiB, into two files 0.19, and into one file under a Python lock 0.16-0.17 (the waiter
+sleeps in the lock, its GIL released). The backend therefore holds the file's lock around its
+writes: parts of one upload are written one after the other, other files' beside them.
+Thread-safe (the backend writes from worker threads); a name's lock lives while it is in use.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class _Entry:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+
+
+class FileLocks:
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+        self._guard = threading.Lock()
+
+    def __len__(self) -> int:
+        """Names whose lock is held or waited for."""
+        return len(self._entries)
+
+    @contextmanager
+    def held(self, name: str) -> Iterator[None]:
+        """Hold ``name``'s lock (blocking: from worker threads only)."""
+        with self._guard:
+            entry = self._entries.get(name)
+            if entry is None:
+                entry = self._entries[name] = _Entry()
+            entry.users += 1
+        try:
+            with entry.lock:
+                yield
+        finally:
+            with self._guard:
+                entry.users -= 1
+                if not entry.users:
+                    del self._entries[name]
