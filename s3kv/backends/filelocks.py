@@ -4,9 +4,10 @@ Linux serializes buffered writes into one file: every ``pwritev`` takes the inod
 (tmpfs, ext4 and XFS alike), so two worker threads writing two parts of one segment never copy
 at the same time. The second one does not sleep, though: it spins on the lock while the owner
 runs (``rwsem_spin_on_owner``), burning its core for nothing. Measured on the 2-core KVM machine
-here, two threads writing 16 MiB parts from 256 KiB pieces into one tmpfs file took 0.27-0.31
-CPU-s per GiB, into two files 0.19, and into one file under a Python lock 0.16-0.17 (the waiter
-sleeps in the lock, its GIL released). The backend therefore holds the file's lock around its
+here (``benchmarks/file_writes.py``: two threads writing 16 MiB parts of 256 KiB pieces over
+tmpfs files, medians of 3 rounds, two runs), into one file 0.33 / 0.26 CPU-s per GiB, into one
+file under this lock 0.23 / 0.16 (the waiter sleeps in the lock, its GIL released), into two
+files 0.23 / 0.18. The backend therefore holds the file's lock around its
 writes: parts of one upload are written one after the other, other files' beside them.
 Thread-safe (the backend writes from worker threads); a name's lock lives while it is in use.
 """
