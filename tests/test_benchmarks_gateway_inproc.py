@@ -1,0 +1,40 @@
+"""Smoke test of benchmarks/gateway_inproc.py: a tiny run, JSON shape and --help only (no figure
+is asserted: CI machines are noisy; the figures are in docs/performance.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "gateway_inproc.py"
+
+
+def test_gateway_inproc_tiny_run_json(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--sizes", "64KiB", "--ops", "20", "--rounds", "2",
+         "--fill", "8MiB", "--set-bytes", "1MiB", "--shm-dir", str(tmp_path), "--json"],
+        capture_output=True, text=True, timeout=180, cwd=ROOT, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    for op in ("put", "get"):
+        tag = f"{op}_64KiB"
+        for side in ("gateway", "bare"):
+            assert doc[f"{side}_loop_us_per_{tag}"] > 0
+            assert doc[f"{side}_process_us_per_{tag}"] > 0
+            assert len(doc["rounds"][f"{side}_{tag}_loop_us"]) == 2
+            assert f"[round 2/2] {side}_{tag}:" in proc.stderr
+        assert doc[f"own_us_per_{tag}"] == round(
+            doc[f"gateway_loop_us_per_{tag}"] - doc[f"bare_loop_us_per_{tag}"], 1)
+    assert "filled 8MiB" in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # the store's files are removed
+
+
+def test_gateway_inproc_help_lists_every_flag() -> None:
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT, check=True)
+    for flag in ("--sizes", "--ops", "--rounds", "--recv-size", "--set-bytes", "--capacity",
+                 "--fill", "--shm-dir", "--json"):
+        assert flag in proc.stdout, flag
