@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -188,12 +189,19 @@ async def fill(store: BlockStore, nbytes: int, block_size: int, say: Any) -> Non
     say(f"filled {format_size(done)}")
 
 
+def sample() -> tuple[float, float, float, int]:
+    """(loop thread CPU s, process CPU s, wall s, page faults so far)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return (time.thread_time(), time.process_time(), time.perf_counter(),
+            usage.ru_minflt + usage.ru_majflt)
+
+
 def measure_round(results: dict[str, list[float]], key: str, ops: int,
-                  before: tuple[float, float, float]) -> None:
-    loop_cpu, proc_cpu, wall = before
-    results[f"{key}_loop_us"].append(1e6 * (time.thread_time() - loop_cpu) / ops)
-    results[f"{key}_process_us"].append(1e6 * (time.process_time() - proc_cpu) / ops)
-    results[f"{key}_wall_us"].append(1e6 * (time.perf_counter() - wall) / ops)
+                  before: tuple[float, float, float, int]) -> None:
+    after = sample()
+    for i, what in enumerate(("loop", "process", "wall")):
+        results[f"{key}_{what}_us"].append(1e6 * (after[i] - before[i]) / ops)
+    results[f"{key}_faults"].append((after[3] - before[3]) / ops)
 
 
 async def run_case(sides: list[Side], op: str, size: int, args: argparse.Namespace,
@@ -211,12 +219,13 @@ async def run_case(sides: list[Side], op: str, size: int, args: argparse.Namespa
                      else reqs.make("GET", f"/{BUCKET}/{size}-{i % objects}")
                      for i in range(args.ops)]
             key = f"{side.name}_{op}_{format_size(size)}"
-            before = (time.thread_time(), time.process_time(), time.perf_counter())
+            before = sample()
             for pieces in batch:
                 await checked(side, pieces, op.upper())
             measure_round(results, key, args.ops, before)
             say(f"[round {r + 1}/{args.rounds}] {key}: "
-                f"{results[f'{key}_loop_us'][-1]:.1f} us/op on the loop")
+                f"{results[f'{key}_loop_us'][-1]:.1f} us/op on the loop, "
+                f"{results[f'{key}_faults'][-1]:.2f} page faults/op")
             await asyncio.sleep(0.2)  # the gateway's writer threads settle between runs
 
 
@@ -255,8 +264,8 @@ async def run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
         for size in args.sizes:
             for op in OPS:
                 for side in sides:
-                    for what in ("loop", "process", "wall"):
-                        results[f"{side.name}_{op}_{format_size(size)}_{what}_us"] = []
+                    for what in ("loop_us", "process_us", "wall_us", "faults"):
+                        results[f"{side.name}_{op}_{format_size(size)}_{what}"] = []
                 await run_case(sides, op, size, args, reqs, results, say)
         return results
     finally:
