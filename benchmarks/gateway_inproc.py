@@ -20,8 +20,9 @@ and GET of each ``--sizes`` object through the S3 front, ``--ops`` requests per 
 ``--rounds`` rounds interleaved (gateway then bare, then the other way round), medians
 reported. Per request: the event loop's thread CPU (``time.thread_time``, the figure that
 bounds a gateway's request rate), the whole process's CPU (writer threads included: the
-gateway's file writes), and the difference between the two applications' loop CPU, the
-gateway's own work (``own_us_per_...``).
+gateway's file writes), page faults (``ru_minflt`` + ``ru_majflt``: none in a steady state,
+so the loop's cost is not the kernel's), and the difference between the two applications' loop
+CPU, the gateway's own work (``own_us_per_...``).
 
     python benchmarks/gateway_inproc.py                      # 256 KiB PUT and GET, text
     python benchmarks/gateway_inproc.py --sizes 256KiB,2MiB --rounds 7 --json
@@ -285,6 +286,8 @@ def summarize(results: dict[str, list[float]], args: argparse.Namespace) -> dict
                 for what in ("loop", "process"):
                     out[f"{side}_{what}_us_per_{tag}"] = round(
                         statistics.median(results[f"{side}_{tag}_{what}_us"]), 1)
+                out[f"{side}_faults_per_{tag}"] = round(
+                    statistics.median(results[f"{side}_{tag}_faults"]), 2)
             out[f"own_us_per_{tag}"] = round(
                 out[f"gateway_loop_us_per_{tag}"] - out[f"bare_loop_us_per_{tag}"], 1)
     out["rounds"] = {k: [round(v, 1) for v in vs] for k, vs in results.items()}
@@ -297,13 +300,14 @@ def summarize(results: dict[str, list[float]], args: argparse.Namespace) -> dict
 def report(doc: dict[str, Any], args: argparse.Namespace) -> str:
     lines = [f"event-loop CPU per request, no sockets ({args.ops} requests x {args.rounds} "
              "rounds, medians)", f"{'case':<14}{'gateway us':>12}{'bare us':>10}"
-             f"{'own us':>10}{'gateway process us':>20}"]
+             f"{'own us':>10}{'gateway process us':>20}{'gateway faults':>16}"]
     for size in args.sizes:
         for op in OPS:
             tag = f"{op}_{format_size(size)}"
             lines.append(f"{tag:<14}{doc[f'gateway_loop_us_per_{tag}']:>12.1f}"
                          f"{doc[f'bare_loop_us_per_{tag}']:>10.1f}{doc[f'own_us_per_{tag}']:>10.1f}"
-                         f"{doc[f'gateway_process_us_per_{tag}']:>20.1f}")
+                         f"{doc[f'gateway_process_us_per_{tag}']:>20.1f}"
+                         f"{doc[f'gateway_faults_per_{tag}']:>16.2f}")
     return "\n".join(lines)
 
 

@@ -24,6 +24,7 @@ def test_gateway_inproc_tiny_run_json(tmp_path: Path) -> None:
         for side in ("gateway", "bare"):
             assert doc[f"{side}_loop_us_per_{tag}"] > 0
             assert doc[f"{side}_process_us_per_{tag}"] > 0
+            assert doc[f"{side}_faults_per_{tag}"] >= 0
             assert len(doc["rounds"][f"{side}_{tag}_loop_us"]) == 2
             assert f"[round 2/2] {side}_{tag}:" in proc.stderr
         assert doc[f"own_us_per_{tag}"] == round(
