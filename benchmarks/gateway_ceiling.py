@@ -145,13 +145,14 @@ def measure(args: argparse.Namespace, say: Progress) -> dict[str, Any]:
         todo = cases(args)
         for n, case in enumerate(todo, 1):
             rounds: dict[str, list[dict[str, Any]]] = {s.name: [] for s in all_sides}
-            for side in all_sides if args.warmup else []:
+            if args.warmup:
                 # untimed: the first run of a case grows each process's heap to the case's
                 # request sizes (32 MiB PUTs after 256 KiB ones: fresh pages, 2.6x the CPU
                 # per op of the later repeats here), which the repeats should not time
-                say(f"[{n}/{len(todo)}] {case.label} {side.name}: warm-up {args.warmup:g} s "
-                    "(untimed)")
-                run_once(case, side, dataclasses.replace(load, duration=args.warmup))
+                for side in all_sides:
+                    say(f"[{n}/{len(todo)}] {case.label} {side.name}: warm-up "
+                        f"{args.warmup:g} s (untimed)")
+                    run_once(case, side, dataclasses.replace(load, duration=args.warmup))
             for r in range(args.repeats):
                 for side in all_sides:
                     say(f"[{n}/{len(todo)}] {case.label} repeat {r + 1}/{args.repeats} "

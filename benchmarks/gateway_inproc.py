@@ -17,7 +17,8 @@ A request's bytes are handed to the connection in ``--recv-size`` pieces, as the
 hands over what one ``recv`` returned; the fake transport (:class:`Wire`) is the only stand-in,
 and it stands for the socket only: it collects the answer and checks its status. Cases: PUT
 and GET of each ``--sizes`` object through the S3 front, ``--ops`` requests per round,
-``--rounds`` rounds interleaved (gateway then bare, then the other way round), medians
+``--rounds`` rounds interleaved (gateway then bare, then the other way round) after an
+untimed one per case and side (the first round of a size grows the heap: fresh pages), medians
 reported. Per request: the event loop's thread CPU (``time.thread_time``, the figure that
 bounds a gateway's request rate), the whole process's CPU (writer threads included: the
 gateway's file writes), page faults (``ru_minflt`` + ``ru_majflt``: none in a steady state,
@@ -209,16 +210,26 @@ async def run_case(sides: list[Side], op: str, size: int, args: argparse.Namespa
                    reqs: Requests, results: dict[str, list[float]], say: Any) -> None:
     body = os.urandom(size)
     objects = max(4, min(1024, parse_size(args.set_bytes) // size))
+
+    def requests() -> list[list[bytes]]:
+        return [reqs.make("PUT", f"/{BUCKET}/{size}-{i % objects}", body) if op == "put"
+                else reqs.make("GET", f"/{BUCKET}/{size}-{i % objects}")
+                for i in range(args.ops)]
+
+    for side in sides:  # untimed: the first round of a case grows the heap to its sizes
+        for i in range(objects):
+            await checked(side, reqs.make("PUT", f"/{BUCKET}/{size}-{i}", body), "PUT")
+        for pieces in requests():
+            await checked(side, pieces, op.upper())
+        say(f"{side.name}_{op}_{format_size(size)}: warm-up round done (untimed)")
     for r in range(args.rounds):
         for side in (sides if r % 2 == 0 else sides[::-1]):
-            if op == "get" or r == 0:  # the objects a GET round reads, written just before
-                # it (a full store evicts its coldest segments)
+            if op == "get":  # the objects a GET round reads, written just before it (a
+                # full store evicts its coldest segments)
                 for i in range(objects):
                     await checked(side, reqs.make("PUT", f"/{BUCKET}/{size}-{i}", body), "PUT")
                 await asyncio.sleep(0.2)
-            batch = [reqs.make("PUT", f"/{BUCKET}/{size}-{i % objects}", body) if op == "put"
-                     else reqs.make("GET", f"/{BUCKET}/{size}-{i % objects}")
-                     for i in range(args.ops)]
+            batch = requests()
             key = f"{side.name}_{op}_{format_size(size)}"
             before = sample()
             for pieces in batch:

@@ -30,6 +30,7 @@ def test_gateway_inproc_tiny_run_json(tmp_path: Path) -> None:
         assert doc[f"own_us_per_{tag}"] == round(
             doc[f"gateway_loop_us_per_{tag}"] - doc[f"bare_loop_us_per_{tag}"], 1)
     assert "filled 8MiB" in proc.stderr
+    assert "gateway_put_64KiB: warm-up round done (untimed)" in proc.stderr
     assert list(tmp_path.iterdir()) == []  # the store's files are removed
 
 
