@@ -7,9 +7,9 @@ say: no socket, no client, no kernel copy. Two applications are served side by s
 event loop, each through a connection of its own:
 
 - ``gateway``: s3kv's application as ``s3kv serve`` builds it (the S3 connection handler of
-  s3kv/gateway/protocol.py, SigV4 verification, ``--etag fast``) over a real store on a
-  ``file://`` backend in ``--shm-dir``, filled first (``--fill``, as gateway_ceiling.py does, so
-  every segment lands on a recycled file);
+  s3kv/gateway/protocol.py, SigV4 verification unless ``--anonymous``, ``--etag fast``) over
+  a real store on a ``file://`` backend in ``--shm-dir``, filled first (``--fill``, as
+  gateway_ceiling.py does, so every segment lands on a recycled file);
 - ``bare``: benchmarks/aiohttp_sink.py's application (the body streamed in and dropped; GETs
   written from memory).
 
@@ -247,7 +247,8 @@ async def run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
     runners: list[web.BaseRunner] = []
     try:
         settings = Settings.load({
-            "store": f"file://{tmp}", "access_key": ACCESS, "secret_key": SECRET,
+            "store": f"file://{tmp}",
+            **({} if args.anonymous else {"access_key": ACCESS, "secret_key": SECRET}),
             "etag": "fast", "sync_interval": 0, "capacity": args.capacity,
             "segment_size": SEGMENT, "max_block_size": max(args.sizes),
             "node_id": "inproc", "compact_threshold": 0.0,
@@ -304,7 +305,8 @@ def summarize(results: dict[str, list[float]], args: argparse.Namespace) -> dict
     out["rounds"] = {k: [round(v, 1) for v in vs] for k, vs in results.items()}
     out["settings"] = {"sizes": [format_size(s) for s in args.sizes], "ops": args.ops,
                        "rounds": args.rounds, "recv_size": format_size(args.recv_size),
-                       "fill": args.fill, "capacity": format_size(args.capacity)}
+                       "fill": args.fill, "capacity": format_size(args.capacity),
+                       "anonymous": args.anonymous}
     return out
 
 
@@ -344,6 +346,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "written over a recycled file; 0: none [default: auto]")
     p.add_argument("--shm-dir", default="/dev/shm", metavar="DIR",
                    help="where the gateway's temporary file:// store goes [default: /dev/shm]")
+    p.add_argument("--anonymous", action="store_true",
+                   help="run the gateway without credentials (no SigV4 verification; the "
+                        "requests stay signed): the difference is what verifying costs")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     args = p.parse_args(argv)
     args.sizes = [parse_size(s) for s in args.sizes.split(",") if s]

@@ -31,6 +31,7 @@ def test_gateway_inproc_tiny_run_json(tmp_path: Path) -> None:
             doc[f"gateway_loop_us_per_{tag}"] - doc[f"bare_loop_us_per_{tag}"], 1)
     assert "filled 8MiB" in proc.stderr
     assert "gateway_put_64KiB: warm-up round done (untimed)" in proc.stderr
+    assert doc["settings"]["anonymous"] is False
     assert list(tmp_path.iterdir()) == []  # the store's files are removed
 
 
@@ -38,5 +39,5 @@ def test_gateway_inproc_help_lists_every_flag() -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True,
                           text=True, timeout=60, cwd=ROOT, check=True)
     for flag in ("--sizes", "--ops", "--rounds", "--recv-size", "--set-bytes", "--capacity",
-                 "--fill", "--shm-dir", "--json"):
+                 "--fill", "--shm-dir", "--anonymous", "--json"):
         assert flag in proc.stdout, flag
