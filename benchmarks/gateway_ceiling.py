@@ -107,12 +107,16 @@ def sides(args: argparse.Namespace) -> Iterator[list[Side]]:
         yield out
 
 
+def full_store_bytes(capacity: int, segment: int) -> int:
+    """What fills a file store of ``capacity`` so that it runs full, as a cache tier does: its
+    capacity, the file backend's pool of recycled files, and one segment more, so every later
+    segment is written over a recycled file."""
+    return capacity + RECYCLE_BYTES + segment
+
+
 def fill_bytes(args: argparse.Namespace) -> int:
-    """What ``--fill auto`` stores in a gateway before the timed runs: its capacity, the file
-    backend's pool of recycled files, and one segment more, so every later segment is written
-    over a recycled file, as in a cache tier that runs full."""
-    capacity: int = args.capacity
-    return capacity + RECYCLE_BYTES + segment_size(args)
+    """What ``--fill auto`` stores in a gateway before the timed runs (a full store)."""
+    return full_store_bytes(args.capacity, segment_size(args))
 
 
 async def fill(url: str, nbytes: int, block_size: int) -> None:

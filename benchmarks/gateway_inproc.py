@@ -52,13 +52,10 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `s3kv` i
 from aiohttp import web
 
 from benchmarks import aiohttp_sink
-from s3kv.backends.recycle import RECYCLE_BYTES
+from benchmarks.gateway_ceiling import full_store_bytes
 from s3kv.config import Settings
 from s3kv.errors import Backpressure
-from s3kv.gateway.app import make_app
-from s3kv.gateway.heap import keep_freed_memory
-from s3kv.gateway.protocol import front_runner
-from s3kv.gateway.server import tune_gc
+from s3kv.gateway.server import start_front, tune_process
 from s3kv.log import configure_logging
 from s3kv.sizes import KiB, MiB, format_size, parse_size
 from s3kv.store.store import BlockStore
@@ -211,23 +208,25 @@ async def run_case(sides: list[Side], op: str, size: int, args: argparse.Namespa
     body = os.urandom(size)
     objects = max(4, min(1024, parse_size(args.set_bytes) // size))
 
+    async def write_set(side: Side) -> None:  # the objects GETs read and PUTs overwrite
+        for i in range(objects):
+            await checked(side, reqs.make("PUT", f"/{BUCKET}/{size}-{i}", body), "PUT")
+
     def requests() -> list[list[bytes]]:
         return [reqs.make("PUT", f"/{BUCKET}/{size}-{i % objects}", body) if op == "put"
                 else reqs.make("GET", f"/{BUCKET}/{size}-{i % objects}")
                 for i in range(args.ops)]
 
     for side in sides:  # untimed: the first round of a case grows the heap to its sizes
-        for i in range(objects):
-            await checked(side, reqs.make("PUT", f"/{BUCKET}/{size}-{i}", body), "PUT")
+        await write_set(side)
         for pieces in requests():
             await checked(side, pieces, op.upper())
         say(f"{side.name}_{op}_{format_size(size)}: warm-up round done (untimed)")
     for r in range(args.rounds):
         for side in (sides if r % 2 == 0 else sides[::-1]):
-            if op == "get":  # the objects a GET round reads, written just before it (a
-                # full store evicts its coldest segments)
-                for i in range(objects):
-                    await checked(side, reqs.make("PUT", f"/{BUCKET}/{size}-{i}", body), "PUT")
+            if op == "get":  # written again just before a GET round (a full store evicts its
+                # coldest segments)
+                await write_set(side)
                 await asyncio.sleep(0.2)
             batch = requests()
             key = f"{side.name}_{op}_{format_size(size)}"
@@ -254,17 +253,10 @@ async def run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
             "node_id": "inproc", "compact_threshold": 0.0,
             "max_request_memory": max(512 * MiB, 8 * max(args.sizes))})
         store = await BlockStore.open(settings)
-        # the process as `s3kv serve` sets it up: the collector tuned, freed memory kept
-        tune_gc()
-        keep_freed_memory(settings.max_request_memory + settings.dram_cache
-                          + settings.max_open_segments * settings.segment_size)
-        await fill(store, args.capacity + RECYCLE_BYTES + SEGMENT if args.fill == "auto"
+        tune_process(settings)  # the process as `s3kv serve` sets it up
+        await fill(store, full_store_bytes(args.capacity, SEGMENT) if args.fill == "auto"
                    else parse_size(args.fill), max(args.sizes), say)
-        app_runner = web.AppRunner(make_app(store, settings), handle_signals=False)
-        await app_runner.setup()
-        front = front_runner(app_runner, shutdown_timeout=5, access_log=None,
-                             auto_decompress=False)
-        await front.setup()
+        app_runner, front = await start_front(store, settings)
         bare = web.AppRunner(aiohttp_sink.make_app(), handle_signals=False, access_log=None)
         await bare.setup()
         runners = [front, app_runner, bare]

@@ -80,17 +80,18 @@ def tune_gc() -> None:
     gc.set_threshold(GC_THRESHOLD, 20, 20)
 
 
-async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
-    check_settings(settings)
-    host, port = parse_listen(settings.listen)
-    check_exposure(settings, host)
-    if not (settings.access_key or settings.credentials_file):
-        log.warning("gateway.unauthenticated", detail="no S3KV_ACCESS_KEY/S3KV_SECRET_KEY: "
-                    "serving without authentication on loopback only")
-    # kvq's matmuls are small: BLAS threads cost more than they give, and codec work already
-    # runs in worker threads beside the event loop
-    threadpool_limits(1)
-    store = await BlockStore.open(settings)
+def tune_process(settings: Settings) -> None:
+    """The process as a gateway runs it: the collector tuned, freed memory kept up to what the
+    settings let the gateway hold (request bodies, the DRAM tier, the open segments)."""
+    tune_gc()
+    keep_freed_memory(settings.max_request_memory + settings.dram_cache
+                      + settings.max_open_segments * settings.segment_size)
+
+
+async def start_front(store: BlockStore,
+                      settings: Settings) -> tuple[web.AppRunner, web.ServerRunner]:
+    """The application on ``store`` and the runner of its connections, both set up (not yet
+    listening); the caller cleans up the front runner, then the app runner."""
     app = make_app(store, settings)
     app[UPLOADS] = Uploads()
     # auto_decompress=False: a body sent with Content-Encoding: gzip is stored as sent (S3
@@ -102,6 +103,22 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     front = front_runner(runner, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None,
                          auto_decompress=False)
     await front.setup()
+    return runner, front
+
+
+async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
+    check_settings(settings)
+    host, port = parse_listen(settings.listen)
+    check_exposure(settings, host)
+    if not (settings.access_key or settings.credentials_file):
+        log.warning("gateway.unauthenticated", detail="no S3KV_ACCESS_KEY/S3KV_SECRET_KEY: "
+                    "serving without authentication on loopback only")
+    # kvq's matmuls are small: BLAS threads cost more than they give, and codec work already
+    # runs in worker threads beside the event loop
+    threadpool_limits(1)
+    store = await BlockStore.open(settings)
+    runner, front = await start_front(store, settings)
+    app = runner.app
     try:
         site = web.TCPSite(front, host, port, backlog=1024, reuse_address=True)
         await site.start()
@@ -110,9 +127,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
         await runner.cleanup()
         await store.close()
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    tune_gc()
-    keep_freed_memory(settings.max_request_memory + settings.dram_cache
-                      + settings.max_open_segments * settings.segment_size)
+    tune_process(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
