@@ -14,19 +14,23 @@ event loop, each through a connection of its own:
   written from memory).
 
 A request's bytes are handed to the connection in ``--recv-size`` pieces, as the transport
-hands over what one ``recv`` returned; the fake transport (:class:`Wire`) is the only stand-in,
-and it stands for the socket only: it collects the answer and checks its status. Cases: PUT
-and GET of each ``--sizes`` object through the S3 front, ``--ops`` requests per round,
+hands over what one ``recv`` returned; the fake transport (benchmarks/inproc_wire.py's
+``Wire``) is the only stand-in, and it stands for the socket only: it collects the answer and
+checks its status and size. Cases (``--cases``): PUT and GET of each ``--sizes`` object
+through the S3 front, and the native API's batch put and streamed batch get of ``--batch``
+such blocks per request (bearer token, as s3kv/client.py sends); ``--ops`` objects per round,
 ``--rounds`` rounds interleaved (gateway then bare, then the other way round) after an
 untimed one per case and side (the first round of a size grows the heap: fresh pages), medians
-reported. Per request: the event loop's thread CPU (``time.thread_time``, the figure that
-bounds a gateway's request rate), the whole process's CPU (writer threads included: the
-gateway's file writes), page faults (``ru_minflt`` + ``ru_majflt``: none in a steady state,
-so the loop's cost is not the kernel's), and the difference between the two applications' loop
-CPU, the gateway's own work (``own_us_per_...``).
+reported. Per object (per block for the batch cases): the event loop's thread CPU
+(``time.thread_time``, the figure that bounds a gateway's request rate), the whole process's
+CPU (writer threads included: the gateway's file writes), page faults (``ru_minflt`` +
+``ru_majflt``: none in a steady state, so the loop's cost is not the kernel's), and the
+difference between the two applications' loop CPU, the gateway's own work
+(``own_us_per_...``).
 
     python benchmarks/gateway_inproc.py                      # 256 KiB PUT and GET, text
     python benchmarks/gateway_inproc.py --sizes 256KiB,2MiB --rounds 7 --json
+    python benchmarks/gateway_inproc.py --cases batch-put,batch-get --ops 4096
 """
 
 from __future__ import annotations
@@ -41,8 +45,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,120 +55,19 @@ from aiohttp import web
 
 from benchmarks import aiohttp_sink
 from benchmarks.gateway_ceiling import full_store_bytes
+from benchmarks.inproc_wire import ACCESS, SECRET, Requests, Side, checked
 from s3kv.config import Settings
 from s3kv.errors import Backpressure
+from s3kv.frames import FRAMES, frames_head
 from s3kv.gateway.server import start_front, tune_process
 from s3kv.log import configure_logging
 from s3kv.sizes import KiB, MiB, format_size, parse_size
 from s3kv.store.store import BlockStore
-from s3kv.wire.sigv4 import Credentials, Signer
 
-ACCESS, SECRET = "inproc", "inproc-secret-key"
-HOST = "127.0.0.1:9470"
 BUCKET = "inproc"
 FILL_BUCKET = "inproc-fill"
-OPS = ("put", "get")
+CASES = ("put", "get", "batch-put", "batch-get")
 SEGMENT = 256 * MiB
-
-
-class Wire(asyncio.Transport):
-    """The socket side of one connection: what the server writes is parsed just enough to know
-    when its answer is complete (head, then Content-Length bytes) and what its status was."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._buf = bytearray()
-        self._need = -1  # bytes of the answer still to come once its head is in; -1: no head
-        self._done: asyncio.Future[int] | None = None
-        self._status = 0
-
-    def expect(self) -> asyncio.Future[int]:
-        self._buf.clear()
-        self._need = -1
-        self._done = asyncio.get_running_loop().create_future()
-        return self._done
-
-    def write(self, data: Any) -> None:
-        n = len(data) if not isinstance(data, memoryview) else data.nbytes
-        if self._need < 0:
-            self._buf += data
-            end = self._buf.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = bytes(self._buf[:end]).decode("latin-1").split("\r\n")
-            self._status = int(head[0].split()[1])
-            length = next((int(line.split(":", 1)[1]) for line in head[1:]
-                           if line.lower().startswith("content-length:")), 0)
-            self._need = length - (len(self._buf) - end - 4)
-            self._buf.clear()
-        else:
-            self._need -= n
-        if self._need <= 0 and self._done is not None and not self._done.done():
-            self._done.set_result(self._status)
-
-    def writelines(self, list_of_data: Any) -> None:
-        for data in list_of_data:
-            self.write(data)
-
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 50000), "sockname": ("127.0.0.1", 9470)}.get(
-            name, default)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-
-@dataclass
-class Side:
-    name: str
-    protocol: Any  # aiohttp's RequestHandler (an asyncio.Protocol)
-    wire: Wire = field(default_factory=Wire)
-
-    def __post_init__(self) -> None:
-        self.protocol.connection_made(self.wire)
-
-    async def exchange(self, pieces: Sequence[bytes]) -> int:
-        done = self.wire.expect()
-        for piece in pieces:
-            self.protocol.data_received(piece)
-        return await done
-
-
-class Requests:
-    """Signed requests as they arrive on a socket, cut into ``recv`` pieces (made untimed)."""
-
-    def __init__(self, recv_size: int) -> None:
-        self.recv = recv_size
-        self.signer = Signer(Credentials(ACCESS, SECRET, "us-east-1"))
-
-    def make(self, method: str, path: str, body: bytes = b"") -> list[bytes]:
-        headers = {"Content-Length": str(len(body))} if method == "PUT" else {}
-        headers = self.signer.sign(method, HOST, path, "", headers)
-        head = f"{method} {path} HTTP/1.1\r\n" + "".join(
-            f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
-        raw = head.encode() + body
-        return [raw[i:i + self.recv] for i in range(0, len(raw), self.recv)]
-
-
-async def checked(side: Side, pieces: Sequence[bytes], what: str) -> None:
-    status = await side.exchange(pieces)
-    if status not in (200, 204):
-        raise RuntimeError(f"{side.name}: {what} answered {status} {pieces[0][:60]!r}")
 
 
 async def fill(store: BlockStore, nbytes: int, block_size: int, say: Any) -> None:
@@ -203,40 +104,88 @@ def measure_round(results: dict[str, list[float]], key: str, ops: int,
     results[f"{key}_faults"].append((after[3] - before[3]) / ops)
 
 
-async def run_case(sides: list[Side], op: str, size: int, args: argparse.Namespace,
-                   reqs: Requests, results: dict[str, list[float]], say: Any) -> None:
-    body = os.urandom(size)
-    objects = max(4, min(1024, parse_size(args.set_bytes) // size))
+class Case:
+    """One case's requests: ``put`` / ``get`` of one object each through the S3 front, or the
+    native API's ``batch-put`` / ``batch-get`` of ``--batch`` blocks per request. Figures are
+    per object (per block for the batch cases)."""
 
-    async def write_set(side: Side) -> None:  # the objects GETs read and PUTs overwrite
-        for i in range(objects):
-            await checked(side, reqs.make("PUT", f"/{BUCKET}/{size}-{i}", body), "PUT")
+    def __init__(self, op: str, size: int, args: argparse.Namespace, reqs: Requests) -> None:
+        self.op, self.size, self.reqs = op, size, reqs
+        self.batch = args.batch if op.startswith("batch") else 1
+        self.requests_per_round = max(1, args.ops // self.batch)
+        self.blocks_per_round = self.requests_per_round * self.batch
+        self.objects = max(4, self.batch, min(1024, parse_size(args.set_bytes) // size))
+        self.body = os.urandom(size)
+        self.tag = f"{op.replace('-', '_')}_{format_size(size)}"
+        self.unit = "block" if self.batch > 1 else "op"
+        # a batch put's blocks: the same pieces in every request (no copy per request)
+        self._pieces = [self.body[i:i + reqs.recv] for i in range(0, size, reqs.recv)]
 
-    def requests() -> list[list[bytes]]:
-        return [reqs.make("PUT", f"/{BUCKET}/{size}-{i % objects}", body) if op == "put"
-                else reqs.make("GET", f"/{BUCKET}/{size}-{i % objects}")
-                for i in range(args.ops)]
+    def key(self, i: int) -> str:
+        return f"{self.size}-{i % self.objects}"
 
+    def _batch_put(self, first: int) -> list[bytes]:
+        keys = [self.key(first + j) for j in range(self.batch)]
+        head = frames_head([(k, self.size) for k in keys])
+        return self.reqs.native(f"/v1/{BUCKET}/batch-put", head, self._pieces * len(keys),
+                                FRAMES)
+
+    def write_set(self) -> list[list[bytes]]:
+        """The requests that write the objects GETs read and PUTs overwrite."""
+        if self.op.startswith("batch"):
+            return [self._batch_put(i) for i in range(0, self.objects, self.batch)]
+        return [self.reqs.make("PUT", f"/{BUCKET}/{self.key(i)}", self.body)
+                for i in range(self.objects)]
+
+    def requests(self) -> list[list[bytes]]:
+        n, b = self.requests_per_round, self.batch
+        if self.op == "put":
+            return [self.reqs.make("PUT", f"/{BUCKET}/{self.key(i)}", self.body)
+                    for i in range(n)]
+        if self.op == "get":
+            return [self.reqs.make("GET", f"/{BUCKET}/{self.key(i)}") for i in range(n)]
+        if self.op == "batch-put":
+            return [self._batch_put(i * b) for i in range(n)]
+        return [self.reqs.native(f"/v1/{BUCKET}/batch-get", json.dumps(
+            {"keys": [self.key(i * b + j) for j in range(b)]}).encode(), [], "application/json")
+            for i in range(n)]
+
+    def least(self) -> int:
+        """Body bytes an answer must have: every block of a batch get."""
+        return self.batch * self.size if self.op == "batch-get" else 0
+
+    async def send(self, side: Side, batch: list[list[bytes]], least: int | None = None) -> int:
+        """Send each request, once more after a pause for every 503 SlowDown (the gateway's
+        writers behind: nothing paces this loop as a network would); how many there were."""
+        least, slowed = self.least() if least is None else least, 0
+        for pieces in batch:
+            while await checked(side, pieces, self.op, least, slow_down=True) == 503:
+                slowed += 1
+                await asyncio.sleep(0.05)
+        return slowed
+
+
+async def run_case(sides: list[Side], case: Case, args: argparse.Namespace,
+                   results: dict[str, list[float]], say: Any) -> None:
     for side in sides:  # untimed: the first round of a case grows the heap to its sizes
-        await write_set(side)
-        for pieces in requests():
-            await checked(side, pieces, op.upper())
-        say(f"{side.name}_{op}_{format_size(size)}: warm-up round done (untimed)")
+        await case.send(side, case.write_set(), least=0)
+        await case.send(side, case.requests())
+        say(f"{side.name}_{case.tag}: warm-up round done (untimed)")
     for r in range(args.rounds):
         for side in (sides if r % 2 == 0 else sides[::-1]):
-            if op == "get":  # written again just before a GET round (a full store evicts its
-                # coldest segments)
-                await write_set(side)
+            if case.op.endswith("get"):  # written again just before a GET round (a full
+                # store evicts its coldest segments)
+                await case.send(side, case.write_set(), least=0)
                 await asyncio.sleep(0.2)
-            batch = requests()
-            key = f"{side.name}_{op}_{format_size(size)}"
+            batch = case.requests()
+            key = f"{side.name}_{case.tag}"
             before = sample()
-            for pieces in batch:
-                await checked(side, pieces, op.upper())
-            measure_round(results, key, args.ops, before)
+            results[f"{key}_slowed"].append(await case.send(side, batch))
+            measure_round(results, key, case.blocks_per_round, before)
             say(f"[round {r + 1}/{args.rounds}] {key}: "
-                f"{results[f'{key}_loop_us'][-1]:.1f} us/op on the loop, "
-                f"{results[f'{key}_faults'][-1]:.2f} page faults/op")
+                f"{results[f'{key}_loop_us'][-1]:.1f} us/{case.unit} on the loop, "
+                f"{results[f'{key}_faults'][-1]:.2f} page faults/{case.unit}, "
+                f"{results[f'{key}_slowed'][-1]:.0f} slow-downs")
             await asyncio.sleep(0.2)  # the gateway's writer threads settle between runs
 
 
@@ -267,11 +216,12 @@ async def run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
             await checked(side, reqs.make("PUT", f"/{BUCKET}"), "CreateBucket")
         results: dict[str, list[float]] = {}
         for size in args.sizes:
-            for op in OPS:
+            for op in args.cases:
+                case = Case(op, size, args, reqs)
                 for side in sides:
-                    for what in ("loop_us", "process_us", "wall_us", "faults"):
-                        results[f"{side.name}_{op}_{format_size(size)}_{what}"] = []
-                await run_case(sides, op, size, args, reqs, results, say)
+                    for what in ("loop_us", "process_us", "wall_us", "faults", "slowed"):
+                        results[f"{side.name}_{case.tag}_{what}"] = []
+                await run_case(sides, case, args, results, say)
         return results
     finally:
         for runner in runners:
@@ -284,18 +234,20 @@ async def run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
 def summarize(results: dict[str, list[float]], args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for size in args.sizes:
-        for op in OPS:
-            tag = f"{op}_{format_size(size)}"
+        for op in args.cases:
+            tag = f"{op.replace('-', '_')}_{format_size(size)}"
             for side in ("gateway", "bare"):
                 for what in ("loop", "process"):
                     out[f"{side}_{what}_us_per_{tag}"] = round(
                         statistics.median(results[f"{side}_{tag}_{what}_us"]), 1)
                 out[f"{side}_faults_per_{tag}"] = round(
                     statistics.median(results[f"{side}_{tag}_faults"]), 2)
+                out[f"{side}_slow_downs_{tag}"] = int(sum(results[f"{side}_{tag}_slowed"]))
             out[f"own_us_per_{tag}"] = round(
                 out[f"gateway_loop_us_per_{tag}"] - out[f"bare_loop_us_per_{tag}"], 1)
     out["rounds"] = {k: [round(v, 1) for v in vs] for k, vs in results.items()}
-    out["settings"] = {"sizes": [format_size(s) for s in args.sizes], "ops": args.ops,
+    out["settings"] = {"sizes": [format_size(s) for s in args.sizes], "cases": args.cases,
+                       "ops": args.ops, "batch": args.batch,
                        "rounds": args.rounds, "recv_size": format_size(args.recv_size),
                        "fill": args.fill, "capacity": format_size(args.capacity),
                        "anonymous": args.anonymous}
@@ -303,13 +255,14 @@ def summarize(results: dict[str, list[float]], args: argparse.Namespace) -> dict
 
 
 def report(doc: dict[str, Any], args: argparse.Namespace) -> str:
-    lines = [f"event-loop CPU per request, no sockets ({args.ops} requests x {args.rounds} "
-             "rounds, medians)", f"{'case':<14}{'gateway us':>12}{'bare us':>10}"
-             f"{'own us':>10}{'gateway process us':>20}{'gateway faults':>16}"]
+    lines = [f"event-loop CPU per object (per block for the batch cases), no sockets "
+             f"({args.ops} objects x {args.rounds} rounds, medians)",
+             f"{'case':<20}{'gateway us':>12}{'bare us':>10}{'own us':>10}"
+             f"{'gateway process us':>20}{'gateway faults':>16}"]
     for size in args.sizes:
-        for op in OPS:
-            tag = f"{op}_{format_size(size)}"
-            lines.append(f"{tag:<14}{doc[f'gateway_loop_us_per_{tag}']:>12.1f}"
+        for op in args.cases:
+            tag = f"{op.replace('-', '_')}_{format_size(size)}"
+            lines.append(f"{tag:<20}{doc[f'gateway_loop_us_per_{tag}']:>12.1f}"
                          f"{doc[f'bare_loop_us_per_{tag}']:>10.1f}{doc[f'own_us_per_{tag}']:>10.1f}"
                          f"{doc[f'gateway_process_us_per_{tag}']:>20.1f}"
                          f"{doc[f'gateway_faults_per_{tag}']:>16.2f}")
@@ -320,8 +273,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="256KiB", metavar="LIST",
                    help="object sizes of the PUT and GET cases [default: 256KiB]")
+    p.add_argument("--cases", default="put,get", metavar="LIST",
+                   help="which of put, get (one object per request through the S3 front), "
+                        "batch-put, batch-get (the native API, --batch blocks per request) "
+                        "[default: put,get]")
     p.add_argument("--ops", type=int, default=2000, metavar="N",
-                   help="requests per round and side [default: 2000]")
+                   help="objects per round and side: requests for put and get, blocks (in "
+                        "requests of --batch) for the batch cases [default: 2000]")
+    p.add_argument("--batch", type=int, default=64, metavar="N",
+                   help="blocks per native batch request [default: 64]")
     p.add_argument("--rounds", type=int, default=5, metavar="N",
                    help="interleaved rounds per case and side; figures are medians [default: 5]")
     p.add_argument("--recv-size", default="64KiB", metavar="SIZE",
@@ -344,10 +304,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     args = p.parse_args(argv)
     args.sizes = [parse_size(s) for s in args.sizes.split(",") if s]
+    args.cases = [c for c in args.cases.split(",") if c]
+    if not args.cases or not set(args.cases) <= set(CASES):
+        p.error(f"--cases: a comma-separated list of {', '.join(CASES)}")
     args.recv_size = parse_size(args.recv_size)
     args.capacity = parse_size(args.capacity)
-    if args.ops < 1 or args.rounds < 1 or not args.sizes or args.recv_size < KiB:
-        p.error("--ops and --rounds must be >= 1, --sizes non-empty, --recv-size >= 1KiB")
+    if min(args.ops, args.rounds, args.batch) < 1 or not args.sizes or args.recv_size < KiB:
+        p.error("--ops, --rounds and --batch must be >= 1, --sizes non-empty, "
+                "--recv-size >= 1KiB")
     return args
 
 
