@@ -42,8 +42,8 @@ def test_gateway_inproc_tiny_run_json(tmp_path: Path) -> None:
 def test_gateway_inproc_help_lists_every_flag() -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True,
                           text=True, timeout=60, cwd=ROOT, check=True)
-    for flag in ("--sizes", "--cases", "--batch", "--ops", "--rounds", "--recv-size", "--set-bytes", "--capacity",
-                 "--fill", "--shm-dir", "--anonymous", "--json"):
+    for flag in ("--sizes", "--cases", "--batch", "--ops", "--rounds", "--recv-size",
+                 "--set-bytes", "--capacity", "--fill", "--shm-dir", "--anonymous", "--json"):
         assert flag in proc.stdout, flag
 
 
