@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
 from s3kv.errors import RequestError
@@ -45,12 +45,6 @@ class Readable(Protocol):
 
 
 # ---- batch-put bodies ----------------------------------------------------------------------
-def _blocks(head: bytes) -> list[tuple[str, int]]:
-    """(key, length) of each block a batch-put body's head lists (raises ValueError, KeyError
-    or TypeError on a malformed one)."""
-    return [(str(b["key"]), int(b["length"])) for b in json.loads(head)["blocks"]]
-
-
 def frames_head(sizes: Sequence[tuple[str, int]]) -> bytes:
     """The head of a framed batch-put body for blocks of these (key, length)."""
     head = json.dumps({"blocks": [{"key": k, "length": n} for k, n in sizes]}).encode()
@@ -96,88 +90,13 @@ def decode_frames(body: Sequence[bytes | bytearray | memoryview]
     cursor = _Cursor(body)
     try:
         (n,) = _LEN.unpack(b"".join(cursor.take(_LEN.size)))
-        out = [(key, cursor.take(length)) for key, length in _blocks(b"".join(cursor.take(n)))]
+        blocks = json.loads(b"".join(cursor.take(n)))["blocks"]
+        out = [(str(b["key"]), cursor.take(int(b["length"]))) for b in blocks]
     except (struct.error, ValueError, KeyError, TypeError) as exc:
         raise RequestError("MalformedFrames", f"invalid batch framing: {exc}") from None
     if cursor.left:
         raise RequestError("MalformedFrames", "trailing bytes after the last block")
     return out
-
-
-class BlockSpans:
-    """Follows a framed batch-put body as it arrives and folds each block's bytes, piece by
-    piece, into a running value per block (``fold(view, value)``, starting from 0): a reader
-    can checksum every block while its bytes are still in the CPU's cache, instead of over the
-    whole body once it is in. It stops following at the first inconsistency (``values`` is
-    then None); :func:`decode_frames`, run on the whole body, says what is wrong."""
-
-    def __init__(self, fold: Callable[[memoryview, int], int],
-                 head_limit: int = HEAD_ALLOWANCE) -> None:
-        self._fold = fold
-        self._limit = head_limit
-        self._head = bytearray()
-        self._lengths: list[int] | None = None
-        self._values: list[int] = []
-        self._i = -1  # the block being filled
-        self._left = 0  # its bytes still to come
-        self._broken = False
-
-    @property
-    def values(self) -> list[int] | None:
-        """One value per block, if the body held exactly the blocks its head lists."""
-        if self._broken or self._lengths is None or self._left:
-            return None
-        return self._values
-
-    def feed(self, piece: bytes | bytearray | memoryview) -> None:
-        if self._broken:
-            return
-        view: memoryview | None = memoryview(piece).cast("B")
-        if self._lengths is None and view is not None:
-            view = self._take_head(view)
-        while view:
-            if not self._left:  # every block is complete: bytes after the last one
-                self._broken = True
-                return
-            k = min(self._left, len(view))
-            self._values[self._i] = self._fold(view[:k], self._values[self._i])
-            self._left -= k
-            view = view[k:]
-            if not self._left:
-                self._next()
-
-    def _next(self) -> None:
-        assert self._lengths is not None
-        while not self._left and self._i + 1 < len(self._lengths):
-            self._i += 1
-            self._left = self._lengths[self._i]
-
-    def _take_head(self, view: memoryview) -> memoryview | None:
-        """Add what ``view`` holds of the head; what follows it once the head is complete."""
-        if len(self._head) < _LEN.size:
-            k = min(_LEN.size - len(self._head), len(view))
-            self._head += view[:k]
-            view = view[k:]
-            if len(self._head) < _LEN.size:
-                return None
-        total = _LEN.size + _LEN.unpack_from(self._head)[0]
-        if total > self._limit:
-            self._broken = True
-            return None
-        k = min(total - len(self._head), len(view))
-        self._head += view[:k]
-        if len(self._head) < total:
-            return None
-        try:
-            lengths = [n for _, n in _blocks(bytes(self._head[_LEN.size:]))]
-        except (ValueError, KeyError, TypeError):
-            lengths = [-1]
-        if any(n < 0 for n in lengths):
-            self._broken = True
-            return None
-        self._lengths, self._values = lengths, [0] * len(lengths)
-        self._next()
-        return view[k:]
 
 
 # ---- batch-get responses -------------------------------------------------------------------

@@ -7,7 +7,6 @@ them into the open segment once. ``Body.data`` joins them for the callers that p
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -40,10 +39,8 @@ class Body:
 
 async def read_body(request: web.Request, st: GatewayState, limit: int, *,
                     md5: bool = False, crc: bool = False,
-                    idle: float = BODY_IDLE_TIMEOUT,
-                    each: Callable[[bytes], None] | None = None) -> Body:
-    """Read and verify the whole body (at most ``limit`` bytes); ``each(piece)`` sees every
-    piece as it arrives (unverified until this returns).
+                    idle: float = BODY_IDLE_TIMEOUT) -> Body:
+    """Read and verify the whole body (at most ``limit`` bytes).
 
     Reserves the declared size (or ``limit``) from the budget first; the caller must call
     ``st.budget.release(body.reserved)`` when done with the data. Raises RequestError
@@ -58,7 +55,7 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
         try:
             # one timer for the body, not one per piece (asyncio.timeout's cost per piece)
             with IdleWatchdog(idle) as watchdog:
-                pieces = await reader.collect(watchdog.progress, each)
+                pieces = await reader.collect(watchdog.progress)
         except TimeoutError:
             raise RequestError("RequestTimeout", "Your socket connection to the server was "
                                "not read from or written to within the timeout period.",

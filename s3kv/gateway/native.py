@@ -25,14 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from s3kv.errors import NamespaceExists, RequestError
-from s3kv.frames import (
-    HEAD_ALLOWANCE,
-    STREAM,
-    BlockSpans,
-    block_record,
-    decode_frames,
-    end_record,
-)
+from s3kv.frames import HEAD_ALLOWANCE, STREAM, block_record, decode_frames, end_record
 from s3kv.gateway import ops
 from s3kv.gateway.access import check_namespace, require_unrestricted
 from s3kv.gateway.bodies import read_body, read_small
@@ -41,7 +34,6 @@ from s3kv.gateway.s3_buckets import RESERVED
 from s3kv.gateway.s3_objects import write_sliced
 from s3kv.gateway.state import GatewayState, state_of
 from s3kv.store.codecs import HEADER_CODEC, codec_from_headers
-from s3kv.store.layout import checksum_more
 from s3kv.wire.body import size_of
 
 MAX_BATCH_KEYS = 4096
@@ -121,17 +113,13 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
     codec = codec_from_headers(request.headers, st.store.namespace_codecs[ns])
     limit = min(st.settings.max_request_memory // 2,
                 64 * st.settings.max_block_size + HEAD_ALLOWANCE)
-    # each block's checksum as its bytes arrive (in the CPU's cache), not once all are in
-    plain = (codec or st.store.namespace_codecs[ns]).name == "none"
-    spans = BlockSpans(checksum_more) if plain else None
-    body = await read_body(request, st, limit, each=None if spans is None else spans.feed)
+    body = await read_body(request, st, limit)
     try:
         items = [(validate_key(k), d) for k, d in decode_frames(body.pieces)]
         for _, d in items:
             if size_of(d) > st.settings.max_block_size:
                 raise RequestError("EntityTooLarge", "a block exceeds the max block size")
-        stored = await st.store.put_many(  # Backpressure says how many
-            ns, items, codec=codec, crcs=None if spans is None else spans.values)
+        stored = await st.store.put_many(ns, items, codec=codec)  # Backpressure says how many
     finally:
         st.budget.release(body.reserved)
     if durable:

@@ -151,18 +151,14 @@ class BodyReader:
             raise RuntimeError("a request body can be iterated once")
         self._started = True
 
-    async def collect(self, progress: Callable[[], None],
-                      each: Callable[[bytes], None] | None = None) -> list[bytes]:
+    async def collect(self, progress: Callable[[], None]) -> list[bytes]:
         """The whole payload's pieces (what iterating yields), calling ``progress()`` as each
-        arrives, and ``each(piece)`` if given (while the piece is fresh in the CPU's cache). A
-        plain body of a declared length, the common PUT, is read in one loop here: iterating
-        costs three async-generator hops per piece, a few percent of a small PUT."""
+        arrives. A plain body of a declared length, the common PUT, is read in one loop here:
+        iterating costs three async-generator hops per piece, a few percent of a small PUT."""
         if self.mode.streaming or self.declared_size is None:
             pieces = []
             async for piece in self:
                 progress()
-                if each is not None:
-                    each(piece)
                 pieces.append(piece)
             return pieces
         self._start()
@@ -176,8 +172,6 @@ class BodyReader:
                 pieces.append(piece)
                 if digests.add(piece):
                     await digests.spill()
-                if each is not None:
-                    each(piece)
         except RequestError:
             raise
         except _STREAM_ERRORS as exc:

@@ -55,11 +55,6 @@ def checksum(data: bytes | bytearray | memoryview) -> int:
     return zlib_ng.crc32(data) & 0xFFFFFFFF
 
 
-def checksum_more(data: bytes | bytearray | memoryview, crc: int) -> int:
-    """:func:`checksum` of what ``crc`` was computed over followed by ``data`` (0 to start)."""
-    return zlib_ng.crc32(data, crc) & 0xFFFFFFFF
-
-
 def checksum_pieces(pieces: Sequence[bytes | bytearray | memoryview]) -> int:
     """:func:`checksum` of the pieces' concatenation, without joining them."""
     crc = 0

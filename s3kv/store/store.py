@@ -232,22 +232,17 @@ class BlockStore:
         return meta
 
     async def put_many(self, namespace: str, items: Sequence[tuple[bytes, Pieces]], *,
-                       codec: CodecSpec | None = None,
-                       crcs: Sequence[int] | None = None) -> int:
+                       codec: CodecSpec | None = None) -> int:
         """Store the blocks of one request one after another in the open segment (no other
         request's block between them), so that a chain written in one batch is read back with
         one ranged GET. Every block is checked, encoded and checksummed before the first is
-        appended: a bad one (TooLarge, InvalidInput) stores none. ``crcs``: each block's
-        ``layout.checksum`` if the caller computed them as the bytes arrived. Returns how many
-        were stored (all); Backpressure's ``stored`` says how many leading blocks are in when
-        the store pushed back part way."""
+        appended: a bad one (TooLarge, InvalidInput) stores none. Returns how many were stored
+        (all); Backpressure's ``stored`` says how many leading blocks are in when the store
+        pushed back part way."""
         nid = self.ns_id(namespace)
         spec = codec or self.namespace_codecs[namespace]
-        if crcs is not None and len(crcs) != len(items):
-            raise ValueError(f"{len(crcs)} checksums for {len(items)} blocks")
-        ready = [await prepare(namespace, k, d, spec, max_block_size=self.settings.max_block_size,
-                               crc=None if crcs is None else crcs[i])
-                 for i, (k, d) in enumerate(items)]
+        ready = [await prepare(namespace, k, d, spec, max_block_size=self.settings.max_block_size)
+                 for k, d in items]
         stored = 0
 
         def placed(i: int, seg: OpenSegment, entry: layout.Entry) -> None:

@@ -10,7 +10,6 @@ import pytest
 from s3kv.backends.base import Backend
 from s3kv.errors import TooLarge
 from s3kv.sizes import KiB, MiB
-from s3kv.store.layout import checksum
 from tests.store.helpers import SEG, block, open_store
 
 UPLOADS = ("put_object", "upload_part", "complete_multipart")
@@ -82,24 +81,5 @@ async def test_a_bad_block_stores_none_of_its_batch(backend: Backend) -> None:
         with pytest.raises(TooLarge):
             await store.put_many("kvns", items)
         assert store.prefix_lookup("kvns", [b"ok0", b"big", b"ok2"]) == (0, [False] * 3)
-    finally:
-        await store.close()
-
-
-async def test_checksums_computed_as_the_bytes_arrived_are_the_ones_kept(
-        backend: Backend) -> None:
-    store = await open_store(backend)
-    try:
-        await store.create_namespace("kvns")
-        items = [(b"a", block(0, 3 * KiB)), (b"b", block(1, 5 * KiB))]
-        with pytest.raises(ValueError, match="1 checksums for 2 blocks"):
-            await store.put_many("kvns", items, crcs=[checksum(items[0][1])])
-        await store.put_many("kvns", items, crcs=[checksum(d) for _, d in items])
-        assert [store.head("kvns", k).crc for k, _ in items] == [checksum(d) for _, d in items]
-        assert [await store.get("kvns", k) for k, _ in items] == [d for _, d in items]
-        # a checksum that does not match the bytes is kept as given: the read finds the block
-        # corrupt, a miss
-        await store.put_many("kvns", [(b"c", block(2, KiB))], crcs=[12345])
-        assert await store.get("kvns", b"c") is None
     finally:
         await store.close()
