@@ -212,7 +212,8 @@ async def run(server: BenchServer, profile: Profile, args: argparse.Namespace,
                         one.update({f"{k}_{tag}_c{c}": v for k, v in got.items()})
                 one.update(backend_ratios(one))
                 one.update(await restore(gw_url, gw, direct, profile.session_tokens,
-                                         args.restore_batch, args.restore_concurrency, say))
+                                         args.restore_batch, args.restore_concurrency, say,
+                                         meter))
                 rounds.append(one)
             # every figure is the median over the repeats (each ratio's own median); the
             # repeats' values are kept beside it
@@ -329,6 +330,13 @@ def main(argv: list[str] | None = None) -> int:
             cpu = results.get(f"{side}_put_cpu_s_per_GiB_256KiB_c8", {})
             print(f"  CPU-s per GiB, 256 KiB PUT c=8, {side}: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu.items())))
+        for kind in ("batch", "per_block"):
+            spent = {k.removeprefix(f"restore_{kind}_").removesuffix("_cpu_s"): v
+                     for k, v in results.items()
+                     if k.startswith(f"restore_{kind}_") and k.endswith("_cpu_s")}
+            print(f"  CPU-s of the {kind.replace('_', '-')} restore: "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in sorted(spent.items()))
+                  + f"; server busy {results.get(f'restore_{kind}_server_busy', 0):.2f}")
     return 0
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.harness import (
+    CPUMeter,
     Progress,
     S3Side,
     mib_s,
@@ -63,8 +64,24 @@ async def throughput(gw: S3Side, direct: S3Side, size: int, n: int, concurrency:
     return out
 
 
+def restore_cpu(meter: CPUMeter | None, run: str, before: dict[str, float], seconds: float
+                ) -> dict[str, float]:
+    """CPU-seconds each process spent on one restore (``restore_{run}_{process}_cpu_s``), and
+    how busy that kept the server's core: its CPU-seconds per second of the restore (about 1
+    with ``--split-cores``: the storage core was the bound)."""
+    if meter is None:
+        return {}
+    cpu = meter.delta(before, meter.sample())
+    out = {f"restore_{run}_{name}_cpu_s": round(v, 3) for name, v in cpu.items()}
+    out[f"restore_{run}_server_busy"] = round(cpu["server"] / seconds, 3) if seconds else 0.0
+    return out
+
+
 async def restore(gw_url: str, gw: S3Side, direct: S3Side, tokens: int, batch: int,
-                  batch_concurrency: int, say: Progress) -> dict[str, float]:
+                  batch_concurrency: int, say: Progress,
+                  meter: CPUMeter | None = None) -> dict[str, float]:
+    """Restore the session by batch gets and by per-block GETs; with ``meter``, the CPU each
+    process spent on each (:func:`restore_cpu`)."""
     bsize = block_bytes(MODEL, BLOCK_TOKENS)
     n = -(-tokens // BLOCK_TOKENS)
     blocks = payloads(n, bsize)
@@ -92,6 +109,7 @@ async def restore(gw_url: str, gw: S3Side, direct: S3Side, tokens: int, batch: i
     async with S3KVClient(gw_url, token=token, connections=batch_concurrency + 1,
                           timeout=600) as kv:
         await settle_disk()
+        cpu0 = meter.sample() if meter is not None else {}
         t0 = time.perf_counter()
         present = await kv.lookup_prefix(ns, chain)
         starts = list(range(0, present, batch))
@@ -107,10 +125,13 @@ async def restore(gw_url: str, gw: S3Side, direct: S3Side, tokens: int, batch: i
 
         await run_concurrently(len(starts), batch_concurrency, one)
         batch_s = time.perf_counter() - t0
+        costs = restore_cpu(meter, "batch", cpu0, batch_s)
     if present != n or bad:
         raise RuntimeError(f"batch restore read back wrong data ({present}/{n} present, "
                            f"{len(bad)} blocks wrong)")
+    cpu0 = meter.sample() if meter is not None else {}
     per_block_s = await direct.get_all(chain, blocks, 8)
+    costs.update(restore_cpu(meter, "per_block", cpu0, per_block_s))
     gw_per_block_s = await gw.get_all(chain, blocks, 8)
     out = {
         "restore_blocks": n, "restore_block_bytes": bsize,
@@ -119,10 +140,16 @@ async def restore(gw_url: str, gw: S3Side, direct: S3Side, tokens: int, batch: i
         "restore_per_block_gateway_c8_s": round(gw_per_block_s, 3),
         "restore_ratio": round(per_block_s / batch_s, 3),
         "restore_ratio_vs_gateway_s3": round(gw_per_block_s / batch_s, 3),
+        **costs,
     }
     say(f"  restore {tokens} tokens ({n} x {bsize // KiB} KiB): batch get {out['restore_batch_s']}"
         f" s vs per-block GETs c=8 {out['restore_per_block_direct_c8_s']} s direct "
         f"(x{out['restore_ratio']}), {out['restore_per_block_gateway_c8_s']} s via the S3 front")
+    if meter is not None:
+        say(f"  restore's server CPU: batch {out['restore_batch_server_cpu_s']} s (busy "
+            f"{out['restore_batch_server_busy']}), per-block "
+            f"{out['restore_per_block_server_cpu_s']} s (busy "
+            f"{out['restore_per_block_server_busy']})")
     return out
 
 

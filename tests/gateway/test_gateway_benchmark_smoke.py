@@ -60,6 +60,14 @@ def test_gateway_benchmark_quick_json() -> None:
     cpu = doc["gateway_put_cpu_s_per_GiB_256KiB_c8"]
     assert set(cpu) == {"client", "gateway", "server"}
     assert cpu["gateway"] > 0 and doc["direct_put_cpu_s_per_GiB_256KiB_c8"]["gateway"] == 0
+    # the restore is costed per process too (psutil counts 10 ms ticks: a quick restore may
+    # read 0), and the server's busy share is its CPU over the restore's seconds
+    for kind, seconds in (("batch", "restore_batch_s"),
+                          ("per_block", "restore_per_block_direct_c8_s")):
+        for name in ("client", "gateway", "server"):
+            assert doc[f"restore_{kind}_{name}_cpu_s"] >= 0, (kind, name)
+        busy = doc[f"restore_{kind}_server_cpu_s"] / doc[seconds]
+        assert doc[f"restore_{kind}_server_busy"] == pytest.approx(busy, rel=0.02, abs=0.002)
 
 
 def test_gateway_benchmark_quick_json_warp_client() -> None:
