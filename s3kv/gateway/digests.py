@@ -39,8 +39,9 @@ class BodyDigests:
         # one object in two roles is updated once
         self._hashers = list({id(h): h for h in hashers}.values())
         self._offload = offload_bytes
-        #: every digest cheap: each piece is hashed on the loop as it arrives
-        self._inline = all(is_cheap(h) for h in self._hashers)
+        #: every digest cheap: each piece is hashed on the loop as it arrives (not named
+        #: ``_inline``: mypyc emits that attribute as the C field ``__inline``, a keyword)
+        self._on_loop = all(is_cheap(h) for h in self._hashers)
         self._batch: list[bytes | memoryview] = []
         self._batch_bytes = 0
         #: the previous batch, hashing in a worker thread
@@ -56,7 +57,7 @@ class BodyDigests:
         spill()`` must follow before the next piece (most pieces of most bodies need none)."""
         if not self._hashers:
             return False
-        if self._inline:
+        if self._on_loop:
             for h in self._hashers:
                 h.update(piece)
             return False
