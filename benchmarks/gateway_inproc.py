@@ -23,7 +23,8 @@ such blocks per request (bearer token, as s3kv/client.py sends); ``--ops`` objec
 untimed one per case and side (the first round of a size grows the heap: fresh pages), medians
 reported. Per object (per block for the batch cases): the event loop's thread CPU
 (``time.thread_time``, the figure that bounds a gateway's request rate), the whole process's
-CPU (writer threads included: the gateway's file writes), page faults (``ru_minflt`` +
+CPU (writer threads included: the gateway's file writes; every round starts with them idle
+and is counted until they are idle again), page faults (``ru_minflt`` +
 ``ru_majflt``: none in a steady state, so the loop's cost is not the kernel's), and the
 difference between the two applications' loop CPU, the gateway's own work
 (``own_us_per_...``).
@@ -96,12 +97,28 @@ def sample() -> tuple[float, float, float, int]:
             usage.ru_minflt + usage.ru_majflt)
 
 
+async def quiet(limit: float = 10.0) -> None:
+    """Wait until the process's other threads (the gateway's file writers) are idle: under 2 ms
+    of their CPU in 50 ms, or ``limit`` seconds. Each round starts quiet, and the writes a
+    gateway round caused are counted in that round's process CPU, not in the next one's."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        others = time.process_time() - time.thread_time()
+        await asyncio.sleep(0.05)
+        if time.process_time() - time.thread_time() - others < 0.002:
+            return
+
+
 def measure_round(results: dict[str, list[float]], key: str, ops: int,
-                  before: tuple[float, float, float, int]) -> None:
+                  before: tuple[float, float, float, int],
+                  sent: tuple[float, float, float, int]) -> None:
+    """Loop CPU, wall time and page faults up to ``sent`` (the last answer); process CPU up to
+    now (the writer threads' share of the round included)."""
     after = sample()
-    for i, what in enumerate(("loop", "process", "wall")):
-        results[f"{key}_{what}_us"].append(1e6 * (after[i] - before[i]) / ops)
-    results[f"{key}_faults"].append((after[3] - before[3]) / ops)
+    for i, what in ((0, "loop"), (2, "wall")):
+        results[f"{key}_{what}_us"].append(1e6 * (sent[i] - before[i]) / ops)
+    results[f"{key}_process_us"].append(1e6 * (after[1] - before[1]) / ops)
+    results[f"{key}_faults"].append((sent[3] - before[3]) / ops)
 
 
 class Case:
@@ -176,17 +193,18 @@ async def run_case(sides: list[Side], case: Case, args: argparse.Namespace,
             if case.op.endswith("get"):  # written again just before a GET round (a full
                 # store evicts its coldest segments)
                 await case.send(side, case.write_set(), least=0)
-                await asyncio.sleep(0.2)
             batch = case.requests()
             key = f"{side.name}_{case.tag}"
+            await quiet()
             before = sample()
             results[f"{key}_slowed"].append(await case.send(side, batch))
-            measure_round(results, key, case.blocks_per_round, before)
+            sent = sample()
+            await quiet()
+            measure_round(results, key, case.blocks_per_round, before, sent)
             say(f"[round {r + 1}/{args.rounds}] {key}: "
                 f"{results[f'{key}_loop_us'][-1]:.1f} us/{case.unit} on the loop, "
                 f"{results[f'{key}_faults'][-1]:.2f} page faults/{case.unit}, "
                 f"{results[f'{key}_slowed'][-1]:.0f} slow-downs")
-            await asyncio.sleep(0.2)  # the gateway's writer threads settle between runs
 
 
 async def run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
