@@ -96,7 +96,7 @@ def run_once(case: Case, side: Side, load: Load) -> dict[str, Any]:
     reset = reset_peak_rss(side.pid)
     proc = subprocess.Popen(client_argv(case, side, load), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=client_env(load), cwd=ROOT)
-    with Sampler({"client": proc.pid, "server": side.pid}) as sampler:
+    with Sampler({"client": proc.pid, "server": side.pid}, loops=("server",)) as sampler:
         out, err = proc.communicate(timeout=load.duration + 600)
     try:
         op = json.loads(out)["operations"][0]

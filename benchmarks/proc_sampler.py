@@ -7,6 +7,10 @@ preparation. :class:`Sampler` therefore samples every named process's user+syste
 :meth:`Sampler.cpu_between` interpolates each process's samples at the window's ends, so start-up,
 preparation and shutdown are not counted on either side.
 
+A process named in ``loops`` also gets a series of its main thread alone (``NAME_loop``): the
+gateway's event loop, apart from its worker threads (file writes, checksums of large blocks,
+page population).
+
 Peak RSS: :func:`reset_peak_rss` and :func:`peak_rss` use Linux's ``VmHWM`` (exact, reset by
 ``clear_refs``); elsewhere the sampler's own largest RSS seen stands in.
 """
@@ -17,7 +21,7 @@ import bisect
 import contextlib
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -30,10 +34,14 @@ PERIOD = 0.05
 class Sampler:
     """Samples ``procs`` (name -> pid) every ``period`` seconds until closed."""
 
-    def __init__(self, procs: Mapping[str, int], period: float = PERIOD) -> None:
+    def __init__(self, procs: Mapping[str, int], period: float = PERIOD,
+                 loops: Collection[str] = ()) -> None:
+        """``loops``: names of ``procs`` whose main thread is also sampled on its own."""
         self.period = period
         self._procs = {name: psutil.Process(pid) for name, pid in procs.items()}
-        self._series: dict[str, tuple[list[int], list[float]]] = {n: ([], []) for n in procs}
+        self._loops = {name: procs[name] for name in loops}
+        self._series: dict[str, tuple[list[int], list[float]]] = {
+            n: ([], []) for n in [*procs, *(f"{name}_loop" for name in loops)]}
         self.max_rss: dict[str, int] = dict.fromkeys(procs, 0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="proc-sampler", daemon=True)
@@ -61,10 +69,23 @@ class Sampler:
                     rss = proc.memory_info().rss
             except psutil.Error:  # exited: its last samples stand
                 continue
+            now = time.time_ns()
             stamps, values = self._series[name]
-            stamps.append(time.time_ns())
+            stamps.append(now)
             values.append(t.user + t.system)
             self.max_rss[name] = max(self.max_rss[name], rss)
+            if name in self._loops:
+                self._sample_loop(name, proc, now)
+
+    def _sample_loop(self, name: str, proc: psutil.Process, now: int) -> None:
+        try:
+            main = next((t for t in proc.threads() if t.id == self._loops[name]), None)
+        except psutil.Error:
+            return
+        if main is not None:
+            stamps, values = self._series[f"{name}_loop"]
+            stamps.append(now)
+            values.append(main.user_time + main.system_time)
 
     def cpu_between(self, start_ns: int, end_ns: int) -> dict[str, float]:
         """CPU-seconds each process used from ``start_ns`` to ``end_ns`` (wall clock)."""

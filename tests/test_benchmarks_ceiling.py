@@ -5,9 +5,12 @@ machine is shared)."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import aiohttp
@@ -15,6 +18,7 @@ from aiohttp.test_utils import TestServer
 
 from benchmarks.aiohttp_sink import make_app
 from benchmarks.ceiling_native import NAMESPACE, Blocks
+from benchmarks.proc_sampler import Sampler
 from s3kv.client import S3KVClient
 from warp.config import DEFAULT_SEED
 from warp.payload import Hasher, PayloadSource, variant_of
@@ -81,6 +85,9 @@ def test_gateway_ceiling_tiny_run_json() -> None:
             for name in ("MiB_s", "ops_s", "client_cpu_s_per_GiB", "server_cpu_ms_per_op",
                          "peak_rss_MiB"):
                 assert figures[name] > 0, (label, side, name)
+            # the event loop's share (the main thread's CPU) is part of the process's
+            assert 0 <= figures["server_loop_cpu_ms_per_op"] \
+                <= figures["server_cpu_ms_per_op"] * 1.05 + 0.01, (label, side)
     assert doc["put_ratio_256KiB"] == doc["detail"]["put_256KiB"]["ratio_fast"]
     assert doc["gateway_cpu_ms_per_put_256KiB_md5"] == \
         doc["detail"]["put_256KiB"]["md5"]["server_cpu_ms_per_op"]
@@ -99,3 +106,24 @@ def test_gateway_ceiling_help_lists_every_flag() -> None:
                  "--repeats", "--warmup", "--set-bytes", "--capacity", "--gateway-args",
                  "--shm-dir", "--quick", "--json"):
         assert flag in proc.stdout, flag
+
+
+def test_sampler_counts_the_main_thread_apart() -> None:
+    """``loops``: the main thread's CPU on its own, beside the whole process's."""
+
+    def spin(seconds: float) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    with Sampler({"me": os.getpid()}, period=0.02, loops=("me",)) as sampler:
+        t0 = time.time_ns()
+        worker = threading.Thread(target=spin, args=(0.3,))
+        worker.start()
+        worker.join()
+        t1 = time.time_ns()
+        spin(0.3)
+        t2 = time.time_ns()
+    in_worker, in_main = sampler.cpu_between(t0, t1), sampler.cpu_between(t1, t2)
+    assert in_worker["me"] >= 0.25 and in_worker["me_loop"] < 0.1, in_worker
+    assert in_main["me"] >= 0.25 and in_main["me_loop"] >= 0.25, in_main
