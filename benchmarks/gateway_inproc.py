@@ -121,6 +121,11 @@ def measure_round(results: dict[str, list[float]], key: str, ops: int,
     results[f"{key}_faults"].append((sent[3] - before[3]) / ops)
 
 
+def tag_of(op: str, size: int) -> str:
+    """A case's name in the figures' keys: ``batch_put_256KiB``."""
+    return f"{op.replace('-', '_')}_{format_size(size)}"
+
+
 class Case:
     """One case's requests: ``put`` / ``get`` of one object each through the S3 front, or the
     native API's ``batch-put`` / ``batch-get`` of ``--batch`` blocks per request. Figures are
@@ -133,7 +138,7 @@ class Case:
         self.blocks_per_round = self.requests_per_round * self.batch
         self.objects = max(4, self.batch, min(1024, parse_size(args.set_bytes) // size))
         self.body = os.urandom(size)
-        self.tag = f"{op.replace('-', '_')}_{format_size(size)}"
+        self.tag = tag_of(op, size)
         self.unit = "block" if self.batch > 1 else "op"
         # a batch put's blocks: the same pieces in every request (no copy per request)
         self._pieces = [self.body[i:i + reqs.recv] for i in range(0, size, reqs.recv)]
@@ -253,7 +258,7 @@ def summarize(results: dict[str, list[float]], args: argparse.Namespace) -> dict
     out: dict[str, Any] = {}
     for size in args.sizes:
         for op in args.cases:
-            tag = f"{op.replace('-', '_')}_{format_size(size)}"
+            tag = tag_of(op, size)
             for side in ("gateway", "bare"):
                 for what in ("loop", "process"):
                     out[f"{side}_{what}_us_per_{tag}"] = round(
@@ -279,7 +284,7 @@ def report(doc: dict[str, Any], args: argparse.Namespace) -> str:
              f"{'gateway process us':>20}{'gateway faults':>16}"]
     for size in args.sizes:
         for op in args.cases:
-            tag = f"{op.replace('-', '_')}_{format_size(size)}"
+            tag = tag_of(op, size)
             lines.append(f"{tag:<20}{doc[f'gateway_loop_us_per_{tag}']:>12.1f}"
                          f"{doc[f'bare_loop_us_per_{tag}']:>10.1f}{doc[f'own_us_per_{tag}']:>10.1f}"
                          f"{doc[f'gateway_process_us_per_{tag}']:>20.1f}"

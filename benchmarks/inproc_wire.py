@@ -129,26 +129,26 @@ class Requests:
         self.recv = recv_size
         self.signer = Signer(Credentials(ACCESS, SECRET, "us-east-1"))
 
-    def _cut(self, method: str, path: str, headers: dict[str, str], body: bytes) -> list[bytes]:
-        head = f"{method} {path} HTTP/1.1\r\n" + "".join(
-            f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
-        raw = head.encode() + body
-        return [raw[i:i + self.recv] for i in range(0, len(raw), self.recv)]
+    @staticmethod
+    def _head(method: str, path: str, headers: dict[str, str]) -> bytes:
+        return (f"{method} {path} HTTP/1.1\r\n" + "".join(
+            f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode()
 
     def make(self, method: str, path: str, body: bytes = b"") -> list[bytes]:
-        """An S3 request, SigV4-signed (UNSIGNED-PAYLOAD)."""
+        """An S3 request, SigV4-signed (UNSIGNED-PAYLOAD), cut into ``recv`` pieces."""
         headers = {"Content-Length": str(len(body))} if method == "PUT" else {}
-        return self._cut(method, path, self.signer.sign(method, HOST, path, "", headers), body)
+        raw = self._head(method, path, self.signer.sign(method, HOST, path, "", headers)) + body
+        return [raw[i:i + self.recv] for i in range(0, len(raw), self.recv)]
 
     def native(self, path: str, first: bytes, rest: Sequence[bytes],
                content_type: str) -> list[bytes]:
         """A native API POST with the bearer token s3kv/client.py sends: its head arrives with
         ``first``, then each of ``rest`` as one ``recv`` (shared, not copied, between requests)."""
         length = len(first) + sum(len(p) for p in rest)
-        head = (f"POST {path} HTTP/1.1\r\nHost: {HOST}\r\n"
-                f"Authorization: Bearer {ACCESS}:{SECRET}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {length}\r\n\r\n")
-        return [head.encode() + first, *rest]
+        head = self._head("POST", path, {
+            "Host": HOST, "Authorization": f"Bearer {ACCESS}:{SECRET}",
+            "Content-Type": content_type, "Content-Length": str(length)})
+        return [head + first, *rest]
 
 
 async def checked(side: Side, pieces: Sequence[bytes], what: str, least: int = 0,
