@@ -101,6 +101,10 @@ class Settings:
     max_request_memory: int = setting(512 * MiB, "request bodies and staged multipart parts "
                                       "held at once; past it writes get 503 SlowDown", "size",
                                       metavar="SIZE")
+    read_ahead: int = setting(32 * MiB, "bytes of a segment read with one ranged GET when "
+                              "one-block reads walk it in order (a prefix restored one object "
+                              "per block); up to four such windows are held (0: off)", "size",
+                              metavar="SIZE")
     default_codec: str = setting("none", "codec of namespaces created without an x-s3kv-codec "
                                  "header: none, zstd[:level=N,shuffle=0|1] or "
                                  "kvq:bits=B,dtype=float16|bfloat16,head_dim=D (lossy)",

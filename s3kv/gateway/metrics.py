@@ -43,6 +43,10 @@ _COUNTERS = {
                       "Part uploads held back while reads waited on the backend"),
     "shared_range_reads": ("s3kv_shared_range_reads_total",
                            "Ranged GETs served from another read of the same block"),
+    "readahead_windows": ("s3kv_readahead_windows_total",
+                          "Read-ahead windows read (one-block reads walking a segment)"),
+    "readahead_blocks": ("s3kv_readahead_blocks_total",
+                         "One-block reads served from a read-ahead window"),
 }
 _GAUGES = {
     "index_entries": ("s3kv_index_entries", "Blocks in the index"),

@@ -24,6 +24,7 @@ from s3kv.store import layout
 from s3kv.store.codecs import NONE_ID, decode_any
 from s3kv.store.dram import DramCache, frozen_copy
 from s3kv.store.index import BlockIndex, Location
+from s3kv.store.readahead import ReadAhead
 from s3kv.store.readbudget import ReadBudget
 from s3kv.store.reader import MAX_RUN, ReadRun, plan_reads
 from s3kv.store.runread import RunRead
@@ -87,7 +88,9 @@ class BlockFetcher:
     def __init__(self, backend: Backend, prefix: str, index: BlockIndex,
                  segments: SegmentTable, dram: DramCache, writer: SegmentWriter,
                  stats: StoreStats, forget_segment: Callable[[int], int],
-                 dead: Callable[[Location], None]) -> None:
+                 dead: Callable[[Location], None], read_ahead: int = 0) -> None:
+        """``read_ahead``: the window of a segment read at once when one-block reads walk it
+        in order (readahead.py; 0: off)."""
         self.backend = backend
         #: what the backend can lend (isinstance with a Protocol is slow: asked once per
         #: backend object; tests may swap the backend)
@@ -102,6 +105,8 @@ class BlockFetcher:
         self._dead = dead
         self._slots = asyncio.Semaphore(READ_CONCURRENCY)
         self._budget = ReadBudget(READ_BUDGET)
+        #: up to four windows held: a walk uses two at a time (the one being served, the next)
+        self.readahead = ReadAhead(self._read_run, stats, 4 * read_ahead, window=max(read_ahead, 1))
 
     @property
     def reading(self) -> bool:
@@ -170,7 +175,8 @@ class BlockFetcher:
         """One block, as ``iter_many`` gives it, without that machinery (an async generator,
         a task per read, a worker thread) when it is at hand: in the DRAM tier, in a segment
         the writer holds, or in a sealed segment the backend can lend at once (mapped pages
-        in memory). Anything else takes the general path."""
+        in memory), or in a read-ahead window of a segment the reads are walking. Anything else
+        takes the general path."""
         loc = self.index.get(nid, key)
         if loc is not None:
             hit = self.dram.get(nid, key, loc) if self.dram.enabled else None
@@ -179,7 +185,10 @@ class BlockFetcher:
                 self.stats.dram_hits += 1
                 self._count(nid, key, True)
                 return hit
-            raw = self.writer.read(loc.segment, loc.offset, loc.length) or self._view_now(loc)
+            raw: Pieces | None = (self.writer.read(loc.segment, loc.offset, loc.length)
+                                  or self._view_now(loc))
+            if raw is None:
+                raw = await self._ahead(loc)
             if raw is not None:
                 self.stats.gets += 1
                 if self.dram.enabled:
@@ -191,6 +200,17 @@ class BlockFetcher:
             async for block in blocks:
                 return block
         return None
+
+    async def _ahead(self, loc: Location) -> Pieces | None:
+        """The block from a read-ahead window when the reads walk its sealed segment; None:
+        not so (or the window failed). Not for a backend that maps segments (the kernel reads
+        a mapped file ahead itself)."""
+        info = self.segments.get(loc.segment)
+        if (info is None or info.state is not SegmentState.SEALED
+                or self._viewers()[0] is not None):
+            return None
+        windows = self.readahead.windows_for(loc, info.length)
+        return await self.readahead.take(windows, loc) if windows else None
 
     def _viewers(self) -> tuple[RangeViewer | None, NowViewer | None]:
         if self._kinds is None or self._kinds[0] is not self.backend:

@@ -142,6 +142,11 @@ class RunRead:
             del self._blocks[extent]
         return data
 
+    async def peek(self, loc: Location) -> memoryview | None:
+        """As :meth:`block`, without taking it: a run read for any number of takers (a
+        read-ahead window, whose one member is all of its bytes)."""
+        return await asyncio.shield(self._blocks[(loc.offset, loc.length)])
+
     def cancel(self) -> None:
         """Stop the read, unless every block is in already (then it is only finishing its
         response and bookkeeping)."""

@@ -29,6 +29,8 @@ class StoreStats:
     dram_hits: int = 0
     dram_misses: int = 0
     deletes: int = 0
+    readahead_windows: int = 0  # read-ahead windows started (one ranged GET each)
+    readahead_blocks: int = 0  # one-block reads served from a read-ahead window
 
     @property
     def write_amplification(self) -> float:

@@ -103,8 +103,8 @@ class BlockStore:
                                     reads_waiting=lambda: self.fetcher.reading)
         self.ready = False
         self.fetcher = BlockFetcher(backend, prefix, self.catalog.index, self.catalog.segments,
-                                    self.dram, self.writer, self.stats,
-                                    self.catalog.forget_segment, self.catalog.dead)
+                                    self.dram, self.writer, self.stats, self.catalog.forget_segment,
+                                    self.catalog.dead, settings.read_ahead)
         self._recovery = Recovery(backend, prefix, self.catalog, self.writer.node_id,
                                   settings.sync_interval)
         self._evictor = Evictor(settings, backend, prefix, self.catalog, self.writer,
@@ -158,9 +158,10 @@ class BlockStore:
 
     async def close(self) -> None:
         """Seal and upload everything in memory, stop background work, close the backend."""
-        for task in self._background:
+        pending = [*self._background, *self.fetcher.readahead.close()]
+        for task in pending:
             task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await asyncio.gather(*pending, return_exceptions=True)
         try:
             await self.writer.close()
         finally:
@@ -344,8 +345,7 @@ class BlockStore:
     async def get_many(self, namespace: str, keys: Sequence[bytes], *,
                        decode: bool = True) -> list[Block | None]:
         """Several blocks, each as one buffer; adjacent blocks of one segment come from one
-        ranged GET. ``decode=False`` returns the stored (encoded) bytes, verified (for
-        compaction)."""
+        ranged GET. ``decode=False``: the stored bytes, verified (for compaction)."""
         return [None if b is None else _one(b)
                 async for b in self.iter_many(namespace, keys, decode=decode)]
 
