@@ -326,10 +326,11 @@ def main(argv: list[str] | None = None) -> int:
             runs = (f"  repeats: {', '.join(f'{v:.3f}' for v in per[key])}"
                     if key in per and None not in per[key] else "")
             print(f"  {key:34s} {value:6.3f}  ({goal}){runs}")
-        for side in ("direct", "gateway"):
-            cpu = results.get(f"{side}_put_cpu_s_per_GiB_256KiB_c8", {})
-            print(f"  CPU-s per GiB, 256 KiB PUT c=8, {side}: "
-                  + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu.items())))
+        for phase, name in (("put", "256KiB"), ("get", "2MiB")):
+            for side in ("direct", "gateway"):
+                cpu = results.get(f"{side}_{phase}_cpu_s_per_GiB_{name}_c8", {})
+                print(f"  CPU-s per GiB, {name} {phase.upper()} c=8, {side}: "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu.items())))
         for kind in ("batch", "per_block"):
             spent = {k.removeprefix(f"restore_{kind}_").removesuffix("_cpu_s"): v
                      for k, v in results.items()

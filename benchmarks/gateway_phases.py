@@ -41,7 +41,8 @@ Costing = Callable[[tuple[dict[str, Any], dict[str, Any]], int], dict[str, Any]]
 async def throughput(gw: S3Side, direct: S3Side, size: int, n: int, concurrency: int,
                      say: Progress, costing: Costing | None = None) -> dict[str, Any]:
     """PUT then GET ``n`` blocks of ``size`` on each side; with ``costing`` (and the sides'
-    ``sample`` set) each side's PUT phase cost is added under ``{side}_put_...`` keys."""
+    ``sample`` set) each side's PUT and GET phase costs are added under ``{side}_put_...`` and
+    ``{side}_get_...`` keys."""
     blocks = payloads(n, size)
     total = n * size
     out: dict[str, Any] = {}
@@ -54,6 +55,9 @@ async def throughput(gw: S3Side, direct: S3Side, size: int, n: int, concurrency:
             out.update({f"{side.name}_put_{k}": v for k, v in
                         costing(side.last_put, total).items()})
         get_s = await side.get_all(keys, blocks, concurrency)
+        if costing is not None and side.last_get is not None:
+            out.update({f"{side.name}_get_{k}": v for k, v in
+                        costing(side.last_get, total).items() if k != "server_bytes_in_per_GiB"})
         out[f"{side.name}_put_MiBps"] = round(mib_s(total, put_s), 1)
         out[f"{side.name}_get_MiBps"] = round(mib_s(total, get_s), 1)
     out["put_ratio"] = round(out["gateway_put_MiBps"] / out["direct_put_MiBps"], 3)

@@ -253,9 +253,11 @@ class S3Side:
         self.flush = flush
         self.slowdowns = 0  # 503 SlowDown answers retried during PUT phases
         #: set by the benchmark: a cost sample (CPU per process, server counters) taken just
-        #: before and just after each timed PUT phase (flush included), kept in ``last_put``
+        #: before and just after each timed PUT phase (flush included), kept in ``last_put``,
+        #: and each GET phase (``last_get``)
         self.sample: Callable[[], dict[str, Any]] | None = None
         self.last_put: tuple[dict[str, Any], dict[str, Any]] | None = None
+        self.last_get: tuple[dict[str, Any], dict[str, Any]] | None = None  # the same, GETs
         #: the warm-up's keys and blocks, read again (untimed) to settle the server
         self.warm: tuple[list[str], list[bytes]] = ([], [])
 
@@ -290,9 +292,12 @@ class S3Side:
                 bad.append(keys[i])
 
         await settle_disk()
+        before = self.sample() if self.sample is not None else {}
         t0 = time.perf_counter()
         await run_concurrently(len(keys), concurrency, op)
         elapsed = time.perf_counter() - t0
+        if self.sample is not None:
+            self.last_get = (before, self.sample())
         if bad:
             raise RuntimeError(f"{self.name}: {len(bad)} blocks read back wrong, e.g. {bad[0]}")
         return elapsed

@@ -61,6 +61,12 @@ def test_gateway_benchmark_quick_json() -> None:
     cpu = doc["gateway_put_cpu_s_per_GiB_256KiB_c8"]
     assert set(cpu) == {"client", "gateway", "server"}
     assert cpu["gateway"] > 0 and doc["direct_put_cpu_s_per_GiB_256KiB_c8"]["gateway"] == 0
+    # and every GET phase: the gateway's own CPU only on its side
+    got = doc["gateway_get_cpu_s_per_GiB_2MiB_c8"]
+    assert set(got) == {"client", "gateway", "server"} and got["gateway"] > 0
+    assert doc["direct_get_cpu_s_per_GiB_2MiB_c8"]["gateway"] == 0
+    assert doc["direct_get_server_cpu_s_per_GiB_2MiB_c8"] > 0
+    assert "gateway_get_server_bytes_in_per_GiB_2MiB_c8" not in doc
     # the restore is costed per process too (psutil counts 10 ms ticks: a quick restore may
     # read 0; each figure is its own median over the repeats, so busy is not checked against
     # the medians of the other two: test_restore_cpu_per_process does that)

@@ -1,0 +1,55 @@
+"""benchmarks/rgw_profile.py's reading of ``perf report``: lines parsed into (percent, library,
+symbol), a stripped library's raw addresses named by the nearest exported function below them,
+and the flags checked before any server starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.rgw_profile import exported_symbols, main, name_addresses, parse_report
+
+REPORT = """\
+# Samples: 6K of event 'cpu-clock:pppH'
+#
+# Overhead  Shared Object      Symbol
+# ........  .................  ......
+#
+    12.50%  libcrypto.so.3     [.] 0x0000000000241460
+    10.00%  libcrypto.so.3     [.] 0x0000000000240d17
+     4.28%  [kernel.kallsyms]  [k] _copy_from_iter
+     3.24%  libceph-common.so.2  [.] crc32_iscsi_00
+     0.50%  libcrypto.so.3     [.] 0x0000000000000010
+"""
+
+
+def test_report_lines_are_parsed() -> None:
+    rows = parse_report(REPORT)
+    assert rows[0] == (12.5, "libcrypto.so.3", "0x0000000000241460")
+    assert (4.28, "[kernel.kallsyms]", "_copy_from_iter") in rows
+    assert (3.24, "libceph-common.so.2", "crc32_iscsi_00") in rows
+    assert len(rows) == 5
+
+
+def test_raw_addresses_are_named_by_the_exported_function_below_them() -> None:
+    symbols = {"libcrypto.so.3": [(0x240000, "MD4_Final"), (0x241400, "MD5_Init")]}
+    named = name_addresses(parse_report(REPORT), symbols)
+    assert named[("libcrypto.so.3", "MD4_Final+")] == pytest.approx(10.0)
+    assert named[("libcrypto.so.3", "MD5_Init+")] == pytest.approx(12.5)
+    assert named[("libcrypto.so.3", "0x0000000000000010")] == pytest.approx(0.5)  # below all
+    assert named[("[kernel.kallsyms]", "_copy_from_iter")] == pytest.approx(4.28)
+
+
+def test_exported_symbols_of_a_real_library_and_of_none() -> None:
+    import _ssl  # an extension module: a shared library exporting its init function
+
+    syms = exported_symbols(_ssl.__file__)
+    assert "PyInit__ssl" in {name for _, name in syms}
+    assert syms == sorted(syms)
+    assert exported_symbols("/nonexistent/lib.so") == []
+
+
+def test_an_unknown_load_is_refused_before_anything_starts(capsys: pytest.CaptureFixture[str]
+                                                           ) -> None:
+    with pytest.raises(SystemExit):
+        main(["--loads", "put-1KiB"])
+    assert "unknown load 'put-1KiB'" in capsys.readouterr().err
