@@ -27,6 +27,7 @@ from tests.support.gateway import (  # noqa: F401  (re-exported for the gateway 
     backend_store,
     gateway_client,
     running_gateway,
+    store_stats,
 )
 from tests.support.s3server import MotoServer
 

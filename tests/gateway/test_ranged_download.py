@@ -4,16 +4,13 @@ covers all of it, so each range used to cost a read and a verification of the wh
 
 from __future__ import annotations
 
-import asyncio
 import io
 import os
-from typing import Any
 
 import pytest
 from boto3.s3.transfer import TransferConfig
 
-from s3kv.client import S3KVClient
-from tests.gateway.conftest import TOKEN, Gateway, gateway_client
+from tests.gateway.conftest import Gateway, gateway_client, store_stats
 
 MiB = 1024 * 1024
 
@@ -24,31 +21,22 @@ def gateway(multipart_gateway: Gateway) -> Gateway:
     return multipart_gateway
 
 
-def _stats(endpoint: str, flush: bool = False) -> dict[str, Any]:
-    async def run() -> dict[str, Any]:
-        async with S3KVClient(endpoint, token=TOKEN) as kv:
-            if flush:
-                await kv.flush()
-            return await kv.stats()
-    return asyncio.run(run())
-
-
 def test_parallel_ranges_of_a_block_share_one_backend_read(gateway: Gateway, gw_bucket: str
                                                            ) -> None:
     s3 = gateway_client(gateway.endpoint)
     body = os.urandom(12 * MiB)
     s3.put_object(Bucket=gw_bucket, Key="big", Body=body)
-    before = _stats(gateway.endpoint, flush=True)  # sealed: reads go to the backend
+    before = store_stats(gateway.endpoint, flush=True)  # sealed: reads go to the backend
     out = io.BytesIO()
     s3.download_fileobj(gw_bucket, "big", out, Config=TransferConfig(
         multipart_threshold=MiB, multipart_chunksize=2 * MiB, max_concurrency=6))
     assert out.getvalue() == body
-    after = _stats(gateway.endpoint)
+    after = store_stats(gateway.endpoint)
     assert after["backend_reads"] - before["backend_reads"] == 1
     assert after["shared_range_reads"] - before["shared_range_reads"] >= 5  # six 2 MiB ranges
     # a block written again is another block: its ranges read it afresh
     body2 = os.urandom(12 * MiB)
     s3.put_object(Bucket=gw_bucket, Key="big", Body=body2)
-    _stats(gateway.endpoint, flush=True)
+    store_stats(gateway.endpoint, flush=True)
     got = s3.get_object(Bucket=gw_bucket, Key="big", Range="bytes=0-99")["Body"].read()
     assert got == body2[:100]

@@ -6,14 +6,12 @@ afresh. Real gateway process, moto behind it, boto3 in front."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Any
 
 import pytest
 
-from s3kv.client import S3KVClient
-from tests.gateway.conftest import TOKEN, Gateway, gateway_client
+from tests.gateway.conftest import Gateway, gateway_client, store_stats
 
 KiB = 1024
 N = 24
@@ -26,21 +24,12 @@ def gateway(multipart_gateway: Gateway) -> Gateway:
     return multipart_gateway
 
 
-def _stats(endpoint: str, flush: bool = False) -> dict[str, Any]:
-    async def run() -> dict[str, Any]:
-        async with S3KVClient(endpoint, token=TOKEN) as kv:
-            if flush:
-                await kv.flush()
-            return await kv.stats()
-    return asyncio.run(run())
-
-
 def _write(s3: Any, bucket: str, endpoint: str) -> list[bytes]:
-    _stats(endpoint, flush=True)  # the blocks go into a segment of their own
+    store_stats(endpoint, flush=True)  # the blocks go into a segment of their own
     bodies = [os.urandom(SIZE) for _ in range(N)]
     for i, body in enumerate(bodies):
         s3.put_object(Bucket=bucket, Key=f"chunk/{i:03d}", Body=body)
-    _stats(endpoint, flush=True)  # sealed: reads go to the backend
+    store_stats(endpoint, flush=True)  # sealed: reads go to the backend
     return bodies
 
 
@@ -52,10 +41,10 @@ def test_gets_in_write_order_read_the_segment_in_large_ranges(gateway: Gateway,
                                                               gw_bucket: str) -> None:
     s3 = gateway_client(gateway.endpoint)
     bodies = _write(s3, gw_bucket, gateway.endpoint)
-    before = _stats(gateway.endpoint)
+    before = store_stats(gateway.endpoint)
     for i, body in enumerate(bodies):
         assert s3.get_object(Bucket=gw_bucket, Key=f"chunk/{i:03d}")["Body"].read() == body
-    after = _stats(gateway.endpoint)
+    after = store_stats(gateway.endpoint)
     # two GETs make the walk; one window of 32 MiB holds the other 22 blocks
     assert _delta(after, before, "readahead_blocks") == N - 2
     assert _delta(after, before, "backend_reads") <= 4
@@ -64,7 +53,7 @@ def test_gets_in_write_order_read_the_segment_in_large_ranges(gateway: Gateway,
     # a block written again is in another segment: read afresh, not from the window
     new = os.urandom(SIZE)
     s3.put_object(Bucket=gw_bucket, Key="chunk/010", Body=new)
-    _stats(gateway.endpoint, flush=True)
+    store_stats(gateway.endpoint, flush=True)
     assert s3.get_object(Bucket=gw_bucket, Key="chunk/010")["Body"].read() == new
     assert s3.get_object(Bucket=gw_bucket, Key="chunk/011")["Body"].read() == bodies[11]
 
@@ -72,9 +61,9 @@ def test_gets_in_write_order_read_the_segment_in_large_ranges(gateway: Gateway,
 def test_scattered_gets_read_each_block_alone(gateway: Gateway, gw_bucket: str) -> None:
     s3 = gateway_client(gateway.endpoint)
     bodies = _write(s3, gw_bucket, gateway.endpoint)
-    before = _stats(gateway.endpoint)
+    before = store_stats(gateway.endpoint)
     for i in (i * 5 % N for i in range(N)):  # never two neighbours in a row
         assert s3.get_object(Bucket=gw_bucket, Key=f"chunk/{i:03d}")["Body"].read() == bodies[i]
-    after = _stats(gateway.endpoint)
+    after = store_stats(gateway.endpoint)
     assert _delta(after, before, "readahead_windows") == 0
     assert _delta(after, before, "backend_reads") == N

@@ -8,6 +8,7 @@ tests/reliability.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -25,6 +26,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from s3kv.client import S3KVClient
 from tests.conftest import make_s3_client
 from tests.support.rgw import RGWCluster
 from tests.support.s3server import REGION, MotoServer, free_port
@@ -185,3 +187,13 @@ def gateway_client(endpoint: str, *, secret: str = GW_SECRET, **config: Any) -> 
                       **config))
 
 
+def store_stats(endpoint: str, *, flush: bool = False) -> dict[str, Any]:
+    """The gateway's store counters (``/v1/stats``), after sealing what is open if ``flush``
+    (its blocks are then read from the backend)."""
+
+    async def run() -> dict[str, Any]:
+        async with S3KVClient(endpoint, token=TOKEN) as kv:
+            if flush:
+                await kv.flush()
+            return await kv.stats()
+    return asyncio.run(run())
