@@ -4,16 +4,10 @@ and the flags checked before any server starts."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from benchmarks.rgw_profile import exported_symbols, main, name_addresses, parse_report
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.benchmarks import run_json
 
 REPORT = """\
 # Samples: 6K of event 'cpu-clock:pppH'
@@ -65,12 +59,8 @@ def test_an_unknown_load_is_refused_before_anything_starts(capsys: pytest.Captur
 def test_a_load_runs_and_is_costed_on_moto() -> None:
     """End to end on moto (one process, no radosgw to sample): the load moves bytes and each
     server process's CPU per GiB is reported; no profile without a radosgw."""
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "rgw_profile.py"), "--server", "moto",
-         "--loads", "put-256KiB", "--seconds", "1", "--json"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads(proc.stdout)
+    doc = run_json("rgw_profile.py", "--server", "moto", "--loads", "put-256KiB",
+                   "--seconds", "1", timeout=120)
     assert doc["server"].startswith("moto") and doc["split_cores"] is False
     load = doc["put-256KiB"]
     assert load["GiB"] > 0

@@ -18,6 +18,7 @@ import pytest
 
 from benchmarks.harness import BenchServer, CPUMeter, bucket_objects_on, server_counters
 from tests.conftest import make_s3_client
+from tests.support.benchmarks import run_json
 from tests.support.rgw import RGWCluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,12 +108,8 @@ def test_rgw_counters_count_what_the_server_saw(rgw_server: RGWCluster) -> None:
 
 
 def test_rgw_ranged_reads_every_case_on_moto() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "rgw_ranged.py"), "--server", "moto",
-         "--object-size", "16MiB", "--repeats", "1", "--json"],
-        capture_output=True, text=True, timeout=240, cwd=ROOT, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads(proc.stdout)
+    doc = run_json("rgw_ranged.py", "--server", "moto", "--object-size", "16MiB",
+                   "--repeats", "1")
     assert doc["server"].startswith("moto") and doc["multipart"] is True
     assert doc["object"] == "16MiB" and doc["split_cores"] is False
     assert [(c["streams"], c["range"]) for c in doc["cases"]] == [

@@ -5,11 +5,9 @@ ratio is asserted: moto on a shared 2-core machine predicts nothing), with eithe
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiohttp import web
@@ -19,21 +17,11 @@ from botocore.exceptions import ClientError
 from benchmarks.gateway_phases import restore_cpu
 from benchmarks.harness import CPUMeter, S3Side
 from benchmarks.s3_clients import CLIENTS, open_client
+from tests.support.benchmarks import run_json
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"put_ratio_256KiB_c1", "put_ratio_256KiB_c8", "get_ratio_2MiB_c1", "get_ratio_2MiB_c8",
         "restore_ratio"}
-
-
-def run_json(script: str, *args: str) -> dict[str, Any]:
-    """benchmarks/``script`` with ``args`` and ``--json``: its one JSON line."""
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args, "--json"],
-                          capture_output=True, text=True, timeout=240, cwd=ROOT, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
-    assert len(lines) == 1, proc.stdout[-2000:]
-    doc: dict[str, Any] = json.loads(lines[0])
-    return doc
 
 
 def test_gateway_benchmark_quick_json() -> None:
