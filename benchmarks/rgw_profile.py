@@ -2,9 +2,9 @@
 comparison sets against each other: the gateway's 64 MiB multipart parts against one 256 KiB
 object per block (writes), and 32 MiB against 2 MiB ranged GETs of a segment (reads).
 
-Each load runs ``--seconds`` from a pool of boto3 threads configured as the gateway's S3
-backend is (SigV4, UNSIGNED-PAYLOAD, no flexible checksums), while ``perf record`` samples the
-radosgw process. Reported per load: GiB moved, the CPU-seconds per GiB of each server daemon
+Each load runs ``--seconds`` from a pool of boto3 threads with the gateway's S3 backend's
+botocore config (SigV4, UNSIGNED-PAYLOAD, no flexible checksums), while ``perf record`` samples
+the radosgw process. Reported per load: GiB moved, the CPU-seconds per GiB of each server daemon
 (radosgw, OSD, mon), and radosgw's samples by library and by function. Functions of stripped
 libraries (Debian's libcrypto) are named by the nearest exported symbol below them: OpenSSL's
 MD5 block function is static and shows as ``MD4...`` (it follows MD4's code), which is what an
@@ -37,9 +37,15 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `s3kv` i
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import boto3
-from botocore.config import Config
 
-from benchmarks.harness import CPUMeter, add_arguments, apply_topology, server_from_args
+from benchmarks.harness import (
+    CPUMeter,
+    add_arguments,
+    apply_topology,
+    server_from_args,
+    server_process_names,
+)
+from s3kv.backends.s3 import client_config
 from s3kv.sizes import GiB, KiB, MiB
 
 SEGMENT_PARTS = 4
@@ -100,12 +106,8 @@ def _libraries(pid: int) -> dict[str, str]:
 
 
 def _client(server: Any) -> Any:
-    config = Config(signature_version="s3v4", max_pool_connections=16,
-                    retries={"max_attempts": 1, "mode": "standard"},
-                    s3={"addressing_style": "path", "payload_signing_enabled": False},
-                    request_checksum_calculation="when_required",
-                    response_checksum_validation="when_required")
-    return boto3.client("s3", config=config, **server.client_kwargs())
+    return boto3.client("s3", config=client_config(max_connections=16),
+                        **server.client_kwargs())
 
 
 def _run_load(s3: Any, bucket: str, load: str, seconds: float, segments: list[str]) -> int:
@@ -148,7 +150,7 @@ def _run_load(s3: Any, bucket: str, load: str, seconds: float, segments: list[st
 
 def profile(server: Any, load: str, seconds: float, segments: list[str], bucket: str,
             meter: CPUMeter) -> dict[str, Any]:
-    rgw = dict(zip(("mon", "osd", "rgw"), server.pids, strict=False)).get("rgw")
+    rgw = server_process_names(server).get("rgw")
     perf = shutil.which("perf")
     data = Path(tempfile.mkdtemp(prefix="rgw-profile-")) / "perf.data"
     rec = None

@@ -77,6 +77,24 @@ def _body(data: Pieces) -> bytes | SlicedBody:
     return one if isinstance(one, bytes) else bytes(one)
 
 
+def client_config(max_connections: int = 32, connect_timeout: float = 3.0,
+                  timeout: float = 30.0) -> Config:
+    """How the backend's botocore clients talk to S3 (also what a benchmark that stands in for
+    the backend uses, so it asks the server for the same work)."""
+    return Config(
+        max_pool_connections=max_connections,
+        connect_timeout=connect_timeout,
+        read_timeout=timeout,
+        retries={"max_attempts": 1, "mode": "standard"},
+        signature_version="s3v4",
+        # Block integrity is the store's own checksum, verified on every read, so the
+        # payload is not SHA-256-signed nor CRC'd a second time (1.7 GB/s per core).
+        s3={"addressing_style": "path", "payload_signing_enabled": False},
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+
+
 class S3Backend:
     def __init__(self, location: S3Location, *, max_connections: int = 32,
                  timeout: float = 30.0, connect_timeout: float = 3.0,
@@ -87,18 +105,7 @@ class S3Backend:
         self.description = (f"s3://{location.bucket}/{location.prefix} @ "
                             f"{','.join(location.endpoints)}")
         self._timeout = timeout
-        self._config = Config(
-            max_pool_connections=max_connections,
-            connect_timeout=connect_timeout,
-            read_timeout=timeout,
-            retries={"max_attempts": 1, "mode": "standard"},
-            signature_version="s3v4",
-            # Block integrity is the store's own checksum, verified on every read, so the
-            # payload is not SHA-256-signed nor CRC'd a second time (1.7 GB/s per core).
-            s3={"addressing_style": "path", "payload_signing_enabled": False},
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-        )
+        self._config = client_config(max_connections, connect_timeout, timeout)
         self._stack = AsyncExitStack()
         self._clients: list[Any] = []
         self._rr: itertools.cycle[int] | None = None

@@ -2,14 +2,14 @@
 
 A prefix restored through the S3 front comes as one GET per block, in the order its blocks were
 written (LMCache's S3 connector, a per-block GET loop, a recursive download): alone, each would
-be one small ranged GET of a segment, and a small ranged GET costs the S3 server about what a
-small object does (Ceph RGW: 2.6-3.0 CPU-s per GiB of 2 MiB ranges, more than the same bytes as
-2 MiB objects, against ~1.5 for 64 MiB ranges). When a one-block read of a sealed segment starts
-where another read of that segment ended moments before, the reads are walking it:
+be one small ranged GET of a segment, and small ranges cost the S3 server more per byte than
+large ones (Ceph RGW + OSD: 2.23 CPU-s per GiB of 2 MiB ranges against 1.79 for 32 MiB ranges,
+``benchmarks/rgw_profile.py``). When ``STEPS`` one-block reads of a sealed segment in a row each
+start where the furthest read of that segment ended moments before, the reads are walking it:
 :class:`ReadAhead` then reads a window of the segment from there with one ranged GET, serves
-the blocks that fall in it from its bytes, and starts the next window once the reads pass the
-middle of the current one. A read that does not start where one ended starts nothing: random
-reads cost a dictionary update.
+the blocks that fall in it from its bytes, and starts the next window once the reads are
+``NEXT_AT`` of the way into the current one. Any other read starts nothing: random reads cost a
+dictionary update.
 
 Windows are held at most ``hold`` seconds after their last use and ``limit`` bytes in all; when
 no window can be started, or one failed, a block is read on its own as before. Every block cut
