@@ -99,7 +99,7 @@ def test_gateway_first_pass_misses_second_pass_hits(
     with running_gateway(backend_store(s3_server), SMALL, log_level="info") as gw:
         doc = run_bench(capsys, "--target", gw.endpoint, "--token", TOKEN, "--users", "2",
                         "--ranks", "2", "--turns", "1", "--shared-share", "0", "--passes", "2",
-                        "--benchdata", str(tmp_path))
+                        "--batch-size", "64KiB", "--benchdata", str(tmp_path))
     first, second = doc["passes"]
     # fresh conversations, one turn each, private prompts: nothing is stored yet
     assert first["mode"] == "fresh" and first["turns"] > 0
@@ -126,6 +126,11 @@ def test_gateway_first_pass_misses_second_pass_hits(
     gets = [r for r in records if r.op == "KVGET"]
     assert gets and all(r.cat == 2 and r.ok for r in gets)
     assert sum(r.n_objects for r in gets) == second["read_blocks"]
+    # a restore is one streamed batch get, as s3kv's client reads a chain; writes are cut into
+    # --batch-size requests (4 blocks of 16 KiB)
+    assert len(gets) == second["restore_ms"]["count"]
+    puts = [r for r in records if r.op == "KVPUT"]
+    assert max(r.n_objects for r in puts) == 4 and len(puts) > first["turns"]
 
 
 def test_gateway_multi_turn_hits_are_the_earlier_turns(

@@ -83,9 +83,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "fresh pass completed, which must hit everything (default 1)")
     g = p.add_argument_group("client")
     g.add_argument("--inflight", type=int, default=4, metavar="N",
-                   help="requests in flight per user and step (default 4)")
+                   help="requests in flight per user and step: per-block S3's HEADs, GETs "
+                        "and PUTs, the gateway's batch puts (default 4)")
     g.add_argument("--batch-size", type=parse_size, default=32 << 20, metavar="SIZE",
-                   help="bytes per gateway batch-get/batch-put request (default 32MiB)")
+                   help="bytes per gateway batch-put request (default 32MiB); the gateway "
+                        "restores a prefix with one streamed batch-get, as s3kv's client does")
     g.add_argument("--benchdata", default="", metavar="DIR",
                    help="write every request to DIR/kv-rankNNN.csv.zst (Warp's record format)")
     g.add_argument("--noclear", action="store_true",

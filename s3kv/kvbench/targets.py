@@ -1,8 +1,9 @@
 """Where a turn's lookup, reads and writes go: the gateway's native API or plain S3.
 
-- :class:`GatewayTarget` (``--target http://HOST:PORT``): one ``/v1/NS/lookup`` per turn, then
-  ``batch-get`` and ``batch-put`` requests of up to ``batch_bytes`` each (several in flight), so
-  the gateway packs the blocks into segments and restores a chain with coalesced ranged GETs.
+- :class:`GatewayTarget` (``--target http://HOST:PORT``): one ``/v1/NS/lookup`` per turn, one
+  streamed ``batch-get`` per restore (as s3kv's client and LMCache plugin read a chain), and
+  ``batch-put`` requests of up to ``batch_bytes`` each (several in flight), so the gateway packs
+  the blocks into segments and restores a chain with coalesced ranged GETs.
 - :class:`S3Target` (``--target s3://BUCKET/PREFIX?endpoint=URL``): one object per block, as a
   connector without a gateway stores them. Lookup is a HEAD per block (in windows of
   ``inflight``, stopping at the first absent block), reads are GETs, writes are PUTs.
@@ -218,8 +219,13 @@ class GatewayTarget(Target):
         return out
 
     async def read(self, user: int, keys: Sequence[str]) -> IoResult:
-        chunks = [list(keys[i:i + self.batch]) for i in range(0, len(keys), self.batch)]
-        return await _bounded(self.inflight, [partial(self._get, user, c) for c in chunks])
+        """The prefix as s3kv's client and LMCache plugin restore one: a streamed batch get
+        per ``MAX_BATCH_KEYS`` keys, one after the other (the gateway reads ahead within a
+        request, and lets older requests' reads in first)."""
+        out = IoResult()
+        for i in range(0, len(keys), MAX_BATCH_KEYS):
+            out.add(await self._get(user, list(keys[i:i + MAX_BATCH_KEYS])))
+        return out
 
     async def _get(self, user: int, keys: list[str]) -> IoResult:
         out = IoResult()

@@ -6,7 +6,9 @@ Blocks that need the backend are grouped into coalesced ranged reads (``plan_rea
 and reads are started at most ``read_ahead`` bytes ahead of the block being handed out, so a
 long prefix chain streams through bounded memory with few, large GETs. A backend that lends
 ranges as views of memory it maps (``RangeViewer``: the file backend) lends each run whole, and
-its blocks are views of that: no copy, no buffer.
+its blocks are views of that: no copy, no buffer. Blocks planned from a segment the writer held
+but has sealed and let go by the time they are due are planned again then, as coalesced reads of
+their own (not one GET per block).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from s3kv.store.dram import DramCache, frozen_copy
 from s3kv.store.index import BlockIndex, Location
 from s3kv.store.readahead import ReadAhead
 from s3kv.store.readbudget import ReadBudget
-from s3kv.store.reader import MAX_RUN, ReadRun, plan_reads
+from s3kv.store.reader import MAX_RUN, plan_reads
 from s3kv.store.runread import RunRead
 from s3kv.store.segments import SegmentState, SegmentTable, segment_key
 from s3kv.store.stats import StoreStats
@@ -41,9 +43,11 @@ Block = bytes | memoryview
 #: ranged GETs in flight at once, all requests together
 READ_CONCURRENCY = 8
 #: bytes of coalesced reads a single request starts ahead of the block it is handing out
-#: (besides the read that holds that block): with MAX_RUN reads, the next one is under way
-#: while this one is handed out
-READ_AHEAD = MAX_RUN
+#: (besides the read that holds that block): with the read that holds it, the whole budget, so
+#: a restore streamed as one request (s3kv's client, the LMCache plugin) keeps as many reads
+#: in flight as several smaller requests would, against the segment uploads that share the
+#: backend; the budget lets the oldest request's reads in first (readbudget.py)
+READ_AHEAD = 3 * MAX_RUN
 #: bytes of ranged GETs in flight at once, all requests together
 READ_BUDGET = 4 * MAX_RUN
 #: checksums of blocks larger than this are computed off the event loop. The CRC runs at ~30
@@ -103,8 +107,7 @@ class BlockFetcher:
         self.stats = stats
         self._forget_segment = forget_segment
         self._dead = dead
-        self._slots = asyncio.Semaphore(READ_CONCURRENCY)
-        self._budget = ReadBudget(READ_BUDGET)
+        self._budget = ReadBudget(READ_BUDGET, READ_CONCURRENCY)
         #: up to four windows held: a walk uses two at a time (the one being served, the next)
         self.readahead = ReadAhead(self._read_run, stats, 4 * read_ahead, window=max(read_ahead, 1))
 
@@ -140,11 +143,14 @@ class BlockFetcher:
                 in_memory.add(pos)
             else:
                 wanted.append((pos, loc))
-        runs = [RunRead(r) for r in plan_reads(wanted)]
+        since = time.monotonic()  # the reads of one request share its age (readbudget.py)
+        runs = [RunRead(r, since) for r in plan_reads(wanted)]
         runs.sort(key=lambda r: min(p for p, _ in r.plan.members))
         run_of = {pos: i for i, run in enumerate(runs) for pos, _ in run.plan.members}
         ends = list(itertools.accumulate(r.size for r in runs))  # run i ends at byte ends[i]
         started = 0
+        late_runs: list[RunRead] = []
+        late_of: dict[int, RunRead] = {}
         try:
             for pos, key in enumerate(keys):
                 loc = locs[pos]
@@ -155,7 +161,14 @@ class BlockFetcher:
                 elif pos in cached:
                     block = cached.pop(pos)
                 elif pos in in_memory:
-                    raw = await self._from_memory(loc)
+                    raw = self.writer.read(loc.segment, loc.offset, loc.length)
+                    if raw is None:  # sealed and let go since the plan
+                        for run in self._replan(loc.segment, pos, locs, in_memory, since):
+                            late_runs.append(run)
+                            late_of.update((p, run) for p, _ in run.plan.members)
+                        raw = await late_of[pos].block(loc)
+                elif pos in late_of:
+                    raw = await late_of[pos].block(loc)
                 else:
                     i = run_of[pos]
                     while started < len(runs) and (
@@ -168,8 +181,20 @@ class BlockFetcher:
                 self._count(nid, key, block is not None)
                 yield block
         finally:
-            for run in runs:
+            for run in runs + late_runs:
                 run.cancel()
+
+    def _replan(self, segment: int, pos: int, locs: Sequence[Location | None],
+                in_memory: set[int], since: float) -> list[RunRead]:
+        """The blocks from ``pos`` on that were planned in the writer's memory, in a segment it
+        has let go since: taken out of ``in_memory`` and read now as coalesced runs."""
+        late = [(p, loc) for p in sorted(in_memory) if p >= pos
+                and (loc := locs[p]) is not None and loc.segment == segment]
+        in_memory.difference_update(p for p, _ in late)
+        runs = [RunRead(plan, since) for plan in plan_reads(late)]
+        for run in runs:
+            run.task = asyncio.create_task(self._read_run(run))
+        return runs
 
     async def read_one(self, nid: int, key: bytes) -> Pieces | None:
         """One block, as ``iter_many`` gives it, without that machinery (an async generator,
@@ -233,16 +258,6 @@ class BlockFetcher:
             info.last_access = time.time()
         return view
 
-    async def _from_memory(self, loc: Location) -> Pieces | None:
-        """A block of a segment the writer held when the request was planned: views of the
-        pieces it holds, or one GET of its own if it has been sealed and let go since."""
-        mem = self.writer.read(loc.segment, loc.offset, loc.length)
-        if mem is not None:
-            return mem
-        run = RunRead(ReadRun(loc.segment, loc.offset, loc.offset + loc.length, [(0, loc)]))
-        await self._read_run(run)
-        return await run.block(loc)
-
     def _count(self, nid: int, key: bytes, hit: bool) -> None:
         if hit:
             self.stats.hits += 1
@@ -275,7 +290,7 @@ class BlockFetcher:
                 return await stream_range(backend, key, plan.start, run.size, sink)
 
             try:
-                async with self._slots, self._budget.hold(run.size):
+                async with self._budget.hold(run.size, run.since):
                     await self.writer.retry.run(attempt)
             except ObjectMissing:
                 log.warning("segment.missing", segment=info.name)

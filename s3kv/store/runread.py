@@ -18,6 +18,7 @@ block still waiting with None (a miss); the caller has logged why.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 
 import numpy as np
@@ -42,8 +43,11 @@ def block_buffer(length: int) -> memoryview:
 
 
 class RunRead:
-    def __init__(self, plan: ReadRun) -> None:
+    def __init__(self, plan: ReadRun, since: float | None = None) -> None:
+        """``since``: when the request this run serves began (``time.monotonic()``; None:
+        now); the read budget lets the oldest requests' runs in first."""
         self.plan = plan
+        self.since = time.monotonic() if since is None else since
         loop = asyncio.get_running_loop()
         # one buffer per distinct block: a key asked twice shares it
         self._wanted: Counter[Extent] = Counter((loc.offset, loc.length)

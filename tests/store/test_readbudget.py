@@ -1,4 +1,4 @@
-"""The bound on backend read bytes in flight (s3kv/store/readbudget.py)."""
+"""The bound on backend reads in flight, oldest request first (s3kv/store/readbudget.py)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ import pytest
 from s3kv.store.readbudget import ReadBudget
 
 
-async def _holder(budget: ReadBudget, n: int, release: asyncio.Event, log: list[int]) -> None:
-    async with budget.hold(n):
+async def _holder(budget: ReadBudget, n: int, release: asyncio.Event, log: list[int],
+                  since: float | None = None) -> None:
+    async with budget.hold(n, since):
         log.append(n)
         await release.wait()
 
 
 async def test_reads_over_the_budget_wait_their_turn_in_order() -> None:
-    budget = ReadBudget(100)
+    budget = ReadBudget(100, 8)
     gates = [asyncio.Event() for _ in range(4)]
     log: list[int] = []
     tasks = [asyncio.create_task(_holder(budget, n, g, log))
@@ -34,7 +35,7 @@ async def test_reads_over_the_budget_wait_their_turn_in_order() -> None:
 
 
 async def test_a_read_larger_than_the_budget_takes_all_of_it() -> None:
-    budget = ReadBudget(100)
+    budget = ReadBudget(100, 8)
     release = asyncio.Event()
     log: list[int] = []
     big = asyncio.create_task(_holder(budget, 1000, release, log))
@@ -54,7 +55,7 @@ async def test_a_read_larger_than_the_budget_takes_all_of_it() -> None:
 
 
 async def test_a_cancelled_waiter_lets_the_ones_behind_it_go() -> None:
-    budget = ReadBudget(100)
+    budget = ReadBudget(100, 8)
     release = asyncio.Event()
     log: list[int] = []
     first = asyncio.create_task(_holder(budget, 70, release, log))
@@ -72,3 +73,46 @@ async def test_a_cancelled_waiter_lets_the_ones_behind_it_go() -> None:
     release.set()
     await asyncio.gather(first, behind)
     assert budget.used == 0
+
+
+async def test_waiting_reads_go_in_by_the_age_of_their_request() -> None:
+    budget = ReadBudget(100, 8)
+    release = asyncio.Event()
+    log: list[int] = []
+    first = asyncio.create_task(_holder(budget, 100, release, log, since=0.0))
+    await asyncio.sleep(0.01)
+    # asked in this order, by requests that began at 30, 10 and 20
+    waiting = [asyncio.create_task(_holder(budget, n, release, log, since=float(n)))
+               for n in (30, 10, 20)]
+    await asyncio.sleep(0.01)
+    assert log == [100]
+    release.set()
+    await asyncio.gather(first, *waiting)
+    assert log == [100, 10, 20, 30] and budget.used == 0 and not budget.busy
+
+
+async def test_no_more_than_most_reads_at_once_however_small() -> None:
+    budget = ReadBudget(100, 2)
+    release = asyncio.Event()
+    log: list[int] = []
+    tasks = [asyncio.create_task(_holder(budget, 1, release, log)) for _ in range(5)]
+    await asyncio.sleep(0.01)
+    assert log == [1, 1] and budget.reads == 2 and budget.busy
+    release.set()
+    await asyncio.gather(*tasks)
+    assert len(log) == 5 and budget.reads == 0 and not budget.busy
+
+
+async def test_a_younger_read_that_fits_does_not_pass_the_head() -> None:
+    budget = ReadBudget(100, 8)
+    release = asyncio.Event()
+    log: list[int] = []
+    first = asyncio.create_task(_holder(budget, 60, release, log, since=0.0))
+    await asyncio.sleep(0.01)
+    old_big = asyncio.create_task(_holder(budget, 50, release, log, since=1.0))
+    young_small = asyncio.create_task(_holder(budget, 10, release, log, since=2.0))
+    await asyncio.sleep(0.01)
+    assert log == [60]  # 10 would fit, but an older read waits first
+    release.set()
+    await asyncio.gather(first, old_big, young_small)
+    assert log == [60, 50, 10]
