@@ -53,7 +53,9 @@ def test_gateway_benchmark_quick_json() -> None:
     got = doc["gateway_get_cpu_s_per_GiB_2MiB_c8"]
     assert set(got) == {"client", "gateway", "server"} and got["gateway"] > 0
     assert doc["direct_get_cpu_s_per_GiB_2MiB_c8"]["gateway"] == 0
-    assert doc["direct_get_server_cpu_s_per_GiB_2MiB_c8"] > 0
+    # psutil counts 10 ms ticks, and --quick's direct GETs (two 2 MiB objects from moto) may
+    # cost the server less than one: present and not negative (the PUT phase's is > 0 above)
+    assert doc["direct_get_server_cpu_s_per_GiB_2MiB_c8"] >= 0
     assert "gateway_get_server_bytes_in_per_GiB_2MiB_c8" not in doc
     # the restore is costed per process too (psutil counts 10 ms ticks: a quick restore may
     # read 0; each figure is its own median over the repeats, so busy is not checked against
