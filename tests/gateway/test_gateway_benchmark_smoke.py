@@ -49,12 +49,13 @@ def test_gateway_benchmark_quick_json() -> None:
     cpu = doc["gateway_put_cpu_s_per_GiB_256KiB_c8"]
     assert set(cpu) == {"client", "gateway", "server"}
     assert cpu["gateway"] > 0 and doc["direct_put_cpu_s_per_GiB_256KiB_c8"]["gateway"] == 0
-    # and every GET phase: the gateway's own CPU only on its side
+    # and every GET phase, the same way. psutil counts 10 ms ticks, and --quick's GET phases
+    # (two 2 MiB objects) may cost a process less than one on both repeats (CI read 0.0 for
+    # the gateway once and for the direct side's server once): present and not negative here;
+    # the PUT phase above shows the gateway's CPU lands on its own side
     got = doc["gateway_get_cpu_s_per_GiB_2MiB_c8"]
-    assert set(got) == {"client", "gateway", "server"} and got["gateway"] > 0
+    assert set(got) == {"client", "gateway", "server"} and got["gateway"] >= 0
     assert doc["direct_get_cpu_s_per_GiB_2MiB_c8"]["gateway"] == 0
-    # psutil counts 10 ms ticks, and --quick's direct GETs (two 2 MiB objects from moto) may
-    # cost the server less than one: present and not negative (the PUT phase's is > 0 above)
     assert doc["direct_get_server_cpu_s_per_GiB_2MiB_c8"] >= 0
     assert "gateway_get_server_bytes_in_per_GiB_2MiB_c8" not in doc
     # the restore is costed per process too (psutil counts 10 ms ticks: a quick restore may
