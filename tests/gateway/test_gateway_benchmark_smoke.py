@@ -25,7 +25,11 @@ KEYS = {"put_ratio_256KiB_c1", "put_ratio_256KiB_c8", "get_ratio_2MiB_c1", "get_
 
 
 def test_gateway_benchmark_quick_json() -> None:
-    doc = run_json("gateway.py", "--server", "moto", "--quick", "--repeats", "2")
+    # 32 MiB per phase (--quick's default is 4 MiB): psutil counts 10 ms ticks, and the two
+    # 2 MiB GETs of 4 MiB may cost a process less than one tick on both repeats (CI read 0.0
+    # for the gateway once and for the direct side's server once); sixteen do not
+    doc = run_json("gateway.py", "--server", "moto", "--quick", "--repeats", "2",
+                   "--volume", "32MiB")
     assert set(doc) >= KEYS, sorted(doc)
     assert doc["client"] == "aiobotocore" and doc["payload"] == "signed"
     for key in KEYS:
@@ -49,14 +53,11 @@ def test_gateway_benchmark_quick_json() -> None:
     cpu = doc["gateway_put_cpu_s_per_GiB_256KiB_c8"]
     assert set(cpu) == {"client", "gateway", "server"}
     assert cpu["gateway"] > 0 and doc["direct_put_cpu_s_per_GiB_256KiB_c8"]["gateway"] == 0
-    # and every GET phase, the same way. psutil counts 10 ms ticks, and --quick's GET phases
-    # (two 2 MiB objects) may cost a process less than one on both repeats (CI read 0.0 for
-    # the gateway once and for the direct side's server once): present and not negative here;
-    # the PUT phase above shows the gateway's CPU lands on its own side
+    # and every GET phase: the gateway's own CPU only on its side
     got = doc["gateway_get_cpu_s_per_GiB_2MiB_c8"]
-    assert set(got) == {"client", "gateway", "server"} and got["gateway"] >= 0
+    assert set(got) == {"client", "gateway", "server"} and got["gateway"] > 0
     assert doc["direct_get_cpu_s_per_GiB_2MiB_c8"]["gateway"] == 0
-    assert doc["direct_get_server_cpu_s_per_GiB_2MiB_c8"] >= 0
+    assert doc["direct_get_server_cpu_s_per_GiB_2MiB_c8"] > 0
     assert "gateway_get_server_bytes_in_per_GiB_2MiB_c8" not in doc
     # the restore is costed per process too (psutil counts 10 ms ticks: a quick restore may
     # read 0; each figure is its own median over the repeats, so busy is not checked against
