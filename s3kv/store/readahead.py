@@ -14,6 +14,10 @@ dictionary update.
 Windows are held at most ``hold`` seconds after their last use and ``limit`` bytes in all; when
 no window can be started, or one failed, a block is read on its own as before. Every block cut
 from a window is checked against its CRC like any other (the caller's job).
+
+A walk is one restore made of many requests, so its windows ask the read budget
+(``readbudget.py``, oldest request first) with the age of the walk: the time of its first read.
+Asked as new requests, they would wait behind every restore that began after the walk did.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ class Window:
     whole: Location  # the run's one member: all of the window's bytes
     used: float  # monotonic time of its last use
     born: float
+    since: float  # when the walk it serves began: its reads' age in the read budget
 
 
 class ReadAhead:
@@ -68,8 +73,9 @@ class ReadAhead:
         self.hold = hold
         #: blocks larger than this are read on their own (a window holds several)
         self.max_block = window // 4
-        #: segment -> (when, end of the furthest recent read, reads in a row that walked)
-        self._ends: OrderedDict[int, tuple[float, int, int]] = OrderedDict()
+        #: segment -> (when, end of the furthest recent read, reads in a row that walked, when
+        #: the first of those reads came)
+        self._ends: OrderedDict[int, tuple[float, int, int, float]] = OrderedDict()
         self._windows: list[Window] = []
         self.held_bytes = 0
 
@@ -88,11 +94,11 @@ class ReadAhead:
             if w.segment == loc.segment and w.start <= loc.offset < w.end:
                 found = w
                 break
-        walking = self._note(loc.segment, loc.offset, end, now)
+        began = self._note(loc.segment, loc.offset, end, now)
         if found is None:
-            if not walking or loc.length > self.max_block:
+            if began is None or loc.length > self.max_block:
                 return []
-            found = self._start(loc.segment, loc.offset, segment_length, now)
+            found = self._start(loc.segment, loc.offset, segment_length, now, began)
             if found is None:
                 return []
         found.used = now
@@ -127,30 +133,34 @@ class ReadAhead:
         for w in self._windows:
             if w.segment == window.segment and w.start == window.end:
                 return w
-        return self._start(window.segment, window.end, segment_length, now)
+        return self._start(window.segment, window.end, segment_length, now, window.since)
 
-    def _note(self, segment: int, start: int, end: int, now: float) -> bool:
-        """Remember how far the reads of ``segment`` went; whether this one is the
-        ``STEPS``-th in a row to start where the furthest recent one ended (or in the alignment
-        gap after it). Any other read breaks the row."""
-        when, furthest, steps = self._ends.get(segment, (0.0, -1, 0))
+    def _note(self, segment: int, start: int, end: int, now: float) -> float | None:
+        """Remember how far the reads of ``segment`` went. If this read is the ``STEPS``-th
+        (or later) in a row to start where the furthest recent one ended (or in the alignment
+        gap after it), return when the row's first read came; else None. Any other read breaks
+        the row and starts a new one."""
+        when, furthest, steps, began = self._ends.get(segment, (0.0, -1, 0, now))
         recent = now - when <= self.hold
-        steps = steps + 1 if recent and furthest <= start <= furthest + MAX_GAP else 0
-        self._ends[segment] = (now, max(end, furthest) if recent else end, steps)
+        if recent and furthest <= start <= furthest + MAX_GAP:
+            steps += 1
+        else:
+            steps, began = 0, now
+        self._ends[segment] = (now, max(end, furthest) if recent else end, steps, began)
         self._ends.move_to_end(segment)
         if len(self._ends) > TRACKED:
             self._ends.popitem(last=False)
-        return steps >= STEPS
+        return began if steps >= STEPS else None
 
-    def _start(self, segment: int, start: int, segment_length: int,
-               now: float) -> Window | None:
+    def _start(self, segment: int, start: int, segment_length: int, now: float,
+               since: float) -> Window | None:
         end = min(start + self.window, segment_length)
         size = end - start
         if size <= 0 or not self._room(size, now):
             return None
         whole = Location(segment, start, size, size, 0, 0, 0.0)
-        run = RunRead(ReadRun(segment, start, end, [(0, whole)]))
-        w = Window(segment, start, end, run, whole, now, now)
+        run = RunRead(ReadRun(segment, start, end, [(0, whole)]), since)
+        w = Window(segment, start, end, run, whole, now, now, since)
         run.task = asyncio.ensure_future(self._read(run))
         self._windows.append(w)
         self.held_bytes += size
@@ -165,7 +175,7 @@ class ReadAhead:
         for w in sorted(self._windows, key=lambda w: w.used):
             if self.held_bytes + size <= self.limit:
                 break
-            passed = self._ends.get(w.segment, (0.0, 0, 0))[1] > w.end
+            passed = self._ends.get(w.segment, (0.0, 0, 0, 0.0))[1] > w.end
             if (passed or now - w.born >= MIN_AGE) and w.run.task is not None \
                     and w.run.task.done():
                 self._drop(w)

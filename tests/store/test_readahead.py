@@ -10,6 +10,7 @@ import asyncio
 import itertools
 import os
 import random
+import time
 
 from s3kv.store.index import Location
 from s3kv.store.readahead import ReadAhead
@@ -37,9 +38,11 @@ class Backend:
         self.data = data
         self.fail = fail
         self.reads: list[tuple[int, int]] = []
+        self.ages: list[float] = []  # each window's ``since`` (its age in the read budget)
 
     async def read(self, run: RunRead) -> None:
         self.reads.append((run.plan.start, run.plan.end))
+        self.ages.append(run.since)
         await asyncio.sleep(0)
         if not self.fail:
             run.feed(memoryview(self.data)[run.plan.start:run.plan.end])
@@ -99,6 +102,28 @@ async def test_concurrent_readers_in_order_share_the_windows() -> None:
     assert len(served) >= 40
     for i in served:
         assert got[i] == data[locs[i].offset:locs[i].offset + BLOCK]
+
+
+async def test_windows_ask_the_budget_as_old_as_their_walk() -> None:
+    """A walk is one restore made of many GETs: its windows wait in the read budget by the time
+    of the walk's first read, not as requests as new as the GET that started them."""
+    data, locs = _segment(64)
+    backend = Backend(data)
+    ra = ReadAhead(backend.read, StoreStats(), 4 * WINDOW, window=WINDOW, hold=0.2)
+    first = time.monotonic()
+    for loc in locs[:3]:  # the third read starts the first window
+        await _read(ra, backend, loc)
+        await asyncio.sleep(0.03)
+    for loc in locs[3:]:
+        await _read(ra, backend, loc)
+    assert len(backend.ages) >= 3
+    assert all(first <= age < first + 0.03 for age in backend.ages)
+    # once the row has lapsed, a walk over the same blocks is a new one, with a new age
+    await asyncio.sleep(0.3)
+    again = time.monotonic()
+    for loc in locs[:3]:
+        await _read(ra, backend, loc)
+    assert len(backend.ages) > 3 and backend.ages[-1] >= again
 
 
 async def test_random_reads_start_nothing() -> None:
