@@ -5,11 +5,10 @@ with these parts:
 - servers: :func:`add_arguments` gives ``--server`` (rgw by default, s3rver, moto),
   ``--endpoint``, ``--node-dir``, ``--data-dir`` and ``--split-cores``; :func:`server_from_args`
   starts the server (``benchmarks.servers``);
-- topology: :func:`apply_topology` with ``--split-cores`` pins every process of the S3 server
-  (RGW: radosgw, OSD, mon, every thread) to the first allowed CPU, the storage node, and this
-  process to the second, the inference node: the client and everything it starts afterwards
-  (the gateway, ``s3kv bench`` subprocesses) inherit that CPU, so the direct path gets the same
-  split. Without it everything shares every CPU;
+- topology (``benchmarks.topology``): :func:`apply_topology` with ``--split-cores`` pins every
+  process of the S3 server to its share of the CPUs, the storage node, and this process with
+  everything it starts afterwards to the rest, the inference node. Without it everything shares
+  every CPU;
 - the two sides: :func:`gateway_process` runs ``s3kv serve`` on a store of the server (or,
   without one, on a ``file://`` store; :func:`gateway_subprocess` also gives its pid);
 - CPU accounting: :class:`CPUMeter` samples user+system CPU-seconds of named process groups
@@ -53,6 +52,8 @@ from benchmarks.servers import (
     server_from_args,
     settle_disk,
 )
+from benchmarks.topology import Topology, apply_topology
+from benchmarks.topology import add_arguments as add_topology_arguments
 from tests.support.rgw import RGWError, bucket_objects, rgw_counters
 
 __all__ = ["BenchServer", "CPUMeter", "Gateway", "Progress", "S3Side", "ServerError", "Topology",
@@ -69,69 +70,9 @@ RGW_NAMES = ("mon", "osd", "rgw")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The server flags (``benchmarks.servers``) and ``--split-cores``."""
+    """The server flags (``benchmarks.servers``), ``--split-cores`` and ``--server-cpus``."""
     add_server_arguments(parser)
-    parser.add_argument("--split-cores", action="store_true",
-                        help="pin the S3 server's processes (every thread) to the first CPU "
-                        "and the client, the gateway and everything else this benchmark starts "
-                        "to the second, as storage and inference nodes are separate machines "
-                        "(needs 2 CPUs) [default: everything shares every CPU]")
-
-
-# ---- topology ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Topology:
-    split: bool
-    server_cpus: tuple[int, ...]
-    client_cpus: tuple[int, ...]
-
-    def describe(self) -> dict[str, Any]:
-        return {"split_cores": self.split, "server_cpus": list(self.server_cpus),
-                "client_cpus": list(self.client_cpus)}
-
-
-def _tree(pid: int) -> list[psutil.Process]:
-    """``pid`` and its descendants."""
-    procs = [psutil.Process(pid)]
-    with contextlib.suppress(psutil.Error):
-        procs += procs[0].children(recursive=True)
-    return procs
-
-
-def _pin_tree(pid: int, cpus: set[int], skip: frozenset[int] = frozenset()) -> None:
-    """Every thread of ``pid`` and of its descendants, but the processes in ``skip``, to
-    ``cpus``."""
-    for proc in _tree(pid):
-        if proc.pid in skip:
-            continue
-        try:
-            tids = [t.id for t in proc.threads()]
-        except psutil.Error:
-            continue
-        for tid in tids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.sched_setaffinity(tid, cpus)
-
-
-def apply_topology(server: BenchServer, split: bool) -> Topology:
-    """With ``split``, the server's processes on one CPU and this process on another."""
-    allowed = tuple(sorted(os.sched_getaffinity(0)))
-    if not split:
-        return Topology(False, allowed, allowed)
-    if len(allowed) < 2:
-        raise ServerError("--split-cores needs at least 2 CPUs")
-    if not server.pids:
-        raise ServerError("--split-cores needs a server this benchmark started (not --endpoint)")
-    server_cpu, client_cpu = allowed[0], allowed[1]
-    # the server's daemons are this process's children: pinning this process's tree to the
-    # client CPU must leave them where they are (it used to move them to the client CPU too)
-    server_tree: set[int] = set()
-    for pid in server.pids:
-        with contextlib.suppress(psutil.Error):
-            server_tree.update(p.pid for p in _tree(pid))
-        _pin_tree(pid, {server_cpu})
-    _pin_tree(os.getpid(), {client_cpu}, frozenset(server_tree))
-    return Topology(True, (server_cpu,), (client_cpu,))
+    add_topology_arguments(parser)
 
 
 # ---- CPU per process -----------------------------------------------------------------------

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         with server_from_args(args) as server:
-            topology = apply_topology(server, args.split_cores).describe()
+            topology = apply_topology(server, args.split_cores, args.server_cpus).describe()
             reports = run(server, args)
     except ServerError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         index = index_phase(profile.index_entries, progress)
         with server_from_args(args) as server:
-            topology = apply_topology(server, args.split_cores).describe()
+            topology = apply_topology(server, args.split_cores, args.server_cpus).describe()
             measured = asyncio.run(measure(server, profile, bucket, args.repeats, progress,
                                            args.seed))
     except (ServerError, S3KVError, RuntimeError) as exc:

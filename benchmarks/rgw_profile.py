@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown load {unknown[0]!r}: use {', '.join(LOADS)}")
     with server_from_args(args) as server:
-        topology = apply_topology(server, args.split_cores)
+        topology = apply_topology(server, args.split_cores, args.server_cpus)
         meter = CPUMeter.for_run(server)
         bucket = f"profile-{uuid.uuid4().hex[:8]}"
         _client(server).create_bucket(Bucket=bucket)

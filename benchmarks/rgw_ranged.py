@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     size = args.object_size - args.object_size % PART or PART
     with server_from_args(args) as server:
-        topology = apply_topology(server, args.split_cores).describe()
+        topology = apply_topology(server, args.split_cores, args.server_cpus).describe()
         s3 = boto3.client("s3", **server.client_kwargs())
         bucket, key = f"ranged-{uuid.uuid4().hex[:8]}", "segment"
         s3.create_bucket(Bucket=bucket)

@@ -21,7 +21,7 @@ def run_on_server(args: argparse.Namespace, measure: Measure) -> dict[str, Any] 
     results, or None (the error on stderr) when any of them raised :class:`ServerError`."""
     try:
         with server_from_args(args) as server:
-            topology = apply_topology(server, args.split_cores).describe()
+            topology = apply_topology(server, args.split_cores, args.server_cpus).describe()
             return asyncio.run(measure(server, topology))
     except ServerError as exc:
         print(f"error: {exc}", file=sys.stderr)
