@@ -18,6 +18,8 @@ block still waiting with None (a miss); the caller has logged why.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import time
 from collections import Counter
 
@@ -56,6 +58,10 @@ class RunRead:
         self._blocks: dict[Extent, asyncio.Future[memoryview | None]] = {
             e: loop.create_future() for e in self._extents}
         self.task: asyncio.Task[None] | None = None
+        #: (run offset, tie-break, future): ``upto`` callers waiting for the read to pass an
+        #: offset inside the block being received
+        self._waiters: list[tuple[int, int, asyncio.Future[memoryview | None]]] = []
+        self._tie = itertools.count()
         self.restart()
 
     @property
@@ -111,6 +117,10 @@ class RunRead:
         """``n`` bytes of the current block are in: at its end, hand it out, go to the next."""
         off, length = self._extents[self._next]
         self._pos += n
+        while self._waiters and self._waiters[0][0] <= self._pos:
+            end, _, waiter = heapq.heappop(self._waiters)
+            if not waiter.done():
+                waiter.set_result(None if self._buf is None else self._buf[:end - off])
         if self._pos == off + length:
             fut = self._blocks.get((off, length))
             if fut is not None and not fut.done():
@@ -134,6 +144,10 @@ class RunRead:
         for fut in self._blocks.values():
             if not fut.done():
                 fut.set_result(None)
+        for _, _, waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
 
     async def block(self, loc: Location) -> memoryview | None:
         """The raw (unverified) bytes of one member, once they are in; None: not read.
@@ -150,6 +164,21 @@ class RunRead:
         """As :meth:`block`, without taking it: a run read for any number of takers (a
         read-ahead window, whose one member is all of its bytes)."""
         return await asyncio.shield(self._blocks[(loc.offset, loc.length)])
+
+    async def upto(self, loc: Location, end: int) -> memoryview | None:
+        """Without taking it, the first bytes of member ``loc``, up to segment offset ``end``,
+        as soon as they are in, before the rest of the member: a read-ahead window's blocks go
+        out as the window arrives, not once all of it has. None: the read ended short of
+        ``end``. The view stays valid (a retry receives into a new buffer)."""
+        fut = self._blocks[(loc.offset, loc.length)]
+        if fut.done():
+            whole = fut.result()
+            return None if whole is None else whole[:end - loc.offset]
+        if self._buf is not None and self._pos >= end:  # in the block being received
+            return self._buf[:end - loc.offset]
+        waiter: asyncio.Future[memoryview | None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (end, next(self._tie), waiter))
+        return await asyncio.shield(waiter)
 
     def cancel(self) -> None:
         """Stop the read, unless every block is in already (then it is only finishing its

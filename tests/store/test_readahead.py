@@ -126,6 +126,30 @@ async def test_windows_ask_the_budget_as_old_as_their_walk() -> None:
     assert len(backend.ages) > 3 and backend.ages[-1] >= again
 
 
+async def test_a_block_goes_out_before_the_rest_of_its_window_arrives() -> None:
+    data, locs = _segment(32)
+    half = asyncio.Event()
+    windows: list[RunRead] = []
+
+    async def slow(run: RunRead) -> None:  # the first half of each window, then a stall
+        windows.append(run)
+        view = memoryview(data)[run.plan.start:run.plan.end]
+        run.feed(view[:len(view) // 2])
+        await half.wait()
+        run.feed(view[len(view) // 2:])
+        run.finish()
+
+    ra = ReadAhead(slow, StoreStats(), 4 * WINDOW, window=WINDOW)
+    for loc in locs[:2]:
+        assert ra.windows_for(loc, len(data)) == []  # the walk is not seen yet
+    first = ra.windows_for(locs[2], len(data))  # starts the window at block 2
+    got = await asyncio.wait_for(ra.take(first, locs[2]), 5)
+    assert not half.is_set() and got is not None
+    assert joined(got) == data[locs[2].offset:locs[2].offset + BLOCK]
+    half.set()
+    assert len(windows) == 1
+
+
 async def test_random_reads_start_nothing() -> None:
     data, locs = _segment(256)
     backend = Backend(data)

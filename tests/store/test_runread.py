@@ -142,3 +142,49 @@ def test_bytes_received_in_place_give_the_same_blocks(sizes: list[int], gap: int
             assert got is not None and bytes(got) == seg[loc.offset:loc.offset + loc.length]
 
     asyncio.run(go())
+
+
+def test_a_windows_first_bytes_are_out_before_the_rest_of_it() -> None:
+    """``upto``: a read-ahead window is one member; each block cut from it goes out once its
+    own bytes are in (received in place or fed), not once the whole window is; a retry leaves
+    the views already given intact; what the read never delivered is None."""
+    async def go() -> None:
+        seg, (loc,) = _layout([10_000], [0])
+        start = loc.offset
+        want = seg[start:start + 10_000]
+        run = _run([loc])
+        early = [asyncio.ensure_future(run.upto(loc, start + n)) for n in (1000, 5000, 9000)]
+        space = run.space()  # the S3 backend's path: received in place
+        assert space is not None
+        space[:3000] = want[:3000]
+        run.landed(3000)
+        for _ in range(5):  # the waiting tasks run (through asyncio.shield)
+            await asyncio.sleep(0)
+        assert early[0].done() and not early[1].done()
+        assert bytes(early[0].result() or b"") == want[:1000]
+        now = await run.upto(loc, start + 2000)  # in already: no wait
+        assert bytes(now or b"") == want[:2000]
+        run.restart()  # the connection dropped: the retry sends from the first byte again
+        run.feed(memoryview(want)[:6000])
+        for _ in range(5):  # the waiting tasks run (through asyncio.shield)
+            await asyncio.sleep(0)
+        assert early[1].done() and not early[2].done()
+        assert bytes(early[1].result() or b"") == want[:5000]
+        run.finish()  # then the read broke off for good
+        assert await early[2] is None
+        assert await run.upto(loc, start + 9500) is None
+        assert bytes(early[0].result() or b"") == want[:1000]  # the first view is intact
+
+    asyncio.run(go())
+
+
+def test_a_complete_window_is_cut_from_its_whole_bytes() -> None:
+    async def go() -> None:
+        seg, (loc,) = _layout([4096], [0])
+        run = _run([loc])
+        run.feed(memoryview(seg)[loc.offset:loc.offset + 4096])
+        got = await run.upto(loc, loc.offset + 100)
+        assert bytes(got or b"") == seg[loc.offset:loc.offset + 100]
+        assert bytes(await run.peek(loc) or b"") == seg[loc.offset:loc.offset + 4096]
+
+    asyncio.run(go())
