@@ -58,9 +58,9 @@ class RunRead:
         self._blocks: dict[Extent, asyncio.Future[memoryview | None]] = {
             e: loop.create_future() for e in self._extents}
         self.task: asyncio.Task[None] | None = None
-        #: (run offset, tie-break, future): ``upto`` callers waiting for the read to pass an
-        #: offset inside the block being received
-        self._waiters: list[tuple[int, int, asyncio.Future[memoryview | None]]] = []
+        #: (segment offset, tie-break, the member's offset, future): ``upto`` callers waiting
+        #: for the read to pass an offset inside the member being received
+        self._waiters: list[tuple[int, int, int, asyncio.Future[memoryview | None]]] = []
         self._tie = itertools.count()
         self.restart()
 
@@ -118,7 +118,7 @@ class RunRead:
         off, length = self._extents[self._next]
         self._pos += n
         while self._waiters and self._waiters[0][0] <= self._pos:
-            end, _, waiter = heapq.heappop(self._waiters)
+            end, _, _, waiter = heapq.heappop(self._waiters)  # the member is the current one
             if not waiter.done():
                 waiter.set_result(None if self._buf is None else self._buf[:end - off])
         if self._pos == off + length:
@@ -136,6 +136,9 @@ class RunRead:
             inner = off - self.plan.start
             if fut is not None and not fut.done() and inner + length <= len(view):
                 fut.set_result(view[inner:inner + length])
+        for end, _, off, waiter in self._waiters:
+            if not waiter.done() and end - self.plan.start <= len(view):
+                waiter.set_result(view[off - self.plan.start:end - self.plan.start])
         self._next = len(self._extents)
 
     def finish(self) -> None:
@@ -144,7 +147,7 @@ class RunRead:
         for fut in self._blocks.values():
             if not fut.done():
                 fut.set_result(None)
-        for _, _, waiter in self._waiters:
+        for _, _, _, waiter in self._waiters:
             if not waiter.done():
                 waiter.set_result(None)
         self._waiters.clear()
@@ -177,7 +180,7 @@ class RunRead:
         if self._buf is not None and self._pos >= end:  # in the block being received
             return self._buf[:end - loc.offset]
         waiter: asyncio.Future[memoryview | None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiters, (end, next(self._tie), waiter))
+        heapq.heappush(self._waiters, (end, next(self._tie), loc.offset, waiter))
         return await asyncio.shield(waiter)
 
     def cancel(self) -> None:

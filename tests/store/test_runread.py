@@ -188,3 +188,17 @@ def test_a_complete_window_is_cut_from_its_whole_bytes() -> None:
         assert bytes(await run.peek(loc) or b"") == seg[loc.offset:loc.offset + 4096]
 
     asyncio.run(go())
+
+
+def test_a_window_lent_whole_answers_the_reads_waiting_for_its_first_bytes() -> None:
+    """A backend that lends the run as one view (a memory map) resolves ``upto`` too."""
+    async def go() -> None:
+        seg, (loc,) = _layout([8192], [0])
+        run = _run([loc])
+        waiting = asyncio.ensure_future(run.upto(loc, loc.offset + 3000))
+        await asyncio.sleep(0)
+        run.lend(memoryview(seg)[loc.offset:loc.offset + 8192])
+        run.finish()
+        assert bytes(await waiting or b"") == seg[loc.offset:loc.offset + 3000]
+
+    asyncio.run(go())
