@@ -59,7 +59,6 @@ class Window:
     whole: Location  # the run's one member: all of the window's bytes
     used: float  # monotonic time of its last use
     born: float
-    since: float  # when the walk it serves began: its reads' age in the read budget
 
 
 class ReadAhead:
@@ -135,7 +134,8 @@ class ReadAhead:
         for w in self._windows:
             if w.segment == window.segment and w.start == window.end:
                 return w
-        return self._start(window.segment, window.end, segment_length, now, window.since)
+        # the next window serves the same walk: its reads are as old as this one's
+        return self._start(window.segment, window.end, segment_length, now, window.run.since)
 
     def _note(self, segment: int, start: int, end: int, now: float) -> float | None:
         """Remember how far the reads of ``segment`` went. If this read is the ``STEPS``-th
@@ -162,7 +162,7 @@ class ReadAhead:
             return None
         whole = Location(segment, start, size, size, 0, 0, 0.0)
         run = RunRead(ReadRun(segment, start, end, [(0, whole)]), since)
-        w = Window(segment, start, end, run, whole, now, now, since)
+        w = Window(segment, start, end, run, whole, now, now)
         run.task = asyncio.ensure_future(self._read(run))
         self._windows.append(w)
         self.held_bytes += size

@@ -163,15 +163,11 @@ class RunRead:
             del self._blocks[extent]
         return data
 
-    async def peek(self, loc: Location) -> memoryview | None:
-        """As :meth:`block`, without taking it: a run read for any number of takers (a
-        read-ahead window, whose one member is all of its bytes)."""
-        return await asyncio.shield(self._blocks[(loc.offset, loc.length)])
-
     async def upto(self, loc: Location, end: int) -> memoryview | None:
-        """Without taking it, the first bytes of member ``loc``, up to segment offset ``end``,
-        as soon as they are in, before the rest of the member: a read-ahead window's blocks go
-        out as the window arrives, not once all of it has. None: the read ended short of
+        """Without taking it (a run read for any number of takers: a read-ahead window, whose
+        one member is all of its bytes), the first bytes of member ``loc``, up to segment
+        offset ``end``, as soon as they are in, before the rest of the member: the window's
+        blocks go out as it arrives, not once all of it has. None: the read ended short of
         ``end``. The view stays valid (a retry receives into a new buffer)."""
         fut = self._blocks[(loc.offset, loc.length)]
         if fut.done():
