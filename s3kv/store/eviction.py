@@ -52,6 +52,11 @@ class Evictor:
         self.writer = writer
         self.stats = stats
         self.rewriter = rewriter
+        # One round at a time: a round started by ``evict_now`` waits for the loop's round in
+        # flight (whose segments are EVICTING: deleted on the backend, still indexed) instead
+        # of returning before that round has forgotten them, and no two rounds compact the
+        # same segment twice.
+        self._round = asyncio.Lock()
 
     async def loop(self) -> None:
         while True:
@@ -94,6 +99,10 @@ class Evictor:
 
     async def run_once(self) -> int:
         """Evict what the policy picks now; returns the number of segments deleted."""
+        async with self._round:
+            return await self._run_round()
+
+    async def _run_round(self) -> int:
         done = 0
         for seg, reason in self._choose():
             if reason == "low_live_ratio" and self.settings.compact_mode == "compact" \
