@@ -218,7 +218,8 @@ async def test_compaction_keeps_hot_blocks(backend: Backend) -> None:
         for i in range(1, 7):  # delete most: live ratio 2/8
             await store.delete("kvns", f"c{i}".encode())
         accepted = store.stats.bytes_accepted
-        assert await store.evict_now() >= 1
+        await store.evict_now()  # this round, or the background one it waited for
+        assert store.stats.evictions >= 1
         assert store.stats.compactions == 1
         assert await store.get("kvns", b"c0") == hot  # hot: rewritten
         assert store.head("kvns", b"c0").written_at == written  # type: ignore[union-attr]
@@ -242,7 +243,8 @@ async def test_without_budget_live_blocks_stay_and_dead_segments_go(backend: Bac
         assert await store.get("kvns", b"c0") is not None
         await store.delete("kvns", b"c0")  # now nothing in it is live: it goes
         await store.flush()
-        assert await store.evict_now() >= 1
+        await store.evict_now()  # this round, or the background one it waited for
+        assert store.stats.evictions >= 1
         names = {n for n in (await _segments_on_backend(backend))}
         assert all(store.segments.by_name(n) is not None for n in names)
         assert store.stats.compactions == 0
