@@ -19,7 +19,7 @@ import hashlib
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from aiohttp import web
 from zlib_ng import zlib_ng
@@ -280,8 +280,7 @@ async def complete(request: web.Request, st: GatewayState, t: Target, upload_id:
         raise RequestError("BadDigest", f"The {up.algorithm} you specified did not match the "
                            "calculated checksum.")
     etag = f"{etags.hexdigest()}-{len(listed)}"
-    attrs = replace(up.attrs, etag=etag, checksum=checksum,
-                    parts=tuple(len(p.data) for p in chosen))
+    attrs = up.attrs.stamped(etag, checksum, tuple(len(p.data) for p in chosen))
     durable = durability(request)
     async with st.key_locks.hold(t.bucket, up.key):
         if is_conditional_write(request.headers):

@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
 from email.utils import formatdate
+from typing import NamedTuple
 
 from s3kv.errors import RequestError
 from s3kv.store import layout
@@ -46,20 +46,24 @@ def _dec(raw: bytes) -> str:
     return raw.decode("utf-8", errors="surrogateescape")
 
 
-@dataclass(frozen=True)
-class Checksum:
+class Checksum(NamedTuple):
     algorithm: str  # crc32, crc32c, crc64nvme, sha1, sha256
     value: str  # base64, with "-N" for a multipart composite
     type: str = "FULL_OBJECT"  # or COMPOSITE
 
 
-@dataclass(frozen=True)
-class ObjectAttrs:
+class ObjectAttrs(NamedTuple):
     etag: str = ""  # unquoted; "" for a block written without one (native API, --etag fast)
     headers: tuple[tuple[str, str], ...] = ()  # (canonical content header name, value)
     meta: tuple[tuple[str, str], ...] = ()  # (user metadata name without prefix, value)
     checksum: Checksum | None = None
     parts: tuple[int, ...] = ()  # part sizes of a multipart object, in order
+
+    def stamped(self, etag: str, checksum: Checksum | None,
+                parts: tuple[int, ...] = ()) -> ObjectAttrs:
+        """These attributes with what the body's bytes decided: its ETag, checksum and (of a
+        multipart object) part sizes."""
+        return self._replace(etag=etag, checksum=checksum, parts=parts)
 
     def encode(self) -> bytes:
         out = bytearray()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import parse_qsl, unquote
 
 from aiohttp import web
@@ -15,8 +15,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     bucket: str  # "" for the service (ListBuckets)
     key: str  # "" for bucket operations
     query: dict[str, str]

@@ -4,8 +4,6 @@ user metadata, checksum) come from objattrs.py, preconditions from conditions.py
 
 from __future__ import annotations
 
-import dataclasses
-
 from aiohttp import web
 
 from s3kv.errors import RequestError
@@ -70,8 +68,7 @@ async def put_object(request: web.Request, st: GatewayState, t: Target) -> web.S
                            md5=st.settings.etag == "md5",
                            crc=codec is None or codec.name == "none")
     try:
-        attrs = dataclasses.replace(attrs, etag=body.result.md5_hex or "",
-                                    checksum=body_checksum(body.result))
+        attrs = attrs.stamped(body.result.md5_hex or "", body_checksum(body.result))
         blob = attrs.encode()
         async with st.key_locks.hold(t.bucket, key):
             if conditional:

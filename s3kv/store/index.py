@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -23,8 +23,11 @@ DELETED = -2
 FLAG_HOT = 0x01
 
 
-@dataclass(frozen=True, slots=True)
-class Location:
+class Location(NamedTuple):
+    """Where a block is (immutable). A named tuple, not a frozen dataclass: the index makes
+    one per lookup, and a frozen dataclass's ``__init__`` (a ``object.__setattr__`` per field)
+    costs three times a tuple's."""
+
     segment: int  # store-internal segment id
     offset: int
     length: int  # stored (encoded) bytes

@@ -4,7 +4,7 @@ loop), checksummed; the entry and the bytes the segment writer appends."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from s3kv.errors import InvalidInput, TooLarge
 from s3kv.store import layout
@@ -18,8 +18,7 @@ def check_key(key: bytes) -> None:
         raise InvalidInput(f"key must be 1..{layout.MAX_KEY_BYTES} bytes, got {len(key)}")
 
 
-@dataclass(frozen=True)
-class Prepared:
+class Prepared(NamedTuple):
     #: offset 0 and written_at 0.0: the writer places and stamps it
     entry: layout.Entry
     #: the bytes to append: the codec's output, or the data as given

@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from zlib_ng import zlib_ng
 
@@ -63,8 +64,7 @@ def checksum_pieces(pieces: Sequence[bytes | bytearray | memoryview]) -> int:
     return crc & 0xFFFFFFFF
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One manifest line: a block (or a tombstone for a deleted key)."""
 
     namespace: str

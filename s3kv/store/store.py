@@ -14,7 +14,7 @@ import json
 import re
 import time
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from s3kv.backends import open_backend
 from s3kv.backends.base import Backend
@@ -58,8 +58,7 @@ def _one(data: Pieces) -> Block:
 _NS_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
-@dataclass(frozen=True)
-class BlockMeta:
+class BlockMeta(NamedTuple):
     key: bytes
     size: int  # bytes the client wrote
     crc: int

@@ -20,9 +20,9 @@ from __future__ import annotations
 import hmac
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
+from typing import NamedTuple
 from urllib.parse import unquote
 
 from s3kv.errors import RequestError
@@ -47,8 +47,7 @@ _STAMP = re.compile(r"([0-9]{4})([0-9]{2})([0-9]{2})T([0-9]{2})([0-9]{2})([0-9]{
 _SIG_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
-@dataclass(frozen=True)
-class AuthContext:
+class AuthContext(NamedTuple):
     """The outcome of a successful verification; the body reader needs the signing fields."""
 
     access_key: str

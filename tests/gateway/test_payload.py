@@ -112,7 +112,7 @@ async def test_non_ascii_signatures_are_mismatches_not_crashes() -> None:
 def _trailer_request(size: int) -> tuple[AuthContext, bytes, str, dict[str, str]]:
     """A signed-trailer upload of ``size`` random bytes: context, data, its CRC32, headers."""
     ctx = spec_context()
-    ctx = AuthContext(**{**ctx.__dict__, "payload_mode": PayloadMode.STREAMING_SIGNED_TRAILER})
+    ctx = ctx._replace(payload_mode=PayloadMode.STREAMING_SIGNED_TRAILER)
     data = os.urandom(size)
     crc = base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
     headers = {"x-amz-content-sha256": "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER",
