@@ -63,7 +63,7 @@ class ObjectAttrs(NamedTuple):
                 parts: tuple[int, ...] = ()) -> ObjectAttrs:
         """These attributes with what the body's bytes decided: its ETag, checksum and (of a
         multipart object) part sizes."""
-        return self._replace(etag=etag, checksum=checksum, parts=parts)
+        return ObjectAttrs(etag, self.headers, self.meta, checksum, parts)
 
     def encode(self) -> bytes:
         out = bytearray()
