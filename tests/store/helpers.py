@@ -1,13 +1,16 @@
-"""Small store settings for tests: moto needs parts >= 5 MiB, so segments of 10 MiB."""
+"""Small store settings for tests (moto needs parts >= 5 MiB, so segments of 10 MiB), and what
+the tests read back from a store: its segment objects, and keys indexed past them."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from s3kv.backends.base import Backend
 from s3kv.config import Settings
 from s3kv.sizes import MiB
+from s3kv.store.segments import name_from_key
 from s3kv.store.store import BlockStore
 
 SEG = 10 * MiB
@@ -32,3 +35,28 @@ def block(i: int, size: int) -> bytes:
     """Deterministic, distinct content per index."""
     head = f"block-{i:08d}|".encode()
     return (head + os.urandom(max(0, size - len(head))))[:size]
+
+
+async def segments_on_backend(backend: Backend) -> dict[str, int]:
+    """The segment objects on the backend (store prefix ""): name -> size."""
+    out = {}
+    for obj in await backend.list_objects("segments/"):
+        name = name_from_key(obj.key, "", "segments")
+        assert name is not None
+        out[name] = obj.size
+    return out
+
+
+def dangling(store: BlockStore, namespace: str, keys: Iterable[bytes],
+             on_backend: Collection[str]) -> list[bytes]:
+    """The keys still indexed whose segment is unknown or not among ``on_backend`` (names):
+    after eviction this must be empty."""
+    nid = store.ns_id(namespace)
+    out = []
+    for key in keys:
+        loc = store.index.get(nid, key)
+        if loc is not None:
+            info = store.segments.get(loc.segment)
+            if info is None or info.name not in on_backend:
+                out.append(key)
+    return out

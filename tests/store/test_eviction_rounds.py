@@ -8,8 +8,7 @@ from pathlib import Path
 from s3kv.backends import FileBackend
 from s3kv.backends.base import Backend
 from s3kv.sizes import MiB
-from s3kv.store.segments import segment_key
-from tests.store.helpers import SEG, block, open_store
+from tests.store.helpers import SEG, block, dangling, open_store, segments_on_backend
 
 
 class _HeldDeletes:
@@ -51,14 +50,8 @@ async def test_a_round_waits_for_the_round_in_flight(tmp_path: Path) -> None:
         held.release.set()
         await asyncio.wait_for(asyncio.gather(first, second), 5)
         assert store.stats.evictions >= 1
-        on_backend = {o.key for o in await inner.list_objects("segments/")}
-        nid = store.ns_id("kvns")
-        for i in range(20):
-            loc = store.index.get(nid, f"r{i}".encode())
-            if loc is not None:
-                info = store.segments.get(loc.segment)
-                assert info is not None
-                assert segment_key(store.prefix, info.name) in on_backend
+        keys = [f"r{i}".encode() for i in range(20)]
+        assert dangling(store, "kvns", keys, await segments_on_backend(inner)) == []
     finally:
         held.release.set()
         await store.close()

@@ -11,8 +11,7 @@ from s3kv.backends.base import Backend
 from s3kv.errors import NamespaceNotFound, TooLarge
 from s3kv.sizes import KiB, MiB
 from s3kv.store import layout
-from s3kv.store.segments import name_from_key
-from tests.store.helpers import SEG, block, open_store
+from tests.store.helpers import SEG, block, dangling, open_store, segments_on_backend
 
 
 @pytest.mark.parametrize("size", [1, 4095, 4096, 4097, 256 * KiB, 2 * MiB])
@@ -45,15 +44,6 @@ async def test_too_large_and_unknown_namespace(backend: Backend) -> None:
         await store.close()
 
 
-async def _segments_on_backend(backend: Backend) -> dict[str, int]:
-    out = {}
-    for obj in await backend.list_objects("segments/"):
-        name = name_from_key(obj.key, "", "segments")
-        assert name is not None
-        out[name] = obj.size
-    return out
-
-
 async def test_segment_sizes_alignment_and_format(backend: Backend) -> None:
     store = await open_store(backend, seal_after=30)
     written: dict[bytes, bytes] = {}
@@ -66,7 +56,7 @@ async def test_segment_sizes_alignment_and_format(backend: Backend) -> None:
         await store.flush()
     finally:
         await store.close()
-    sizes = await _segments_on_backend(backend)
+    sizes = await segments_on_backend(backend)
     assert len(sizes) >= 5
     ordered = sorted(sizes)
     assert all(sizes[n] == SEG for n in ordered[:-1]), sizes
@@ -131,7 +121,7 @@ async def test_checksum_corruption_is_a_miss(backend: Backend, tmp_path: object)
         await store.put("kvns", b"a", good)
         await store.put("kvns", b"b", os.urandom(64 * KiB))
         await store.flush()
-        (name,) = (await _segments_on_backend(backend)).keys()
+        (name,) = (await segments_on_backend(backend)).keys()
         seg_key = f"segments/{name}.seg"
         raw = bytearray(await backend.get_object(seg_key))
         loc = store.index.get(store.ns_id("kvns"), b"b")
@@ -170,7 +160,7 @@ async def test_durable_put_is_on_backend_when_acknowledged(any_backend: Backend)
     try:
         await store.create_namespace("kvns")
         await store.put("kvns", b"d", b"durable-bytes", durable=True)
-        assert len(await _segments_on_backend(any_backend)) == 1
+        assert len(await segments_on_backend(any_backend)) == 1
     finally:
         await store.close()
 
@@ -190,15 +180,10 @@ async def test_eviction_keeps_bucket_under_capacity(backend: Backend) -> None:
                 await store.evict_now()
         await store.flush()
         await store.evict_now()
-        on_backend = await _segments_on_backend(backend)
+        on_backend = await segments_on_backend(backend)
         assert sum(on_backend.values()) <= capacity
         assert store.stats.evictions >= 4
-        nid = store.ns_id("kvns")
-        for key in keys:  # no block stays indexed whose segment is gone
-            loc = store.index.get(nid, key)
-            if loc is not None:
-                info = store.segments.get(loc.segment)
-                assert info is not None and info.name in on_backend
+        assert dangling(store, "kvns", keys, on_backend) == []  # none indexed, segment gone
         assert await store.get("kvns", keys[-1]) is not None  # the newest survive
         assert await store.get("kvns", keys[0]) is None  # the oldest went first
     finally:
@@ -245,7 +230,7 @@ async def test_without_budget_live_blocks_stay_and_dead_segments_go(backend: Bac
         await store.flush()
         await store.evict_now()  # this round, or the background one it waited for
         assert store.stats.evictions >= 1
-        names = {n for n in (await _segments_on_backend(backend))}
+        names = {n for n in (await segments_on_backend(backend))}
         assert all(store.segments.by_name(n) is not None for n in names)
         assert store.stats.compactions == 0
     finally:
@@ -333,7 +318,7 @@ async def test_one_part_segments_are_single_puts(backend: Backend) -> None:
             assert counting.calls == {"create_multipart": 2, "upload_part": 4,
                                       "complete_multipart": 2}, counting.calls
         counting.calls.clear()
-    sizes = await _segments_on_backend(backend)
+    sizes = await segments_on_backend(backend)
     assert sorted(sizes.values()).count(SEG) == 4
     store = await open_store(backend)
     try:
