@@ -39,6 +39,7 @@ from benchmarks.harness import gateway_subprocess
 from s3kv.gateway.digests import OFFLOAD_BYTES
 from s3kv.gateway.payload import BodyReader
 from s3kv.sizes import parse_size
+from s3kv.wire.headers import index_headers
 
 MiB = 1024 * 1024
 
@@ -90,8 +91,8 @@ async def reader_once(size: int, md5: bool,
             await writer.drain()
         writer.close()
 
-    body = BodyReader(_Chunks(reader), {"content-length": str(size)}, max_size=size, md5=md5,
-                      offload_bytes=offload)
+    body = BodyReader(_Chunks(reader), index_headers({"content-length": str(size)}), max_size=size,
+                      md5=md5, offload_bytes=offload)
     worst = [0.0]
     stop = asyncio.Event()
     tick = asyncio.create_task(_ticker(worst, stop))

@@ -17,6 +17,7 @@ from s3kv.gateway.s3xml import MAX_XML_BYTES
 from s3kv.gateway.state import GatewayState
 from s3kv.gateway.watchdog import IdleWatchdog
 from s3kv.wire.body import Buffer, joined
+from s3kv.wire.headers import HeaderValues, index_headers
 
 #: a body that delivers no byte for this long is abandoned (its memory reservation freed)
 BODY_IDLE_TIMEOUT = 20.0
@@ -39,15 +40,16 @@ class Body:
 
 async def read_body(request: web.Request, st: GatewayState, limit: int, *,
                     md5: bool = False, crc: bool = False,
-                    idle: float = BODY_IDLE_TIMEOUT) -> Body:
+                    idle: float = BODY_IDLE_TIMEOUT, heads: HeaderValues | None = None) -> Body:
     """Read and verify the whole body (at most ``limit`` bytes).
 
     Reserves the declared size (or ``limit``) from the budget first; the caller must call
     ``st.budget.release(body.reserved)`` when done with the data. Raises RequestError
     (EntityTooLarge, IncompleteBody, BadDigest, SlowDown, RequestTimeout: no byte for ``idle``
-    seconds, ...) with nothing reserved.
+    seconds, ...) with nothing reserved. ``heads``: the request's headers, if already indexed.
     """
-    reader = BodyReader(request.content, request.headers, request.get("auth"),
+    heads = heads if heads is not None else index_headers(request.headers)
+    reader = BodyReader(request.content, heads, request.get("auth"),
                         max_size=limit, md5=md5, crc=crc)
     declared = reader.declared_size
     reserved = st.budget.reserve(declared if declared is not None else limit)

@@ -13,12 +13,6 @@ from s3kv.errors import RequestError
 from s3kv.gateway.checksums import ALGORITHMS
 from s3kv.wire.sigv4 import PayloadMode
 
-#: the headers a body reader looks at, collected in one pass over the request's headers
-BODY_HEADERS = frozenset({
-    "x-amz-content-sha256", "x-amz-decoded-content-length", "x-amz-trailer",
-    "x-amz-sdk-checksum-algorithm", "content-encoding", "content-length", "content-md5",
-    *(f"x-amz-checksum-{a}" for a in ALGORITHMS)})
-
 
 def int_header(headers: dict[str, list[str]], name: str) -> int | None:
     """The first value of header ``name`` as a size (None: absent)."""

@@ -29,14 +29,15 @@ from s3kv.gateway.bodies import read_body, read_small
 from s3kv.gateway.checksums import ALGORITHMS, new_checksum
 from s3kv.gateway.conditions import check_write, is_conditional_write
 from s3kv.gateway.objattrs import Checksum, ObjectAttrs, fast_etag, from_request, object_etag
-from s3kv.gateway.requests import Target, durability, validate_key
+from s3kv.gateway.requests import Target, codec_of, durability, validate_key
 from s3kv.gateway.s3xml import (
     complete_multipart_upload,
     initiate_multipart_upload,
     parse_complete_multipart_upload,
 )
 from s3kv.gateway.state import GatewayState
-from s3kv.store.codecs import CodecSpec, codec_from_headers
+from s3kv.store.codecs import CodecSpec
+from s3kv.wire.headers import index_headers
 
 XML = "application/xml"
 MIN_PART = 5 * 1024 * 1024
@@ -148,9 +149,10 @@ async def create(request: web.Request, st: GatewayState, t: Target) -> web.Strea
     ups = uploads_of(request)
     ups.expire(st)
     upload_id = uuid.uuid4().hex
-    codec = codec_from_headers(request.headers, st.store.namespace_codecs[t.bucket])
+    heads = index_headers(request.headers)
+    codec = codec_of(heads, st.store.namespace_codecs[t.bucket])
     algo, kind = _checksum_declaration(request)
-    up = Upload(t.bucket, key, codec, from_request(request.headers), algo, kind)
+    up = Upload(t.bucket, key, codec, from_request(heads), algo, kind)
     ups.active[upload_id] = up
     return web.Response(body=initiate_multipart_upload(t.bucket, t.key, upload_id),
                         content_type=XML, headers=up.checksum_headers())

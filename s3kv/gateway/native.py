@@ -29,12 +29,13 @@ from s3kv.frames import HEAD_ALLOWANCE, STREAM, block_record, decode_frames, end
 from s3kv.gateway import ops
 from s3kv.gateway.access import check_namespace, require_unrestricted
 from s3kv.gateway.bodies import read_body, read_small
-from s3kv.gateway.requests import durability, validate_key
+from s3kv.gateway.requests import codec_of, durability, validate_key
 from s3kv.gateway.s3_buckets import RESERVED
 from s3kv.gateway.s3_objects import write_sliced
 from s3kv.gateway.state import GatewayState, state_of
-from s3kv.store.codecs import HEADER_CODEC, codec_from_headers
+from s3kv.store.codecs import HEADER_CODEC
 from s3kv.wire.body import size_of
+from s3kv.wire.headers import index_headers
 
 MAX_BATCH_KEYS = 4096
 
@@ -110,10 +111,11 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
     ns = request.match_info["ns"]
     st.store.ns_id(ns)
     durable = durability(request)
-    codec = codec_from_headers(request.headers, st.store.namespace_codecs[ns])
+    heads = index_headers(request.headers)
+    codec = codec_of(heads, st.store.namespace_codecs[ns])
     limit = min(st.settings.max_request_memory // 2,
                 64 * st.settings.max_block_size + HEAD_ALLOWANCE)
-    body = await read_body(request, st, limit)
+    body = await read_body(request, st, limit, heads=heads)
     try:
         items = [(validate_key(k), d) for k, d in decode_frames(body.pieces)]
         for _, d in items:

@@ -17,7 +17,7 @@ from typing import NamedTuple
 from s3kv.errors import RequestError
 from s3kv.store import layout
 from s3kv.store.store import BlockMeta
-from s3kv.wire.sigv4_verify import header_values
+from s3kv.wire.headers import HeaderValues
 
 #: S3's limit on user metadata: the UTF-8 bytes of every name (without x-amz-meta-) and value
 MAX_USER_METADATA = 2048
@@ -25,6 +25,7 @@ META_PREFIX = "x-amz-meta-"
 #: the content headers S3 stores with an object and returns on GET/HEAD, in response order
 CONTENT_HEADERS = ("Content-Type", "Cache-Control", "Content-Disposition", "Content-Encoding",
                    "Content-Language", "Expires")
+_CONTENT_LOWER = tuple((h, h.lower()) for h in CONTENT_HEADERS)
 #: GET/HEAD query parameters that override a stored header in the answer
 RESPONSE_OVERRIDES = {f"response-{h.lower()}": h for h in CONTENT_HEADERS}
 DEFAULT_CONTENT_TYPE = "binary/octet-stream"
@@ -163,30 +164,30 @@ def object_etag(meta: BlockMeta, attrs: ObjectAttrs | None = None) -> str:
     return f'"{a.etag or fast_etag(meta.crc, meta.size)}"'
 
 
-def stored_content_encoding(headers: Mapping[str, str]) -> str | None:
+def stored_content_encoding(heads: HeaderValues) -> str | None:
     """The Content-Encoding to store with the object: the client's, less ``aws-chunked``."""
-    values = ",".join(header_values(headers, "content-encoding"))
+    values = ",".join(heads.get("content-encoding", ()))
     kept = [v.strip() for v in values.split(",") if v.strip() and v.strip() != "aws-chunked"]
     return ",".join(kept) or None
 
 
-def from_request(headers: Mapping[str, str]) -> ObjectAttrs:
+def from_request(heads: HeaderValues) -> ObjectAttrs:
     """The content headers and user metadata of a PUT or CreateMultipartUpload request.
 
     Raises MetadataTooLarge past S3's 2 KiB of user metadata."""
     kept: list[tuple[str, str]] = []
-    for name in CONTENT_HEADERS:
-        value = (stored_content_encoding(headers) if name == "Content-Encoding"
-                 else headers.get(name))
-        if value is not None:
-            kept.append((name, value))
+    for name, low in _CONTENT_LOWER:
+        if low == "content-encoding":
+            value = stored_content_encoding(heads)
+            if value is not None:
+                kept.append((name, value))
+        elif found := heads.get(low):
+            kept.append((name, found[0]))
     meta: dict[str, str] = {}
-    for name, value in headers.items():
-        low = name.lower()
+    for low, values in heads.items():
         if low.startswith(META_PREFIX) and len(low) > len(META_PREFIX):
-            short = low[len(META_PREFIX):]
-            meta[short] = f"{meta[short]},{value}" if short in meta else value
-    if sum(len(_enc(k)) + len(_enc(v)) for k, v in meta.items()) > MAX_USER_METADATA:
+            meta[low[len(META_PREFIX):]] = ",".join(values)
+    if meta and sum(len(_enc(k)) + len(_enc(v)) for k, v in meta.items()) > MAX_USER_METADATA:
         raise RequestError("MetadataTooLarge", "Your metadata headers exceed the maximum "
                            f"allowed metadata size ({MAX_USER_METADATA} bytes of user metadata).")
     return ObjectAttrs(headers=tuple(kept), meta=tuple(sorted(meta.items())))

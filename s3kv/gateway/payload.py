@@ -28,7 +28,7 @@ import asyncio
 import base64
 import hashlib
 import hmac
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -37,10 +37,11 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from s3kv.errors import RequestError
-from s3kv.gateway.body_headers import BODY_HEADERS, b64, checksum_headers, int_header
+from s3kv.gateway.body_headers import b64, checksum_headers, int_header
 from s3kv.gateway.checksums import ALGORITHMS, Checksum, new_checksum
 from s3kv.gateway.digests import OFFLOAD_BYTES, BodyDigests
 from s3kv.sizes import MiB
+from s3kv.wire.headers import HeaderValues
 from s3kv.wire.sigv4 import (
     EMPTY_SHA256,
     PayloadMode,
@@ -48,7 +49,7 @@ from s3kv.wire.sigv4 import (
     parse_payload_mode,
     signature,
 )
-from s3kv.wire.sigv4_verify import AuthContext, collect_headers
+from s3kv.wire.sigv4_verify import AuthContext
 
 PIECE_SIZE = 1 * MiB
 _MAX_LINE = 4096
@@ -87,7 +88,7 @@ def _incomplete() -> RequestError:
 
 
 class BodyReader:
-    def __init__(self, stream: ByteStream, headers: Mapping[str, str],
+    def __init__(self, stream: ByteStream, heads: HeaderValues,
                  auth: AuthContext | None = None, *, max_size: int,
                  piece_size: int = PIECE_SIZE, md5: bool = True, crc: bool = False,
                  offload_bytes: int = OFFLOAD_BYTES) -> None:
@@ -95,29 +96,28 @@ class BodyReader:
         self._auth = auth
         self._max_size = max_size
         self._piece = piece_size
-        found = collect_headers(headers, BODY_HEADERS)
         if auth is not None:
             self.mode, self._content_sha = auth.payload_mode, auth.content_sha256
         else:
-            sha = found.get("x-amz-content-sha256")
+            sha = heads.get("x-amz-content-sha256")
             self.mode, self._content_sha = (parse_payload_mode(sha[0].strip()) if sha
                                             else (PayloadMode.UNSIGNED, None))
-        encodings = ",".join(found.get("content-encoding", ()))
+        encodings = ",".join(heads.get("content-encoding", ()))
         aws_chunked = "aws-chunked" in [e.strip() for e in encodings.split(",")]
         if aws_chunked and not self.mode.streaming:
             raise RequestError("InvalidRequest", "Content-Encoding aws-chunked needs a "
                                "STREAMING-* x-amz-content-sha256")
-        length = int_header(found, "content-length")
+        length = int_header(heads, "content-length")
         #: the payload size the client announced (None: unknown, read to the end)
-        self.declared_size = (int_header(found, "x-amz-decoded-content-length")
+        self.declared_size = (int_header(heads, "x-amz-decoded-content-length")
                               if self.mode.streaming else length)
         if self.declared_size is not None and self.declared_size > max_size:
             raise self._too_large()
-        md5_header = found.get("content-md5")
+        md5_header = heads.get("content-md5")
         self._md5_expected = b64(md5_header[0], 16) if md5_header else None
         if md5_header and self._md5_expected is None:
             raise RequestError("InvalidDigest", "The Content-MD5 you specified was invalid.")
-        self._algo, self._expected_b64 = checksum_headers(found, self.mode)
+        self._algo, self._expected_b64 = checksum_headers(heads, self.mode)
         self._md5 = hashlib.md5() if (md5 or self._md5_expected is not None) else None
         self._checksum: Checksum | None = None
         self._sha = hashlib.sha256() if self._content_sha is not None else None

@@ -1,4 +1,5 @@
-"""Reading S3 requests: bucket and key (path-style or virtual-hosted), key rules, ranges."""
+"""Reading S3 requests: bucket and key (path-style or virtual-hosted), key rules, ranges, the
+codec a PUT asks for."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from urllib.parse import parse_qsl, unquote
 from aiohttp import web
 
 from s3kv.errors import RequestError
+from s3kv.store.codecs import CODEC_HEADERS, CodecSpec, codec_from_headers
+from s3kv.wire.headers import HeaderValues, last_of
 
 MAX_KEY_BYTES = 1024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -22,6 +25,12 @@ class Target(NamedTuple):
     raw_path: str  # as sent, without the query (what SigV4 signed)
     raw_query: str
     virtual: bool = False  # the bucket came from the Host header (virtual-hosted style)
+
+
+def codec_of(heads: HeaderValues, default: CodecSpec | None) -> CodecSpec | None:
+    """The codec a PUT asks for: the namespace's ``default``, refined by its ``x-s3kv-*``
+    headers (s3kv/store/codecs/spec.py)."""
+    return codec_from_headers(last_of(heads, CODEC_HEADERS), default)
 
 
 def parse_target(request: web.Request, domain: str) -> Target:

@@ -12,10 +12,10 @@ from s3kv.gateway.bodies import read_body
 from s3kv.gateway.conditions import NOT_MODIFIED, check_read, check_write, is_conditional_write
 from s3kv.gateway.objattrs import Checksum, ObjectAttrs, attrs_of, object_etag
 from s3kv.gateway.payload import BodyResult
-from s3kv.gateway.requests import Target, durability, parse_range, validate_key
+from s3kv.gateway.requests import Target, codec_of, durability, parse_range, validate_key
 from s3kv.gateway.state import GatewayState
-from s3kv.store.codecs import codec_from_headers
 from s3kv.wire.body import SLICE, Pieces, joined, pieces_of, size_of, slices, views_of
+from s3kv.wire.headers import index_headers
 
 #: up to this many bytes, a record's head and its block go as one write (joined: a copy);
 #: beyond it the copy costs more than a second send
@@ -59,14 +59,15 @@ async def put_object(request: web.Request, st: GatewayState, t: Target) -> web.S
     key = validate_key(t.key)
     st.store.ns_id(t.bucket)  # NoSuchBucket before reading a byte
     durable = durability(request)
-    codec = codec_from_headers(request.headers, st.store.namespace_codecs[t.bucket])
-    attrs = objattrs.from_request(request.headers)
+    heads = index_headers(request.headers)  # read by the codec, the attributes and the body
+    codec = codec_of(heads, st.store.namespace_codecs[t.bucket])
+    attrs = objattrs.from_request(heads)
     conditional = is_conditional_write(request.headers)
     if conditional:  # fail before reading the body; checked again under the key's lock
         check_write(request.headers, current_etag(st, t.bucket, key))
     body = await read_body(request, st, st.settings.max_block_size,
                            md5=st.settings.etag == "md5",
-                           crc=codec is None or codec.name == "none")
+                           crc=codec is None or codec.name == "none", heads=heads)
     try:
         attrs = attrs.stamped(body.result.md5_hex or "", body_checksum(body.result))
         blob = attrs.encode()

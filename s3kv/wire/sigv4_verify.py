@@ -84,17 +84,6 @@ def header_values(headers: Mapping[str, str], name: str) -> list[str]:
     return [] if value is None else [value]
 
 
-def collect_headers(headers: Mapping[str, str], names: frozenset[str]) -> dict[str, list[str]]:
-    """The values of each header of ``names`` (lowercase) present, in one pass over the headers
-    (the lookups of :func:`header_values` for many names, each a visit of the headers)."""
-    found: dict[str, list[str]] = {}
-    for name, value in headers.items():
-        low = name.lower()
-        if low in names:
-            found.setdefault(low, []).append(value)
-    return found
-
-
 def signed_header_values(headers: Mapping[str, str], signed: list[str]) -> list[tuple[str, str]]:
     """(name, value) of each signed header, repeated headers' trimmed values joined by ``,``."""
     out = []

@@ -23,6 +23,7 @@ from s3kv.gateway.objattrs import (
     response_headers,
 )
 from s3kv.store.store import BlockMeta
+from s3kv.wire.headers import index_headers
 
 _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 
@@ -53,15 +54,16 @@ def test_unknown_fields_are_skipped_and_truncation_is_safe() -> None:
 
 
 def test_request_headers_metadata_limit_and_overrides() -> None:
-    got = from_request(CIMultiDict({"Content-Type": "text/csv",
-                                    "Content-Encoding": "aws-chunked,gzip",
-                                    "x-amz-meta-Model": "m", "X-Amz-Meta-b": "2",
-                                    "Expect": "100-continue"}))  # as aiohttp hands them over
+    # as aiohttp hands them over
+    got = from_request(index_headers(CIMultiDict({"Content-Type": "text/csv",
+                                                "Content-Encoding": "aws-chunked,gzip",
+                                                "x-amz-meta-Model": "m", "X-Amz-Meta-b": "2",
+                                                "Expect": "100-continue"})))
     assert dict(got.headers) == {"Content-Type": "text/csv", "Content-Encoding": "gzip"}
     assert got.meta == (("b", "2"), ("model", "m"))
-    from_request({"x-amz-meta-a": "v" * 2047})  # 1 + 2047 bytes: at the limit
+    from_request(index_headers({"x-amz-meta-a": "v" * 2047}))  # 1 + 2047 bytes: at the limit
     with pytest.raises(RequestError) as exc:
-        from_request({"x-amz-meta-a": "v" * 2048})
+        from_request(index_headers({"x-amz-meta-a": "v" * 2048}))
     assert exc.value.code == "MetadataTooLarge"
 
     meta = BlockMeta(b"k", 5, 0x1234, 1_700_000_000.5, 0, got.encode())

@@ -49,17 +49,20 @@ async def test_slow_body_that_keeps_moving_is_read() -> None:
     stream = _stream()
     st = _state()
 
-    async def trickle() -> None:  # a piece every IDLE/2: longer than IDLE in all
-        for _ in range(5):
-            await asyncio.sleep(IDLE / 2)
+    async def trickle() -> None:  # a piece every IDLE/4 (a wide margin for a loaded machine's
+        # late wake-ups): 2.5 x IDLE in all
+        for _ in range(10):
+            await asyncio.sleep(IDLE / 4)
             stream.feed_data(b"y" * 10)
         stream.feed_eof()
 
     feeder = asyncio.create_task(trickle())
-    body = await read_body(_request(stream, 50), st, 1 << 20, idle=IDLE)
+    started = asyncio.get_running_loop().time()
+    body = await read_body(_request(stream, 100), st, 1 << 20, idle=IDLE)
     await feeder
-    assert bytes(body.data) == b"y" * 50
-    assert body.result.size == 50
+    assert asyncio.get_running_loop().time() - started > 2 * IDLE
+    assert bytes(body.data) == b"y" * 100
+    assert body.result.size == 100
 
 
 async def test_watchdog_times_out_only_without_progress() -> None:

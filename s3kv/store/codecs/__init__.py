@@ -16,6 +16,7 @@ from s3kv.store.codecs.base import (
     decode_any,
 )
 from s3kv.store.codecs.spec import (
+    CODEC_HEADERS,
     HEADER_BITS,
     HEADER_CODEC,
     HEADER_DTYPE,
@@ -26,6 +27,7 @@ from s3kv.store.codecs.spec import (
 )
 
 __all__ = [
+    "CODEC_HEADERS",
     "CODEC_IDS",
     "HEADER_BITS",
     "HEADER_CODEC",

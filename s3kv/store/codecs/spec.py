@@ -12,6 +12,7 @@ HEADER_CODEC = "x-s3kv-codec"
 HEADER_DTYPE = "x-s3kv-dtype"
 HEADER_HEAD_DIM = "x-s3kv-head-dim"
 HEADER_BITS = "x-s3kv-kvq-bits"
+CODEC_HEADERS = (HEADER_CODEC, HEADER_DTYPE, HEADER_HEAD_DIM, HEADER_BITS)
 
 CODEC_NAMES = ("none", "zstd", "kvq")
 KVQ_DTYPES = ("float16", "bfloat16")
