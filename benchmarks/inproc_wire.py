@@ -21,6 +21,8 @@ from s3kv.wire.sigv4 import Credentials, Signer
 ACCESS, SECRET = "inproc", "inproc-secret-key"
 HOST = "127.0.0.1:9470"
 _LAST_CHUNK = b"\r\n0\r\n\r\n"  # a chunked body's end: the last data chunk's CRLF, then 0
+#: an answer's head is found within its first bytes (an S3 answer's head is well under this)
+MAX_HEAD = 16 * 1024
 
 
 class Wire(asyncio.Transport):
@@ -49,21 +51,29 @@ class Wire(asyncio.Transport):
     def write(self, data: Any) -> None:
         n = len(data) if not isinstance(data, memoryview) else data.nbytes
         if self._need < 0 and not self._chunked:
-            self._buf += data
+            # only the head is looked at: a body that comes in the same write (aiohttp joins a
+            # small answer's head and its first chunk) is counted, not copied, as a socket's
+            # send would not copy it more than once for either side
+            before = len(self._buf)
+            self._buf += data[:MAX_HEAD]
             end = self._buf.find(b"\r\n\r\n")
             if end < 0:
+                if len(self._buf) >= MAX_HEAD:
+                    raise RuntimeError(f"an answer's head longer than {MAX_HEAD} bytes")
                 return
             head = bytes(self._buf[:end]).decode("latin-1").lower().split("\r\n")
-            self._status = int(head[0].split()[1])
-            rest = bytes(self._buf[end + 4:])
             self._buf.clear()
+            self._status = int(head[0].split()[1])
+            start = end + 4 - before  # where this write's body bytes begin
+            self._body = n - start
             if "transfer-encoding: chunked" in head:
                 self._chunked = True
-                self._tail, self._body = b"\r\n" + rest, len(rest)
+                last = bytes(data[max(start, n - len(_LAST_CHUNK)):])
+                self._tail = (b"\r\n" + last)[-len(_LAST_CHUNK):]
             else:
                 length = next((int(line.split(":", 1)[1]) for line in head[1:]
                                if line.startswith("content-length:")), 0)
-                self._need, self._body = length - len(rest), len(rest)
+                self._need = length - self._body
         elif self._chunked:
             self._body += n
             self._tail = (self._tail + bytes(data[-len(_LAST_CHUNK):]))[-len(_LAST_CHUNK):]
