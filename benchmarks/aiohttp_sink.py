@@ -58,14 +58,16 @@ async def drain(request: web.Request) -> int:
 
 
 async def put_object(request: web.Request) -> web.StreamResponse:
-    n = await drain(request)
-    request.app[SIZES][request.path] = n
-    return web.Response(headers={"ETag": f'"{n:032x}"'})
+    with hung_up():
+        n = await drain(request)
+        request.app[SIZES][request.path] = n
+        return web.Response(headers={"ETag": f'"{n:032x}"'})
+    return web.Response(status=499)  # nobody to answer
 
 
 def hung_up() -> contextlib.suppress:
-    """A client that hangs up mid-body (a load generator at its deadline) ends the response
-    quietly."""
+    """A client that hangs up mid-request (a load generator at its deadline) ends it quietly,
+    without aiohttp's "Error handling request" traceback."""
     return contextlib.suppress(ConnectionError)
 
 
@@ -81,8 +83,8 @@ async def get_object(request: web.Request) -> web.StreamResponse:
         raise web.HTTPNotFound()
     resp = web.StreamResponse(headers={"ETag": f'"{size:032x}"'})
     resp.content_length = size
-    await resp.prepare(request)
     with hung_up():
+        await resp.prepare(request)
         if request.method == "GET":
             await send_payload(resp, request.app[PAYLOAD], request.match_info["key"], size)
         await resp.write_eof()
@@ -105,7 +107,8 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
     sizes = request.app[SIZES]
     for b in blocks:
         sizes[f"/v1/{ns}/{b['key']}"] = int(b["length"])
-    await drain(request)
+    with hung_up():
+        await drain(request)
     return web.json_response({"stored": len(blocks)})
 
 
@@ -115,8 +118,8 @@ async def batch_get(request: web.Request) -> web.StreamResponse:
     sizes, src = request.app[SIZES], request.app[PAYLOAD]
     resp = web.StreamResponse(headers={"Content-Type": STREAM})
     resp.enable_chunked_encoding()
-    await resp.prepare(request)
     with hung_up():
+        await resp.prepare(request)
         for key in keys:
             size = sizes.get(f"/v1/{ns}/{key}")
             await resp.write(block_record(key, size))
