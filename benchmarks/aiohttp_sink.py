@@ -37,6 +37,7 @@ from aiohttp import web
 
 from benchmarks.harness import ROOT, ServerError, free_port
 from s3kv.frames import STREAM, block_record, end_record, read_doc
+from tests.support.procgroup import exit_on_sigterm
 from warp.config import DEFAULT_SEED
 from warp.payload import PayloadSource, variant_of
 
@@ -146,6 +147,7 @@ def make_app() -> web.Application:
 @contextmanager
 def sink_process() -> Iterator[tuple[str, int]]:
     """This server on a free loopback port, as a subprocess: (URL, pid)."""
+    exit_on_sigterm()
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen([sys.executable, "-m", "benchmarks.aiohttp_sink", "--port",

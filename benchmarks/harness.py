@@ -54,6 +54,7 @@ from benchmarks.servers import (
 )
 from benchmarks.topology import Topology, apply_topology
 from benchmarks.topology import add_arguments as add_topology_arguments
+from tests.support.procgroup import exit_on_sigterm
 from tests.support.rgw import RGWError, bucket_objects, rgw_counters
 
 __all__ = ["BenchServer", "CPUMeter", "Gateway", "Progress", "S3Side", "ServerError", "Topology",
@@ -275,6 +276,7 @@ def gateway_subprocess(server: BenchServer | None, store: str, args: Sequence[st
     ``access`` and ``secret`` None it runs anonymous (the front checks no signature). Yields
     it once ready and stops it (SIGTERM, then SIGKILL) afterwards; its log is kept only when
     something failed."""
+    exit_on_sigterm()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if k not in ("S3KV_ACCESS_KEY", "S3KV_SECRET_KEY")}

@@ -61,7 +61,7 @@ from typing import IO, Any
 if __package__ in (None, ""):  # run as a script: make `tests.support` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.support.procgroup import stop_process_group
+from tests.support.procgroup import exit_on_sigterm, stop_process_group
 from tests.support.rgw import RGWCluster, RGWError
 
 HOST = "127.0.0.1"
@@ -231,6 +231,7 @@ def _patched_env(values: Mapping[str, str]) -> Iterator[None]:
 @contextlib.contextmanager
 def _rgw_server(data_dir: str | None, set_env: bool,
                 dns_name: str | None) -> Iterator[BenchServer]:
+    exit_on_sigterm()
     cluster = RGWCluster(data_dir, dns_name=dns_name)
     try:
         try:
@@ -271,6 +272,7 @@ def bench_server(kind: str = DEFAULT_KIND, *, endpoint: str | None = None, set_e
         with _rgw_server(data_dir, set_env, dns_name) as server:
             yield server
         return
+    exit_on_sigterm()
     port = free_port()
     url = f"http://{HOST}:{port}"
     store_dir: str | None = None

@@ -1,5 +1,6 @@
 """Stopping a child that runs in its own session (``start_new_session=True``): the Ceph daemons
-of tests/support/rgw.py and the S3 servers of benchmarks/servers.py."""
+of tests/support/rgw.py and the S3 servers of benchmarks/servers.py; and leaving on SIGTERM
+through the ``with`` blocks that stop them."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
+from types import FrameType
 
 
 def stop_process_group(proc: subprocess.Popen[bytes], grace: float) -> None:
@@ -21,3 +24,19 @@ def stop_process_group(proc: subprocess.Popen[bytes], grace: float) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def _exit_on_term(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (``kill``, ``timeout``, the end of a CI job) leave the process as Ctrl-C
+    does: through its ``with`` and ``finally`` blocks, which stop the servers and gateways they
+    started. Python's default ends the process at once and leaves them running (children in
+    their own session get no signal from the terminal either). Called by whatever starts a
+    child; only in the main thread, and never over a handler set by someone else."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit_on_term)
