@@ -26,17 +26,24 @@ def stop_process_group(proc: subprocess.Popen[bytes], grace: float) -> None:
         proc.wait()
 
 
-def _exit_on_term(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is, as Ctrl-C raises KeyboardInterrupt."""
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(f"signal {signum}")
 
 
 def exit_on_sigterm() -> None:
     """Make SIGTERM (``kill``, ``timeout``, the end of a CI job) leave the process as Ctrl-C
     does: through its ``with`` and ``finally`` blocks, which stop the servers and gateways they
     started. Python's default ends the process at once and leaves them running (children in
-    their own session get no signal from the terminal either). Called by whatever starts a
-    child; only in the main thread, and never over a handler set by someone else."""
+    their own session get no signal from the terminal either). A KeyboardInterrupt, so that
+    whatever treats Ctrl-C as "stop now" does so here too (pytest ends the session and runs its
+    teardowns; a SystemExit would be one failed test and the run would go on). Called by
+    whatever starts a child; only in the main thread, and never over a handler set by someone
+    else."""
     if threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _exit_on_term)
+        signal.signal(signal.SIGTERM, _raise_terminated)
