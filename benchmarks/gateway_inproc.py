@@ -27,17 +27,21 @@ CPU (writer threads included: the gateway's file writes; every round starts with
 and is counted until they are idle again), page faults (``ru_minflt`` +
 ``ru_majflt``: none in a steady state, so the loop's cost is not the kernel's), and the
 difference between the two applications' loop CPU, the gateway's own work
-(``own_us_per_...``).
+(``own_us_per_...``). With ``--calls``, one more round per case and side under cProfile gives
+the Python function calls per object (``{side}_calls_per_...``, ``own_calls_per_...``): the
+interpreter's work counted, the same on a fast or a slow day.
 
     python benchmarks/gateway_inproc.py                      # 256 KiB PUT and GET, text
     python benchmarks/gateway_inproc.py --sizes 256KiB,2MiB --rounds 7 --json
     python benchmarks/gateway_inproc.py --cases batch-put,batch-get --ops 4096
+    python benchmarks/gateway_inproc.py --sizes 4KiB,256KiB --calls    # and calls per request
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import resource
@@ -56,7 +60,7 @@ from aiohttp import web
 
 from benchmarks import aiohttp_sink
 from benchmarks.gateway_ceiling import full_store_bytes
-from benchmarks.inproc_wire import ACCESS, SECRET, Requests, Side, checked
+from benchmarks.inproc_wire import ACCESS, SECRET, Requests, Side, calls_of, checked
 from s3kv.config import Settings
 from s3kv.errors import Backpressure
 from s3kv.frames import FRAMES, frames_head
@@ -210,6 +214,13 @@ async def run_case(sides: list[Side], case: Case, args: argparse.Namespace,
                 f"{results[f'{key}_loop_us'][-1]:.1f} us/{case.unit} on the loop, "
                 f"{results[f'{key}_faults'][-1]:.2f} page faults/{case.unit}, "
                 f"{results[f'{key}_slowed'][-1]:.0f} slow-downs")
+    if args.calls:
+        for side in sides:  # one more round each under cProfile, untimed: calls per object
+            if case.op.endswith("get"):
+                await case.send(side, case.write_set(), least=0)
+            batch = case.requests()
+            calls = await calls_of(functools.partial(case.send, side, batch))
+            results[f"{side.name}_{case.tag}_calls"] = [calls / case.blocks_per_round]
 
 
 async def run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
@@ -268,12 +279,17 @@ def summarize(results: dict[str, list[float]], args: argparse.Namespace) -> dict
                 out[f"{side}_slow_downs_{tag}"] = int(sum(results[f"{side}_{tag}_slowed"]))
             out[f"own_us_per_{tag}"] = round(
                 out[f"gateway_loop_us_per_{tag}"] - out[f"bare_loop_us_per_{tag}"], 1)
+            if args.calls:
+                for side in ("gateway", "bare"):
+                    out[f"{side}_calls_per_{tag}"] = round(results[f"{side}_{tag}_calls"][0], 1)
+                out[f"own_calls_per_{tag}"] = round(
+                    out[f"gateway_calls_per_{tag}"] - out[f"bare_calls_per_{tag}"], 1)
     out["rounds"] = {k: [round(v, 1) for v in vs] for k, vs in results.items()}
     out["settings"] = {"sizes": [format_size(s) for s in args.sizes], "cases": args.cases,
                        "ops": args.ops, "batch": args.batch,
                        "rounds": args.rounds, "recv_size": format_size(args.recv_size),
                        "fill": args.fill, "capacity": format_size(args.capacity),
-                       "anonymous": args.anonymous}
+                       "anonymous": args.anonymous, "calls": args.calls}
     return out
 
 
@@ -289,6 +305,11 @@ def report(doc: dict[str, Any], args: argparse.Namespace) -> str:
                          f"{doc[f'bare_loop_us_per_{tag}']:>10.1f}{doc[f'own_us_per_{tag}']:>10.1f}"
                          f"{doc[f'gateway_process_us_per_{tag}']:>20.1f}"
                          f"{doc[f'gateway_faults_per_{tag}']:>16.2f}")
+            if args.calls:
+                lines.append(f"{'':<20}Python calls per object: gateway "
+                             f"{doc[f'gateway_calls_per_{tag}']:.0f}, bare "
+                             f"{doc[f'bare_calls_per_{tag}']:.0f}, own "
+                             f"{doc[f'own_calls_per_{tag}']:.0f}")
     return "\n".join(lines)
 
 
@@ -324,6 +345,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--anonymous", action="store_true",
                    help="run the gateway without credentials (no SigV4 verification; the "
                         "requests stay signed): the difference is what verifying costs")
+    p.add_argument("--calls", action="store_true",
+                   help="after each case's timed rounds, one more round per side under cProfile "
+                        "(untimed): Python function calls per object, a figure of the "
+                        "interpreter's work that does not move with the machine's speed")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     args = p.parse_args(argv)
     args.sizes = [parse_size(s) for s in args.sizes.split(",") if s]

@@ -6,13 +6,17 @@ memory, answers collected without a kernel in between.
   then ``Content-Length`` bytes or a chunked body's last chunk), its status and its size;
 - :class:`Side`, one application's connection over a :class:`Wire`;
 - :class:`Requests`, complete HTTP/1.1 requests (SigV4-signed, or with the native API's bearer
-  token) cut into the pieces one ``recv`` would hand over.
+  token) cut into the pieces one ``recv`` would hand over;
+- :func:`calls_of`, the Python function calls a run makes: a count of the interpreter's work
+  that does not move with the machine's speed, as CPU time does.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import cProfile
+import pstats
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,3 +174,17 @@ async def checked(side: Side, pieces: Sequence[bytes], what: str, least: int = 0
         raise RuntimeError(f"{side.name}: {what} answered {status} with {size} bytes "
                            f"(expected {least} or more) {pieces[0][:60]!r}")
     return status
+
+
+async def calls_of(run: Callable[[], Awaitable[Any]]) -> int:
+    """The Python function calls made on this thread while ``run()`` runs (cProfile's count:
+    builtins included, each resumption of a coroutine counted once). The same requests give
+    the same count on a fast or a slow day, up to the event loop's own timers."""
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        await run()
+    finally:
+        prof.disable()
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]  # function -> (cc, nc, ...)
+    return sum(int(entry[1]) for entry in stats.values())
