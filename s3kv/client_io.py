@@ -24,7 +24,7 @@ MAX_KEYS = 4096
 
 
 def block_size(data: BlockData) -> int:
-    return sum(len(p) for p in data) if isinstance(data, tuple) else len(data)
+    return sum(map(len, data)) if isinstance(data, tuple) else len(data)
 
 
 def request_parts(idx: Sequence[int], size_of: Callable[[int], int], max_bytes: int,
@@ -52,7 +52,7 @@ def framed_parts(items: Sequence[tuple[str, BlockData]]) -> list[bytes | memoryv
     sizes: list[tuple[str, int]] = []
     for key, data in items:
         pieces = data if isinstance(data, tuple) else (data,)
-        sizes.append((key, sum(len(p) for p in pieces)))
+        sizes.append((key, sum(map(len, pieces))))
         parts.extend(pieces)
     return [frames_head(sizes), *parts]
 
@@ -141,7 +141,7 @@ class FramedPayload(aiohttp.payload.Payload):
     def __init__(self, parts: list[bytes | memoryview]) -> None:
         super().__init__(parts, content_type=FRAMES)
         self._parts = parts
-        self._size = sum(len(p) for p in parts)  # the base class's Content-Length
+        self._size = sum(map(len, parts))  # the base class's Content-Length
 
     def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
         raise TypeError("a framed batch-put body is binary")

@@ -63,7 +63,7 @@ class _Cursor:
         self._views = [memoryview(p).cast("B") for p in pieces if len(p)]
         self._i = 0
         self._off = 0
-        self.left = sum(len(v) for v in self._views)
+        self.left = sum(map(len, self._views))
 
     def take(self, n: int) -> list[memoryview]:
         """The next ``n`` bytes, as views (one per piece they span)."""

@@ -41,7 +41,7 @@ class BodyDigests:
         self._offload = offload_bytes
         #: every digest cheap: each piece is hashed on the loop as it arrives (not named
         #: ``_inline``: mypyc emits that attribute as the C field ``__inline``, a keyword)
-        self._on_loop = all(is_cheap(h) for h in self._hashers)
+        self._on_loop = all(map(is_cheap, self._hashers))
         self._batch: list[bytes | memoryview] = []
         self._batch_bytes = 0
         #: the previous batch, hashing in a worker thread

@@ -16,6 +16,7 @@ from s3kv.wire.headers import HeaderValues, last_of
 MAX_KEY_BYTES = 1024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_DOT_SEGMENTS = frozenset({".", ".."})
 
 
 class Target(NamedTuple):
@@ -60,7 +61,7 @@ def validate_key(key: str) -> bytes:
                            f"Object keys must be 1 to {MAX_KEY_BYTES} bytes of UTF-8.")
     if _CONTROL.search(key):
         raise RequestError("InvalidArgument", "Object keys must not contain control characters.")
-    if any(part in (".", "..") for part in key.split("/")):
+    if not _DOT_SEGMENTS.isdisjoint(key.split("/")):
         raise RequestError("InvalidArgument",
                            "Object keys must not contain '.' or '..' path segments.")
     try:

@@ -124,7 +124,7 @@ def canonical_request(method: str, path: str, query: str, headers: Iterable[tupl
                       signed_headers: str, payload_hash: str) -> str:
     """``headers``: (lowercase name, trimmed value) for each signed header, in the order of
     ``signed_headers`` (the names joined by ``;``); ``path`` encoded, ``query`` canonical."""
-    return "\n".join([method, path, query, "".join(f"{n}:{v}\n" for n, v in headers),
+    return "\n".join([method, path, query, "".join([f"{n}:{v}\n" for n, v in headers]),
                       signed_headers, payload_hash])
 
 
