@@ -231,7 +231,6 @@ def _patched_env(values: Mapping[str, str]) -> Iterator[None]:
 @contextlib.contextmanager
 def _rgw_server(data_dir: str | None, set_env: bool,
                 dns_name: str | None) -> Iterator[BenchServer]:
-    exit_on_sigterm()
     cluster = RGWCluster(data_dir, dns_name=dns_name)
     try:
         try:
@@ -268,11 +267,11 @@ def bench_server(kind: str = DEFAULT_KIND, *, endpoint: str | None = None, set_e
         return
     if kind not in KINDS:
         raise ServerError(f"unknown server kind {kind!r}: use one of {', '.join(KINDS)}")
+    exit_on_sigterm()
     if kind == "rgw":
         with _rgw_server(data_dir, set_env, dns_name) as server:
             yield server
         return
-    exit_on_sigterm()
     port = free_port()
     url = f"http://{HOST}:{port}"
     store_dir: str | None = None
