@@ -11,10 +11,11 @@ import binascii
 
 from s3kv.errors import RequestError
 from s3kv.gateway.checksums import ALGORITHMS
+from s3kv.wire.headers import HeaderValues
 from s3kv.wire.sigv4 import PayloadMode
 
 
-def int_header(headers: dict[str, list[str]], name: str) -> int | None:
+def int_header(headers: HeaderValues, name: str) -> int | None:
     """The first value of header ``name`` as a size (None: absent)."""
     values = headers.get(name)
     if not values:
@@ -37,7 +38,7 @@ def b64(value: str, size: int) -> bytes | None:
     return raw if len(raw) == size else None
 
 
-def checksum_headers(headers: dict[str, list[str]],
+def checksum_headers(headers: HeaderValues,
                      mode: PayloadMode) -> tuple[str | None, str | None]:
     """The flexible checksum a body declares: (algorithm, its header value; None when it
     comes in a trailer), or (None, None); InvalidRequest for a contradictory or malformed

@@ -34,3 +34,10 @@ def last_of(heads: HeaderValues, names: Iterable[str]) -> dict[str, str]:
     """name -> last value, for each of ``names`` (lowercase) present: what a ``dict`` of the
     headers would hold."""
     return {n: found[-1] for n in names if (found := heads.get(n))}
+
+
+def content_codings(heads: HeaderValues) -> list[str]:
+    """The request's Content-Encoding codings, in order, every header's list joined (``gzip``,
+    ``aws-chunked``, ...), blanks dropped."""
+    joined = ",".join(heads.get("content-encoding", ()))
+    return [c for c in (v.strip() for v in joined.split(",")) if c]
