@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ import pytest
 
 from tests.warp.conftest import run, small_config
 from warp.benchmarks import load
+from warp.benchmarks.base import Context
+from warp.config import MixedRatio
 from warp.payload import PayloadSource, variant_of
 from warp.records import HEADER, WARP_COLUMNS, read_records
 from warp.runner import prepare_object_set
@@ -117,3 +120,27 @@ def test_record_file_is_warp_format(s3_server: Any, bucket: str, tmp_path: Path)
     assert first["first_byte"] == ""
     assert int(first["duration_ns"]) > 0
     assert lines[-1].startswith("# "), "config comment missing at the end"
+
+
+def test_mixed_never_deletes_an_object_a_read_is_using(s3_server: Any, bucket: str,
+                                                       tmp_path: Path) -> None:
+    """Half the ops DELETE, half GET, 8 at a time on a small pool: a DELETE that picked a key
+    another worker was reading made that read a 404, recorded as the server's error."""
+    cfg = small_config(s3_server.endpoint, bucket, "mixed", duration=2.0, objects=16,
+                       concurrent=8, obj_size=4096,
+                       mixed=MixedRatio(get=40, stat=20, put=0, delete=40))
+    run(cfg, tmp_path / "r.csv.zst")
+    records = read_records(tmp_path / "r.csv.zst")
+    ops = {op: sum(r.op == op for r in records) for op in EXPECTED_OPS["mixed"]}
+    assert ops["DELETE"] > 0 and ops["GET"] > 50, ops
+    assert [r.error for r in records if r.error] == []
+
+
+def test_a_delete_takes_only_keys_no_read_is_using() -> None:
+    ctx = Context(config=None, client=None, payload=None, recorder=None,  # type: ignore[arg-type]
+                  rng=random.Random(7), pool=["a", "b", "c"])
+    with ctx.reading("a"), ctx.reading("c"), ctx.reading("c"):
+        assert ctx.take_for_delete() == "b"
+        assert ctx.take_for_delete() is None
+    assert ctx.busy == {} and sorted(ctx.pool) == ["a", "c"]
+    assert ctx.take_for_delete() in ("a", "c")

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import random
 from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -31,11 +34,35 @@ class Context:
     rng: random.Random
     #: keys of the object set that exist now (GET/STAT/mixed read them, DELETE consumes them)
     pool: list[str] = field(default_factory=list)
+    #: keys of the pool a GET or STAT is reading now: a DELETE leaves them alone, or the read
+    #: would answer 404 and be recorded as the server's error
+    busy: Counter[str] = field(default_factory=Counter)
     seq: int = 0
 
     def next_seq(self) -> int:
         self.seq += 1
         return self.seq
+
+    @contextmanager
+    def reading(self, key: str) -> Iterator[str]:
+        """Mark ``key`` as being read for the duration of the block."""
+        self.busy[key] += 1
+        try:
+            yield key
+        finally:
+            self.busy[key] -= 1
+            if not self.busy[key]:
+                del self.busy[key]
+
+    def take_for_delete(self) -> str | None:
+        """Remove and return a random key of the pool that no read is using, or None."""
+        n = len(self.pool)
+        start = self.rng.randrange(n) if n else 0
+        for i in range(n):
+            j = (start + i) % n
+            if self.pool[j] not in self.busy:
+                return self.pool.pop(j)
+        return None
 
     async def put(self, key: str) -> OpResult:
         """Upload one object of the run (multipart above --part-size)."""

@@ -19,21 +19,23 @@ class MixedBenchmark(Benchmark):
             choice = "PUT"  # keep enough objects for the readers
         if choice in ("GET", "STAT", "DELETE") and not ctx.pool:
             choice = "PUT"
-        if choice == "PUT":
+        victim = ctx.take_for_delete() if choice == "DELETE" else None
+        if victim is not None:
+            key = victim
+            r = await ctx.client.delete_objects(c.bucket, [key])
+        elif choice in ("PUT", "DELETE"):  # a DELETE with every key being read writes instead
+            choice = "PUT"
             key = c.put_key(thread, ctx.next_seq())
             r = await ctx.put(key)
             if not r.error:
                 ctx.pool.append(key)
-        elif choice == "DELETE":
-            key = ctx.pool.pop(ctx.rng.randrange(len(ctx.pool)))
-            r = await ctx.client.delete_objects(c.bucket, [key])
         elif choice == "STAT":
-            key = ctx.rng.choice(ctx.pool)
-            r = await ctx.client.head_object(c.bucket, key, c.obj_size)
+            with ctx.reading(ctx.rng.choice(ctx.pool)) as key:
+                r = await ctx.client.head_object(c.bucket, key, c.obj_size)
         else:
-            key = ctx.rng.choice(ctx.pool)
-            r = await ctx.client.get_object(c.bucket, key,
-                                            ctx.payload.expected(variant_of(key), 0, c.obj_size))
+            with ctx.reading(ctx.rng.choice(ctx.pool)) as key:
+                r = await ctx.client.get_object(
+                    c.bucket, key, ctx.payload.expected(variant_of(key), 0, c.obj_size))
         ctx.recorder.add(choice, thread, key, r)
         return True
 
