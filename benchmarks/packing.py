@@ -46,11 +46,13 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `s3kv` i
 
 from benchmarks.harness import (
     BenchServer,
+    Progress,
     ServerError,
     add_arguments,
     apply_topology,
     server_from_args,
 )
+from benchmarks.packing_report import build_report, index_phase, render_text
 from benchmarks.packing_runs import (
     FULL,
     NAMESPACE,
@@ -58,16 +60,12 @@ from benchmarks.packing_runs import (
     Comparison,
     Direct,
     Profile,
-    Progress,
     Run,
     StoreCounters,
     block_key,
-    build_report,
     close_store,
-    index_phase,
     open_store,
     payloads,
-    render_text,
     size_label,
     store_get_all,
     store_put_all,

@@ -18,25 +18,17 @@ from s3kv.store.codecs import (
     codec_for,
     codec_from_headers,
     decode_any,
-    kvq_native,
     parse_codec_spec,
 )
 from s3kv.store.codecs.kvq import bound
 from s3kv.store.codecs.synth import from_words, synthetic_blocks, to_words
+from tests.codecs.kvq_cases import encoded_blocks, rel_mse_and_cos
 
 BITS = (2.0, 2.5, 3.0, 3.5, 4.0)
 DTYPES = ("float16", "bfloat16")
 
-
-@pytest.fixture(params=["native", "numpy"], autouse=True)
-def kvq_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test here runs with kvq's compiled loops (``_kvq_native``) and on the numpy
-    path that stands in where the extension is not built."""
-    built = kvq_native.load()
-    if request.param == "native" and built is None:
-        pytest.skip("the kvq extension is not built")
-    monkeypatch.setattr(kvq_native, "native", built if request.param == "native" else None)
-    return str(request.param)
+#: every test here runs on kvq's compiled loops and on its numpy path
+pytestmark = pytest.mark.usefixtures("kvq_path")
 
 
 def _blob(n: int, seed: int = 1) -> bytes:
@@ -79,13 +71,6 @@ def test_none_returns_exact_bytes() -> None:
 
 # -- kvq ----------------------------------------------------------------------------------
 
-def _rel_mse_and_cos(raw: bytes, dec: bytes, dtype: str, d: int) -> tuple[float, float]:
-    a = from_words(raw, dtype).reshape(-1, d).astype(np.float64)
-    b = from_words(dec, dtype).reshape(-1, d).astype(np.float64)
-    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-    return float(((a - b) ** 2).sum() / (a * a).sum()), float(cos.mean())
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("bits", BITS)
 def test_kvq_round_trip_within_bound(dtype: str, bits: float) -> None:
@@ -101,7 +86,7 @@ def test_kvq_round_trip_within_bound(dtype: str, bits: float) -> None:
         enc = codec.encode(raw)
         dec = decode_any(KVQ_ID, enc)
         assert len(dec) == len(raw)
-        rel, _ = _rel_mse_and_cos(raw, dec, dtype, d)
+        rel, _ = rel_mse_and_cos(raw, dec, dtype, d)
         assert rel <= bound(bits), (bits, rel, bound(bits))
 
 
@@ -126,7 +111,7 @@ def test_kvq_chunking_does_not_change_the_result(dtype: str, bits: float,
     for other in (decode_any(KVQ_ID, enc), decode_any(KVQ_ID, enc_small)):
         b = from_words(other, dtype).astype(np.float64)
         assert np.sqrt(np.mean((a - b) ** 2) / np.mean(a * a)) < 1e-3
-        rel, _ = _rel_mse_and_cos(raw, other, dtype, 128)
+        rel, _ = rel_mse_and_cos(raw, other, dtype, 128)
         assert rel <= bound(bits)
 
 
@@ -136,7 +121,7 @@ def test_kvq_other_head_dims(d: int) -> None:
     raw = to_words(x, "bfloat16")
     for bits in (2.5, 3.0):
         enc = codec_for(CodecSpec("kvq", dtype="bfloat16", head_dim=d, bits=bits)).encode(raw)
-        rel, _ = _rel_mse_and_cos(raw, decode_any(KVQ_ID, enc), "bfloat16", d)
+        rel, _ = rel_mse_and_cos(raw, decode_any(KVQ_ID, enc), "bfloat16", d)
         assert rel <= bound(bits)
 
 
@@ -228,97 +213,11 @@ def test_kvq_word_conversions_are_exact(dtype: str) -> None:
         assert np.array_equal(km.from_f32(big.copy(), dtype), expected)
 
 
-def _with_checksums(head: bytes, payload: bytes) -> bytes:
-    """A kvq block from a header and payload, both CRCs recomputed."""
-    h = bytearray(head[:48])
-    h[32:40] = len(payload).to_bytes(8, "little")
-    h[40:44] = zlib.crc32(payload).to_bytes(4, "little")
-    h[44:48] = zlib.crc32(bytes(h[:44])).to_bytes(4, "little")
-    return bytes(h) + payload
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("bits", [2.5, 3.5])
-@pytest.mark.parametrize("groups", [(4,), (2,), ()])
-def test_kvq_channel_orders_round_trip(dtype: str, bits: float, groups: tuple[int, ...],
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """The decoder undoes a channel order that keeps aligned groups of 4 (or 2) channels with
-    64- (32-) bit word gathers and any other order with 16-bit ones: every order decodes
-    within the bound, and the wide gathers give exactly what the 16-bit one gives."""
-    from s3kv.store.codecs import kvq, kvq_decode
-
-    monkeypatch.setattr(kvq, "GROUPS", groups)
-    monkeypatch.setattr(kvq, "GROUP_TOLERANCE", 1e9)  # always take the grouped order
-    x = synthetic_blocks(seed=6, layers=1, heads=2, tokens=300)[0]  # 600 vectors
-    raw = to_words(x, dtype)
-    enc = codec_for(CodecSpec("kvq", dtype=dtype, head_dim=128, bits=bits)).encode(raw)
-    assert enc[10] & 1  # permuted
-    g, _ = kvq_decode._unpermutation(enc[48:48 + 128], 128)
-    assert g == (groups[0] if groups else 1)
-    dec = decode_any(KVQ_ID, enc)
-    rel, _ = _rel_mse_and_cos(raw, dec, dtype, 128)
-    assert rel <= bound(bits)
-    kvq_decode._unpermutation.cache_clear()
-    monkeypatch.setattr(kvq_decode, "_WIDEST", 1)  # 16-bit gathers only
-    assert decode_any(KVQ_ID, enc) == dec
-    kvq_decode._unpermutation.cache_clear()
-
-
-def test_kvq_arbitrary_channel_order_decodes() -> None:
-    """The un-permutation the decoder derives from a stored channel order puts stored
-    channel i at channel perm[i] for any permutation: arbitrary, or keeping aligned groups of
-    4 or 2 (the format does not say which kind the encoder chose)."""
-    from s3kv.store.codecs import kvq_decode
-
-    d = 128
-    rng = np.random.default_rng(11)
-    for perm in (rng.permutation(d), np.arange(d).reshape(-1, 4)[rng.permutation(d // 4)]
-                 .reshape(-1), np.arange(d).reshape(-1, 2)[rng.permutation(d // 2)].reshape(-1)):
-        g, index = kvq_decode._unpermutation(perm.astype(np.uint8).tobytes(), d)
-        words = rng.integers(0, 1 << 16, (5, d), dtype=np.uint16)  # stored order
-        wide = kvq_decode._WORD_TYPES[g]
-        out = np.take(words.view(wide), index, axis=1)
-        expected = np.empty_like(words)
-        expected[:, perm] = words  # stored channel i is channel perm[i]
-        assert np.array_equal(out.view(np.uint16), expected)
-
-
-@pytest.mark.parametrize("how", ["duplicate", "out of range", "duplicate group"])
-def test_kvq_corrupt_channel_order_is_an_integrity_error(how: str) -> None:
-    """A channel order that is not a permutation is caught even when the checksums match."""
-    from s3kv.store.codecs import kvq_decode
-
-    kvq_decode._unpermutation.cache_clear()
-    _, enc = _encoded_blocks()[2]  # 2.5 bits: permuted
-    assert enc[10] & 1
-    payload = bytearray(enc[48:])
-    if how == "duplicate":
-        payload[1] = payload[0]
-    elif how == "out of range":
-        payload[5] = 200
-    else:  # aligned groups of 4, in order, but one of them twice
-        payload[4:8] = payload[0:4]
-    with pytest.raises(IntegrityError):
-        decode_any(KVQ_ID, _with_checksums(enc[:48], bytes(payload)))
-
-
 # -- corruption: a miss, never garbage ----------------------------------------------------
-
-def _encoded_blocks() -> list[tuple[int, bytes]]:
-    x = synthetic_blocks(seed=2, layers=1, heads=1, tokens=64)[0]
-    raw = to_words(x, "bfloat16")
-    return [
-        (ZSTD_ID, codec_for(CodecSpec("zstd", shuffle=True)).encode(raw)),
-        (KVQ_ID, codec_for(CodecSpec("kvq", dtype="bfloat16", head_dim=128,
-                                     bits=3)).encode(raw)),
-        (KVQ_ID, codec_for(CodecSpec("kvq", dtype="bfloat16", head_dim=128,
-                                     bits=2.5)).encode(raw)),
-    ]
-
 
 @pytest.mark.parametrize("which", [0, 1, 2])
 def test_corrupt_blocks_raise_integrity_error(which: int) -> None:
-    codec_id, enc = _encoded_blocks()[which]
+    codec_id, enc = encoded_blocks()[which]
     rng = np.random.default_rng(which)
     positions = sorted({*range(0, 64), *rng.integers(0, len(enc), 200).tolist(), len(enc) - 1})
     for pos in positions:
@@ -340,7 +239,7 @@ def test_corrupt_blocks_raise_integrity_error(which: int) -> None:
 
 def test_garbage_with_valid_checksums_is_still_rejected() -> None:
     """A header whose checksums match but whose fields lie is caught by the field checks."""
-    _, enc = _encoded_blocks()[1]
+    _, enc = encoded_blocks()[1]
     head = bytearray(enc[:48])
     head[6:8] = (96).to_bytes(2, "little")  # wrong head_dim, checksum recomputed
     head[44:48] = zlib.crc32(bytes(head[:44])).to_bytes(4, "little")

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.gateway.badinput import server_errors
 from tests.support.gateway import (  # noqa: F401  (re-exported for the gateway tests)
     DOMAIN,
     GW_ACCESS,
@@ -69,3 +70,15 @@ def gw_bucket(gw_s3: Any) -> str:
     name = f"b-{uuid.uuid4().hex[:12]}"
     gw_s3.create_bucket(Bucket=name)
     return name
+
+
+@pytest.fixture
+def no_server_errors(gateway: Gateway) -> Iterator[None]:
+    """During the test: the gateway answered no request with a 5xx (other than 503). Counted as
+    the test's own increase: the gateway is shared with other modules, some of which provoke
+    501s on purpose."""
+    before = server_errors(gateway)
+    yield
+    bad = {series: count for series, count in server_errors(gateway).items()
+           if count > before.get(series, 0.0)}
+    assert not bad, bad

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from s3kv.errors import RequestError
 from s3kv.gateway.classify import OPERATIONS, Level, classify
+from tests.gateway.badinput import signed
 from tests.gateway.conftest import Gateway
-from tests.gateway.test_gateway_errors import signed
 
 BODY = b"the original bytes \x00\x01\x02" * 100
 

@@ -29,6 +29,7 @@ import pytest
 
 from s3kv.client import S3KVClient
 from tests.conftest import make_s3_client
+from tests.gateway.badinput import send, signed, signed_headers
 from tests.gateway.conftest import (
     SMALL,
     TOKEN,
@@ -36,7 +37,6 @@ from tests.gateway.conftest import (
     backend_store,
     gateway_client,
 )
-from tests.gateway.test_gateway_errors import send, signed, signed_headers
 from tests.support.s3server import MotoServer
 
 MiB = 1024 * 1024

@@ -15,8 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import make_s3_client
+from tests.gateway.badinput import send, signed, signed_headers
 from tests.gateway.conftest import DOMAIN, Gateway, gateway_client
-from tests.gateway.test_gateway_errors import send, signed, signed_headers
 
 
 def scrape(gateway: Gateway) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -11,8 +11,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from s3kv.frames import encode_frames
+from tests.gateway.badinput import send, signed
 from tests.gateway.conftest import TOKEN, Gateway
-from tests.gateway.test_gateway_errors import send, signed
 
 
 def batch_put(gateway: Gateway, bucket: str, items: list[tuple[str, bytes]]) -> None:

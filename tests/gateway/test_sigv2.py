@@ -24,6 +24,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
 
+from tests.gateway.badinput import Reply, send
 from tests.gateway.conftest import (
     DOMAIN,
     GW_ACCESS,
@@ -34,7 +35,6 @@ from tests.gateway.conftest import (
     gateway_client,
     running_gateway,
 )
-from tests.gateway.test_gateway_errors import Reply, send
 from tests.support.s3server import REGION, MotoServer
 
 TEAM_ACCESS, TEAM_SECRET = "team-a", "team-a-secret/+="

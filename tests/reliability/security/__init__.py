@@ -1,0 +1,1 @@
+"""Security: signatures, presigned URLs, namespace isolation, path tricks, oversized input."""
