@@ -52,7 +52,11 @@ def test_gateway_benchmark_quick_json() -> None:
     assert doc["gateway_put_requests_per_GiB_256KiB_c8"] is None
     cpu = doc["gateway_put_cpu_s_per_GiB_256KiB_c8"]
     assert set(cpu) == {"client", "gateway", "server"}
-    assert cpu["gateway"] > 0 and doc["direct_put_cpu_s_per_GiB_256KiB_c8"]["gateway"] == 0
+    # the direct phase is not charged with the gateway's work: the gateway sits idle then, and
+    # its timers (eviction, sync) cost at most a psutil tick or two (0.32 CPU-s per GiB, one
+    # 10 ms tick over the 32 MiB phase, was read once on a loaded machine)
+    idle = doc["direct_put_cpu_s_per_GiB_256KiB_c8"]["gateway"]
+    assert cpu["gateway"] > 0 and idle < cpu["gateway"] / 10, (idle, cpu["gateway"])
     # and every GET phase: the gateway's own CPU only on its side
     got = doc["gateway_get_cpu_s_per_GiB_2MiB_c8"]
     assert set(got) == {"client", "gateway", "server"} and got["gateway"] > 0
