@@ -11,6 +11,7 @@ docs/reliability.md is produced:
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -68,6 +69,9 @@ def long_run(request: pytest.FixtureRequest) -> bool:
 
 @pytest.fixture(scope="session")
 def reliability_report(request: pytest.FixtureRequest, long_run: bool) -> Iterator[Report]:
+    if request.config.getoption("--reliability-report") and os.environ.get("PYTEST_XDIST_WORKER"):
+        raise pytest.UsageError("--reliability-report collects every test's row in one "
+                                "process: run it without -n")
     report = Report(long_run)
     yield report
     target = request.config.getoption("--reliability-report")
