@@ -34,7 +34,7 @@ from tests.support.gateway import (
     backend_store,
     running_gateway,
 )
-from tests.support.rawhttp import UNSIGNED, Response, send, sign, well_formed
+from tests.support.rawhttp import UNSIGNED, Response, send, sign, signed_send, well_formed
 from tests.support.s3server import MotoServer
 
 RID = uuid.uuid4().hex[:6]
@@ -55,8 +55,7 @@ def _host(g: Gateway) -> str:
 
 def _signed(g: Gateway, method: str, target: str, body: bytes = b"",
             headers: dict[str, str] | None = None) -> Response:
-    return send(g.port, method, target, sign(method, target, _host(g), GW_ACCESS, GW_SECRET,
-                                             body=body, headers=headers), body)
+    return signed_send(g.port, method, target, GW_ACCESS, GW_SECRET, body, headers)
 
 
 # -- strategies for malformed requests -------------------------------------------------------------

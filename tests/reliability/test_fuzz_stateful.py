@@ -40,7 +40,7 @@ from tests.support.gateway import (
     backend_store,
     running_gateway,
 )
-from tests.support.rawhttp import UNSIGNED, Response, send, sign
+from tests.support.rawhttp import UNSIGNED, Response, send, sign, signed_send
 from tests.support.s3server import REGION, MotoServer
 
 ENC_BUCKET = f"enc-{uuid.uuid4().hex[:6]}"
@@ -325,8 +325,7 @@ def _host(g: Gateway) -> str:
 
 def _signed(g: Gateway, method: str, target: str, body: bytes = b"",
             headers: dict[str, str] | None = None) -> Response:
-    return send(g.port, method, target, sign(method, target, _host(g), GW_ACCESS, GW_SECRET,
-                                             body=body, headers=headers), body)
+    return signed_send(g.port, method, target, GW_ACCESS, GW_SECRET, body, headers)
 
 
 def test_content_encoding_bodies_stored_as_sent(gw: Gateway, reliability_report: Report) -> None:
