@@ -85,9 +85,13 @@ def test_gateway_ceiling_tiny_run_json() -> None:
             for name in ("MiB_s", "ops_s", "client_cpu_s_per_GiB", "server_cpu_ms_per_op",
                          "peak_rss_MiB"):
                 assert figures[name] > 0, (label, side, name)
-            # the event loop's share (the main thread's CPU) is part of the process's
-            assert 0 <= figures["server_loop_cpu_ms_per_op"] \
-                <= figures["server_cpu_ms_per_op"] * 1.05 + 0.01, (label, side)
+            # the event loop's share (the main thread's CPU) is part of the process's, to
+            # within /proc's resolution: both counters are whole clock ticks (10 ms), so over
+            # a window of a few hundred ops each can be a tick off (CI read 0.630 ms per op on
+            # the loop against 0.567 for the whole process: 150 GETs, one tick apart)
+            tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+            assert 0 <= figures["server_loop_cpu_ms_per_op"] <= figures[
+                "server_cpu_ms_per_op"] + 2 * tick_ms / figures["ops"] + 0.001, (label, side)
     assert doc["put_ratio_256KiB"] == doc["detail"]["put_256KiB"]["ratio_fast"]
     assert doc["gateway_cpu_ms_per_put_256KiB_md5"] == \
         doc["detail"]["put_256KiB"]["md5"]["server_cpu_ms_per_op"]
