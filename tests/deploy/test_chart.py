@@ -1,8 +1,8 @@
-"""The Helm chart (charts/s3kv): lint, render, Kubernetes schema validation, values schema.
+"""The Helm chart (charts/s3kv): lint, render, Kubernetes schema validation, what each mode
+renders (the values schema: test_chart_values.py).
 
-No `helm` binary can be installed here. `helm-python-sdk` bundles Helm's own Go SDK (v4) as a
-shared library, so `helm lint` and `helm template` run in-process with Helm's real template
-engine, values coalescing and values.schema.json validation. `kubernetes-validate` ships the
+`helm lint` and `helm template` run in-process with Helm's own Go SDK (tests/deploy/chart.py).
+`kubernetes-validate` ships the
 Kubernetes OpenAPI schemas (strict variants reject unknown fields) and works offline. It has no
 schemas for CRDs, so the ServiceMonitor (Prometheus Operator) is checked against a structural
 subset of its CRD written out below, not the CRD itself.
