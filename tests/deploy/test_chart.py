@@ -2,10 +2,10 @@
 renders (the values schema: test_chart_values.py).
 
 `helm lint` and `helm template` run in-process with Helm's own Go SDK (tests/deploy/chart.py).
-`kubernetes-validate` ships the
-Kubernetes OpenAPI schemas (strict variants reject unknown fields) and works offline. It has no
-schemas for CRDs, so the ServiceMonitor (Prometheus Operator) is checked against a structural
-subset of its CRD written out below, not the CRD itself.
+`kubernetes-validate` ships the Kubernetes OpenAPI schemas (strict variants reject unknown
+fields) and works offline. It has no schemas for CRDs, so the ServiceMonitor (Prometheus
+Operator) is checked against a structural subset of its CRD written out below, not the CRD
+itself.
 """
 
 from __future__ import annotations
