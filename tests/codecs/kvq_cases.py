@@ -8,6 +8,10 @@ import numpy as np
 from s3kv.store.codecs import KVQ_ID, ZSTD_ID, CodecSpec, codec_for
 from s3kv.store.codecs.synth import from_words, synthetic_blocks, to_words
 
+#: the bit widths and dtypes the kvq tests cover
+BITS = (2.0, 2.5, 3.0, 3.5, 4.0)
+DTYPES = ("float16", "bfloat16")
+
 
 def rel_mse_and_cos(raw: bytes, dec: bytes, dtype: str, d: int) -> tuple[float, float]:
     a = from_words(raw, dtype).reshape(-1, d).astype(np.float64)

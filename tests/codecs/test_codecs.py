@@ -22,10 +22,7 @@ from s3kv.store.codecs import (
 )
 from s3kv.store.codecs.kvq import bound
 from s3kv.store.codecs.synth import from_words, synthetic_blocks, to_words
-from tests.codecs.kvq_cases import encoded_blocks, rel_mse_and_cos
-
-BITS = (2.0, 2.5, 3.0, 3.5, 4.0)
-DTYPES = ("float16", "bfloat16")
+from tests.codecs.kvq_cases import BITS, DTYPES, encoded_blocks, rel_mse_and_cos
 
 #: every test here runs on kvq's compiled loops and on its numpy path
 pytestmark = pytest.mark.usefixtures("kvq_path")
