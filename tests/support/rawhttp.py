@@ -151,12 +151,12 @@ def send(port: int, method: str, target: str, headers: dict[str, str] | list[tup
         return read_response(s, head_only=method == "HEAD")
 
 
-
 def signed_send(port: int, method: str, target: str, access: str, secret: str,
                 body: bytes = b"", headers: dict[str, str] | None = None) -> Response:
     """``method target`` signed for the gateway on loopback ``port`` and sent."""
     hs = sign(method, target, f"127.0.0.1:{port}", access, secret, body=body, headers=headers)
     return send(port, method, target, hs, body)
+
 
 def read_response(s: socket.socket, *, head_only: bool = False) -> Response:
     buf = b""

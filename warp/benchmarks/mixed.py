@@ -20,15 +20,16 @@ class MixedBenchmark(Benchmark):
         if choice in ("GET", "STAT", "DELETE") and not ctx.pool:
             choice = "PUT"
         victim = ctx.take_for_delete() if choice == "DELETE" else None
-        if victim is not None:
-            key = victim
-            r = await ctx.client.delete_objects(c.bucket, [key])
-        elif choice in ("PUT", "DELETE"):  # a DELETE with every key being read writes instead
-            choice = "PUT"
+        if choice == "DELETE" and victim is None:
+            choice = "PUT"  # every key of the pool is being read: write one instead
+        if choice == "PUT":
             key = c.put_key(thread, ctx.next_seq())
             r = await ctx.put(key)
             if not r.error:
                 ctx.pool.append(key)
+        elif victim is not None:
+            key = victim
+            r = await ctx.client.delete_objects(c.bucket, [key])
         elif choice == "STAT":
             with ctx.reading(ctx.rng.choice(ctx.pool)) as key:
                 r = await ctx.client.head_object(c.bucket, key, c.obj_size)
