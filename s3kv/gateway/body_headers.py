@@ -11,7 +11,7 @@ import binascii
 
 from s3kv.errors import RequestError
 from s3kv.gateway.checksums import ALGORITHMS
-from s3kv.wire.headers import HeaderValues
+from s3kv.wire.headers import HeaderValues, comma_list
 from s3kv.wire.sigv4 import PayloadMode
 
 
@@ -44,8 +44,7 @@ def checksum_headers(headers: HeaderValues,
     comes in a trailer), or (None, None); InvalidRequest for a contradictory or malformed
     declaration."""
     found = [(a, v) for a in ALGORITHMS if (v := headers.get(f"x-amz-checksum-{a}"))]
-    trailer_names = [t.strip().lower() for t in
-                     ",".join(headers.get("x-amz-trailer", ())).split(",") if t.strip()]
+    trailer_names = [t.lower() for t in comma_list(headers, "x-amz-trailer")]
     if trailer_names and not mode.trailer:
         raise RequestError("InvalidRequest", "x-amz-trailer needs a *-TRAILER "
                            "x-amz-content-sha256")

@@ -17,7 +17,7 @@ from typing import NamedTuple
 from s3kv.errors import RequestError
 from s3kv.store import layout
 from s3kv.store.store import BlockMeta
-from s3kv.wire.headers import HeaderValues, content_codings
+from s3kv.wire.headers import HeaderValues, comma_list
 
 #: S3's limit on user metadata: the UTF-8 bytes of every name (without x-amz-meta-) and value
 MAX_USER_METADATA = 2048
@@ -166,7 +166,7 @@ def object_etag(meta: BlockMeta, attrs: ObjectAttrs | None = None) -> str:
 
 def stored_content_encoding(heads: HeaderValues) -> str | None:
     """The Content-Encoding to store with the object: the client's, less ``aws-chunked``."""
-    return ",".join(c for c in content_codings(heads) if c != "aws-chunked") or None
+    return ",".join(c for c in comma_list(heads, "content-encoding") if c != "aws-chunked") or None
 
 
 def from_request(heads: HeaderValues) -> ObjectAttrs:

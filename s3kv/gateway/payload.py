@@ -41,7 +41,7 @@ from s3kv.gateway.body_headers import b64, checksum_headers, int_header
 from s3kv.gateway.checksums import ALGORITHMS, Checksum, new_checksum
 from s3kv.gateway.digests import OFFLOAD_BYTES, BodyDigests
 from s3kv.sizes import MiB
-from s3kv.wire.headers import HeaderValues, content_codings
+from s3kv.wire.headers import HeaderValues, comma_list
 from s3kv.wire.sigv4 import (
     EMPTY_SHA256,
     PayloadMode,
@@ -102,7 +102,7 @@ class BodyReader:
             sha = heads.get("x-amz-content-sha256")
             self.mode, self._content_sha = (parse_payload_mode(sha[0].strip()) if sha
                                             else (PayloadMode.UNSIGNED, None))
-        if "aws-chunked" in content_codings(heads) and not self.mode.streaming:
+        if "aws-chunked" in comma_list(heads, "content-encoding") and not self.mode.streaming:
             raise RequestError("InvalidRequest", "Content-Encoding aws-chunked needs a "
                                "STREAMING-* x-amz-content-sha256")
         length = int_header(heads, "content-length")

@@ -36,8 +36,8 @@ def last_of(heads: HeaderValues, names: Iterable[str]) -> dict[str, str]:
     return {n: found[-1] for n in names if (found := heads.get(n))}
 
 
-def content_codings(heads: HeaderValues) -> list[str]:
-    """The request's Content-Encoding codings, in order, every header's list joined (``gzip``,
-    ``aws-chunked``, ...), blanks dropped."""
-    joined = ",".join(heads.get("content-encoding", ()))
+def comma_list(heads: HeaderValues, name: str) -> list[str]:
+    """The items of a comma-separated list header (Content-Encoding's codings, x-amz-trailer's
+    names), in order, every one of its headers' lists joined, items stripped, blanks dropped."""
+    joined = ",".join(heads.get(name, ()))
     return [c for c in (v.strip() for v in joined.split(",")) if c]

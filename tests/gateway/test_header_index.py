@@ -10,7 +10,7 @@ from multidict import CIMultiDict
 from s3kv.gateway.objattrs import from_request
 from s3kv.gateway.requests import codec_of
 from s3kv.store.codecs import CODEC_HEADERS, CodecSpec
-from s3kv.wire.headers import content_codings, index_headers, last_of
+from s3kv.wire.headers import comma_list, index_headers, last_of
 from s3kv.wire.sigv4_verify import header_values
 
 _NAMES = st.sampled_from(["Content-Type", "content-type", "X-Amz-Meta-A", "x-amz-meta-a",
@@ -55,6 +55,6 @@ def test_the_index_is_header_values_for_every_name() -> None:
 def test_content_codings_across_repeated_headers() -> None:
     heads = index_headers([("Content-Encoding", " gzip , aws-chunked"), ("content-encoding", ""),
                            ("Content-Encoding", "br")])
-    assert content_codings(heads) == ["gzip", "aws-chunked", "br"]
+    assert comma_list(heads, "content-encoding") == ["gzip", "aws-chunked", "br"]
     assert from_request(heads).headers == (("Content-Encoding", "gzip,br"),)
-    assert content_codings(index_headers({"Host": "h"})) == []
+    assert comma_list(index_headers({"Host": "h"}), "content-encoding") == []
