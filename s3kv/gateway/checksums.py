@@ -11,6 +11,7 @@ rare client that picks these algorithms, and no native dependency.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from collections.abc import Callable
 from functools import lru_cache
@@ -188,6 +189,14 @@ ALGORITHMS: dict[str, tuple[Callable[[], Checksum], int]] = {
 
 def new_checksum(name: str) -> Checksum:
     return ALGORITHMS[name][0]()
+
+
+def digest_b64(name: str, data: bytes | memoryview) -> str:
+    """The ``name`` checksum of ``data``, base64 (as in ``x-amz-checksum-<name>``); large data
+    belongs in a worker thread."""
+    h = new_checksum(name)
+    h.update(data)
+    return base64.b64encode(h.digest()).decode()
 
 
 def is_cheap(checksum: object) -> bool:

@@ -74,6 +74,7 @@ OPERATIONS: tuple[Operation, ...] = (
     _op("HeadBucket", "HEAD", _B),
     _op("DeleteBucket", "DELETE", _B),
     _op("GetBucketLocation", "GET", _B, "location"),
+    _op("GetBucketVersioning", "GET", _B, "versioning"),
     _op("ListObjects", "GET", _B, "", f"{_LIST} marker"),
     _op("ListObjectsV2", "GET", _B, "list-type",
         f"{_LIST} continuation-token start-after fetch-owner",
@@ -94,9 +95,8 @@ OPERATIONS: tuple[Operation, ...] = (
     _op("CompleteMultipartUpload", "POST", _O, "uploadId"),
     _op("AbortMultipartUpload", "DELETE", _O, "uploadId"),
     _op("ListParts", "GET", _O, "uploadId", "max-parts part-number-marker", implemented=False),
-    _op("CopyObject", "PUT", _O, header="x-amz-copy-source", implemented=False),
-    _op("UploadPartCopy", "PUT", _O, "uploadId partNumber", header="x-amz-copy-source",
-        implemented=False),
+    _op("CopyObject", "PUT", _O, header="x-amz-copy-source"),
+    _op("UploadPartCopy", "PUT", _O, "uploadId partNumber", header="x-amz-copy-source"),
 )
 
 #: accepted on every operation: presigned-URL fields (SigV4 and SigV2) and boto3's ``x-id``

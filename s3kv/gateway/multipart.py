@@ -25,13 +25,15 @@ from aiohttp import web
 from zlib_ng import zlib_ng
 
 from s3kv.errors import RequestError
+from s3kv.gateway import copy
 from s3kv.gateway.bodies import read_body, read_small
-from s3kv.gateway.checksums import ALGORITHMS, new_checksum
+from s3kv.gateway.checksums import ALGORITHMS, digest_b64, new_checksum
 from s3kv.gateway.conditions import check_write, is_conditional_write
 from s3kv.gateway.objattrs import Checksum, ObjectAttrs, fast_etag, from_request, object_etag
 from s3kv.gateway.requests import Target, codec_of, durability, validate_key
 from s3kv.gateway.s3xml import (
     complete_multipart_upload,
+    copy_result,
     initiate_multipart_upload,
     parse_complete_multipart_upload,
 )
@@ -162,6 +164,9 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
     upload_id = t.query["uploadId"]
     ups = uploads_of(request)
     m = request.method
+    if m == "PUT" and "partNumber" in t.query and copy.SOURCE_HEADER in request.headers:
+        request["op"] = "UploadPartCopy"
+        return await upload_part_copy(request, st, t, ups.get(upload_id, t))
     if m == "PUT" and "partNumber" in t.query:
         request["op"] = "UploadPart"
         return await upload_part(request, st, t, ups.get(upload_id, t))
@@ -177,26 +182,34 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
     raise RequestError("NotImplemented", "s3kv does not implement ListParts.", 501)
 
 
-def _digest(algo: str, data: bytes) -> str:
-    h = new_checksum(algo)
-    h.update(data)
-    return base64.b64encode(h.digest()).decode()
-
-
-async def upload_part(request: web.Request, st: GatewayState, t: Target,
-                      up: Upload) -> web.StreamResponse:
-    try:
-        number = int(t.query["partNumber"])
-    except ValueError:
-        number = 0
-    if not 1 <= number <= 10000:
+def _part_number(t: Target) -> int:
+    raw = t.query["partNumber"]
+    if not raw.isdigit() or not 1 <= int(raw) <= 10000:
         raise RequestError("InvalidArgument", "Part number must be an integer between 1 and "
                            "10000, inclusive.")
+    return int(raw)
+
+
+def _room(st: GatewayState, up: Upload, number: int) -> int:
+    """Bytes part ``number`` may have within the upload's limit (max_block_size)."""
     have = up.parts.get(number)
     room = st.settings.max_block_size - up.size + (len(have.data) if have else 0)
     if room <= 0:
         raise RequestError("EntityTooLarge", "The upload exceeds the gateway's max block size.")
-    body = await read_body(request, st, room, md5=st.settings.etag == "md5")
+    return room
+
+
+def _keep_part(st: GatewayState, up: Upload, number: int, part: Part) -> None:
+    old = up.parts.pop(number, None)
+    if old is not None:
+        st.budget.release(old.reserved)
+    up.parts[number] = part
+
+
+async def upload_part(request: web.Request, st: GatewayState, t: Target,
+                      up: Upload) -> web.StreamResponse:
+    number = _part_number(t)
+    body = await read_body(request, st, _room(st, up, number), md5=st.settings.etag == "md5")
     try:
         data = bytes(body.data)
         sent = body.result.checksums
@@ -206,21 +219,54 @@ async def upload_part(request: web.Request, st: GatewayState, t: Target,
                                f"{sorted(sent)[0].upper()}.")
         checksum = None
         if up.algorithm is not None:
-            checksum = sent.get(up.algorithm) or await asyncio.to_thread(_digest, up.algorithm,
-                                                                         data)
+            checksum = sent.get(up.algorithm) or await asyncio.to_thread(digest_b64,
+                                                                         up.algorithm, data)
         md5 = body.result.md5_hex
         etag = f'"{md5}"' if md5 else f'"{fast_etag(zlib_ng.crc32(data), len(data))}"'
     except BaseException:
         st.budget.release(body.reserved)
         raise
-    old = up.parts.pop(number, None)
-    if old is not None:
-        st.budget.release(old.reserved)
-    up.parts[number] = Part(data, etag, body.reserved, checksum)
+    _keep_part(st, up, number, Part(data, etag, body.reserved, checksum))
     headers = {"ETag": etag}
     if checksum is not None and up.algorithm is not None:
         headers[f"x-amz-checksum-{up.algorithm}"] = checksum
     return web.Response(headers=headers)
+
+
+def _part_digests(data: bytes, md5: bool, algorithm: str | None) -> tuple[str, str | None]:
+    """A copied part's ETag (quoted) and checksum in the upload's algorithm (in a thread)."""
+    etag = hashlib.md5(data).hexdigest() if md5 else fast_etag(zlib_ng.crc32(data), len(data))
+    return f'"{etag}"', None if algorithm is None else digest_b64(algorithm, data)
+
+
+async def upload_part_copy(request: web.Request, st: GatewayState, t: Target,
+                           up: Upload) -> web.StreamResponse:
+    """A part whose bytes are a range of an existing object (copy.py reads it)."""
+    number = _part_number(t)
+    room = _room(st, up, number)
+    src, key = copy.resolve_source(request)
+    reserved = copy.reserve_source(st, src, key)
+    try:
+        source = await copy.read_source(request, st, src, key)
+        start, end = copy.source_range(request, len(source.data))
+        if end - start > room:
+            raise RequestError("EntityTooLarge", "The upload exceeds the gateway's max block "
+                               "size.")
+        data = bytes(memoryview(source.data)[start:end])
+        del source
+        etag, checksum = await asyncio.to_thread(_part_digests, data,
+                                                 st.settings.etag == "md5", up.algorithm)
+    except BaseException:
+        st.budget.release(reserved)
+        raise
+    # the part holds its own bytes from now on; the rest of the source's reservation goes back
+    st.budget.release(reserved - len(data))
+    _keep_part(st, up, number, Part(data, etag, len(data), checksum))
+    headers = {}
+    if checksum is not None and up.algorithm is not None:
+        headers[f"x-amz-checksum-{up.algorithm}"] = checksum
+    return web.Response(body=copy_result("CopyPartResult", etag, time.time()),
+                        content_type=XML, headers=headers)
 
 
 def _object_checksum(up: Upload, chosen: list[Part], data: bytes) -> Checksum | None:
@@ -228,7 +274,7 @@ def _object_checksum(up: Upload, chosen: list[Part], data: bytes) -> Checksum | 
     if up.algorithm is None:
         return None
     if up.checksum_type == "FULL_OBJECT":
-        return Checksum(up.algorithm, _digest(up.algorithm, data), "FULL_OBJECT")
+        return Checksum(up.algorithm, digest_b64(up.algorithm, data), "FULL_OBJECT")
     h = new_checksum(up.algorithm)
     for part in chosen:
         assert part.checksum is not None

@@ -25,6 +25,7 @@ from s3kv.gateway.s3xml import (
     location_constraint,
     parse_create_bucket_configuration,
     parse_delete,
+    versioning_configuration,
 )
 from s3kv.gateway.state import GatewayState
 from s3kv.store.codecs import HEADER_CODEC
@@ -39,6 +40,13 @@ BucketHandler = Callable[[web.Request, GatewayState, Target], Awaitable[web.Stre
 async def _location(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
     st.store.ns_id(t.bucket)
     return web.Response(body=location_constraint(None), content_type=XML)
+
+
+async def _versioning(request: web.Request, st: GatewayState,
+                      t: Target) -> web.StreamResponse:
+    """No Status: versioning was never enabled (PutBucketVersioning answers 501)."""
+    st.store.ns_id(t.bucket)
+    return web.Response(body=versioning_configuration(), content_type=XML)
 
 
 async def _head(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
@@ -96,6 +104,7 @@ async def delete_objects(request: web.Request, st: GatewayState, t: Target) -> w
 
 _HANDLERS: dict[str, BucketHandler] = {
     "GetBucketLocation": _location,
+    "GetBucketVersioning": _versioning,
     "DeleteObjects": delete_objects,
     "ListObjects": list_objects_v1_handler,
     "ListObjectsV2": list_objects_v2_handler,

@@ -1,13 +1,14 @@
 """S3 object operations: PutObject, GetObject (ranges, partNumber), HeadObject, DeleteObject,
-and the multipart calls (delegated to multipart.py). Object attributes (ETag, content headers,
-user metadata, checksum) come from objattrs.py, preconditions from conditions.py."""
+and the multipart calls and CopyObject (delegated to multipart.py and copy.py). Object
+attributes (ETag, content headers, user metadata, checksum) come from objattrs.py,
+preconditions from conditions.py."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
 from s3kv.errors import RequestError
-from s3kv.gateway import multipart, objattrs
+from s3kv.gateway import copy, multipart, objattrs
 from s3kv.gateway.bodies import read_body
 from s3kv.gateway.conditions import NOT_MODIFIED, check_read, check_write, is_conditional_write
 from s3kv.gateway.objattrs import Checksum, ObjectAttrs, attrs_of, object_etag
@@ -30,6 +31,9 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
         return await multipart.create(request, st, t)
     if "uploadId" in q:
         return await multipart.dispatch(request, st, t)
+    if m == "PUT" and copy.SOURCE_HEADER in request.headers:
+        request["op"] = "CopyObject"
+        return await copy.copy_object(request, st, t)
     if m == "PUT":
         request["op"] = "PutObject"
         return await put_object(request, st, t)

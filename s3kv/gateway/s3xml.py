@@ -198,12 +198,29 @@ def initiate_multipart_upload(bucket: str, key: str, upload_id: str) -> bytes:
 def complete_multipart_upload(location: str, bucket: str, key: str, etag: str,
                               checksum: tuple[str, str, str] | None = None) -> bytes:
     """``checksum``: (algorithm, base64 value, checksum type) of the object, if it has one."""
-    extra = ""
-    if checksum is not None:
-        algo, value, kind = checksum
-        extra = _el(f"Checksum{algo.upper()}", value) + _el("ChecksumType", kind)
     return _doc("CompleteMultipartUploadResult", _el("Location", location) +
-                _el("Bucket", bucket) + _el("Key", key) + _el("ETag", etag) + extra)
+                _el("Bucket", bucket) + _el("Key", key) + _el("ETag", etag) +
+                _checksum_elements(checksum))
+
+
+def _checksum_elements(checksum: tuple[str, str, str] | None) -> str:
+    """(algorithm, base64 value, checksum type) as a result's Checksum* elements."""
+    if checksum is None:
+        return ""
+    algo, value, kind = checksum
+    return _el(f"Checksum{algo.upper()}", value) + _el("ChecksumType", kind)
+
+
+def copy_result(root: str, etag: str, last_modified: float,
+                checksum: tuple[str, str, str] | None = None) -> bytes:
+    """CopyObjectResult or CopyPartResult (``root``)."""
+    return _doc(root, _el("LastModified", iso8601(last_modified)) + _el("ETag", etag) +
+                _checksum_elements(checksum))
+
+
+def versioning_configuration() -> bytes:
+    """GetBucketVersioning of a bucket whose versioning was never enabled (no Status)."""
+    return _doc("VersioningConfiguration", "")
 
 
 def location_constraint(region: str | None) -> bytes:

@@ -108,8 +108,15 @@ def test_classification_is_the_same_when_remembered() -> None:
             classify("GET", Level.OBJECT, {"partNumber": ["1", "2"]}, {})
         assert info.value.code == "InvalidArgument"
         assert classify("PUT", Level.OBJECT, {}, {}).name == "PutObject"
-        with pytest.raises(RequestError) as info:  # the header selects CopyObject: 501
-            classify("PUT", Level.OBJECT, {}, {"x-amz-copy-source": "/b/k"})
+        # the header selects CopyObject, and with a part's parameters UploadPartCopy
+        assert classify("PUT", Level.OBJECT, {}, {"x-amz-copy-source": "/b/k"}).name == \
+            "CopyObject"
+        assert classify("PUT", Level.OBJECT, {"uploadId": ["u"], "partNumber": ["1"]},
+                        {"x-amz-copy-source": "/b/k"}).name == "UploadPartCopy"
+        assert classify("GET", Level.BUCKET, {"versioning": [""]}, {}).name == \
+            "GetBucketVersioning"
+        with pytest.raises(RequestError) as info:  # only reading it: enabling is refused
+            classify("PUT", Level.BUCKET, {"versioning": [""]}, {})
         assert info.value.status == 501
 
 
@@ -133,12 +140,19 @@ def test_classification_is_the_same_when_remembered() -> None:
     lambda s3, b, k: s3.list_object_versions(Bucket=b),
     lambda s3, b, k: s3.put_bucket_tagging(Bucket=b, Tagging={"TagSet": []}),
     lambda s3, b, k: s3.list_parts(Bucket=b, Key=k, UploadId="u"),
-    lambda s3, b, k: s3.copy_object(Bucket=b, Key=k, CopySource={"Bucket": b, "Key": k}),
+    lambda s3, b, k: s3.put_bucket_versioning(Bucket=b, VersioningConfiguration={
+        "Status": "Enabled"}),
+    lambda s3, b, k: s3.copy_object(Bucket=b, Key=k, CopySource={"Bucket": b, "Key": k},
+                                    MetadataDirective="REPLACE", TaggingDirective="REPLACE",
+                                    Tagging="a=b"),
+    lambda s3, b, k: s3.copy_object(Bucket=b, Key="new", CopySource={
+        "Bucket": b, "Key": k, "VersionId": "3HL4kqtJlcpXroDTDmJ"}),
 ], ids=["put_object_tagging", "put_object_acl", "delete_object_tagging", "get_object_acl",
         "get_object_tagging", "put_object_retention", "put_object_legal_hold",
         "get_object_attributes", "restore_object", "get_object_version",
         "delete_object_version", "get_object_torrent", "list_object_versions",
-        "put_bucket_tagging", "list_parts", "copy_object"])
+        "put_bucket_tagging", "list_parts", "put_bucket_versioning", "copy_object_tags",
+        "copy_object_version"])
 def test_unimplemented_operations_answer_501_and_change_nothing(
         gw_s3: Any, victim: tuple[str, str], call: Any) -> None:
     bucket, key = victim
@@ -232,12 +246,13 @@ def test_unknown_and_repeated_parameters(gateway: Gateway, victim: tuple[str, st
 FORBIDDEN_PARAMS = ["acl", "tagging", "retention", "legal-hold", "attributes", "torrent",
                     "restore", "select", "select-type", "versions", "policy", "cors",
                     "lifecycle", "encryption", "website", "replication", "logging",
-                    "versioning", "notification", "object-lock", "analytics", "metrics",
+                    "notification", "object-lock", "analytics", "metrics",
                     "inventory", "intelligent-tiering", "ownershipControls",
                     "publicAccessBlock", "accelerate", "requestPayment", "policyStatus",
                     "session", "renameObject", "abac", "metadataTable", "ACL", "Tagging",
                     "foo", "id", "max-uploads", "key-marker"]
-ALLOWED_PARAMS = ["uploads", "uploadId", "partNumber", "delete", "location", "list-type",
+ALLOWED_PARAMS = ["uploads", "uploadId", "partNumber", "delete", "location", "versioning",
+                  "list-type",
                   "prefix", "x-id", "response-content-type", "max-keys", "marker"]
 FORBIDDEN_HEADERS = [
     ("x-amz-server-side-encryption", "AES256"),

@@ -1,6 +1,7 @@
 """S3 tools nobody here wrote, run against a running gateway: the AWS CLI (``aws s3 cp``,
-``aws s3 sync`` twice), s3cmd (``put``, ``get``, ``ls``, ``sync``: it checks that the ETag is
-the MD5 of what it sent) and the minio SDK (its ETag is the MD5 of the object)."""
+``aws s3 sync`` twice, copies and moves inside the gateway), s3cmd (``put``, ``get``, ``ls``,
+``sync``: it checks that the ETag is the MD5 of what it sent) and the minio SDK (its ETag is
+the MD5 of the object)."""
 
 from __future__ import annotations
 
@@ -96,6 +97,28 @@ def _s3cmd(gateway: Gateway, tmp_path: Path) -> list[str]:
         f"bucket_location = {REGION}", "signature_v2 = False", "check_ssl_certificate = False",
         "progress_meter = False", ""]))
     return [sys.executable, str(_tool("s3cmd")), "-c", str(cfg)]
+
+
+def test_aws_cli_copies_and_moves_within_the_gateway(gateway: Gateway, gw_s3: Any,
+                                                     gw_bucket: str, tmp_path: Path) -> None:
+    """``aws s3 cp/mv/sync`` from s3:// to s3://: CopyObject for a small object, and for one
+    over the CLI's 8 MiB multipart threshold a multipart copy (UploadPartCopy per range)."""
+    env = _env(tmp_path)
+    aws = [str(_tool("aws")), "--endpoint-url", gateway.endpoint, "--no-paginate"]
+    small, big = os.urandom(3000), os.urandom(12 * 1024 * 1024)
+    gw_s3.put_object(Bucket=gw_bucket, Key="small", Body=small)
+    gw_s3.put_object(Bucket=gw_bucket, Key="big", Body=big)
+    _run([*aws, "s3", "cp", f"s3://{gw_bucket}/big", f"s3://{gw_bucket}/copies/big"], env)
+    _run([*aws, "s3", "cp", f"s3://{gw_bucket}/small", f"s3://{gw_bucket}/copies/small"], env)
+    _run([*aws, "s3", "mv", f"s3://{gw_bucket}/copies/small", f"s3://{gw_bucket}/moved"], env)
+    _run([*aws, "s3", "sync", f"s3://{gw_bucket}/copies", f"s3://{gw_bucket}/synced"], env)
+    got = {k: gw_s3.get_object(Bucket=gw_bucket, Key=k)["Body"].read()
+           for k in ("copies/big", "moved", "synced/big")}
+    assert got == {"copies/big": big, "moved": small, "synced/big": big}
+    keys = [o["Key"] for o in gw_s3.list_objects_v2(Bucket=gw_bucket)["Contents"]]
+    assert keys == ["big", "copies/big", "moved", "small", "synced/big"]
+    # the CLI copied the large object in parts: the copy's ETag is a multipart one
+    assert gw_s3.head_object(Bucket=gw_bucket, Key="copies/big")["ETag"].endswith('-2"')
 
 
 def test_s3cmd_put_get_ls_sync(gateway: Gateway, gw_bucket: str, tmp_path: Path) -> None:
