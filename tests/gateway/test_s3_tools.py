@@ -1,7 +1,7 @@
 """S3 tools nobody here wrote, run against a running gateway: the AWS CLI (``aws s3 cp``,
 ``aws s3 sync`` twice, copies and moves inside the gateway), s3cmd (``put``, ``get``, ``ls``,
-``sync``: it checks that the ETag is the MD5 of what it sent) and the minio SDK (its ETag is
-the MD5 of the object)."""
+``sync``: it checks that the ETag is the MD5 of what it sent), the minio SDK (its ETag is
+the MD5 of the object) and s3fs (fsspec's S3 filesystem)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 
 import minio
 import pytest
+import s3fs
 
 from tests.gateway.conftest import GW_ACCESS, GW_SECRET, Gateway
 from tests.support.s3server import REGION
@@ -170,3 +171,36 @@ def test_minio_sdk_etag_is_md5(gateway: Gateway) -> None:
     assert up.etag == f"{want}-{len(chunks)}"
     assert mc.stat_object(bucket, "big").etag == up.etag
     assert {o.object_name: o.etag for o in mc.list_objects(bucket)}["big"] == up.etag
+
+
+def test_s3fs_files_copies_and_bucket_removal(gateway: Gateway) -> None:
+    """fsspec's S3 filesystem as data pipelines use it: whole and ranged reads, listings, a
+    multipart write through a file object, seeks, server-side copy and move, and removing a
+    bucket with everything in it (s3fs asks for the bucket's versioning first)."""
+    fs = s3fs.S3FileSystem(key=GW_ACCESS, secret=GW_SECRET, skip_instance_cache=True,
+                           use_listings_cache=False,
+                           client_kwargs={"endpoint_url": gateway.endpoint,
+                                          "region_name": REGION})
+    bucket = f"fs-{uuid.uuid4().hex[:12]}"
+    fs.mkdir(bucket)
+    small = os.urandom(300_000)
+    fs.pipe(f"{bucket}/a/b/one.bin", small)
+    assert fs.cat(f"{bucket}/a/b/one.bin") == small
+    assert fs.cat_file(f"{bucket}/a/b/one.bin", start=1000, end=5000) == small[1000:5000]
+    assert fs.info(f"{bucket}/a/b/one.bin")["ETag"] == f'"{hashlib.md5(small).hexdigest()}"'
+    assert fs.ls(f"{bucket}/a") == [f"{bucket}/a/b"] and fs.isdir(f"{bucket}/a")
+    big = os.urandom(12 * 1024 * 1024)
+    with fs.open(f"{bucket}/big.bin", "wb", block_size=5 * 1024 * 1024) as f:
+        for i in range(0, len(big), 1 << 20):
+            f.write(big[i:i + (1 << 20)])
+    with fs.open(f"{bucket}/big.bin", "rb", block_size=1 << 20) as f:
+        f.seek(5_000_000)
+        assert f.read(3_000_000) == big[5_000_000:8_000_000]
+    fs.copy(f"{bucket}/a/b/one.bin", f"{bucket}/copy.bin")
+    fs.mv(f"{bucket}/copy.bin", f"{bucket}/moved.bin")
+    assert fs.cat(f"{bucket}/moved.bin") == small and not fs.exists(f"{bucket}/copy.bin")
+    assert fs.find(bucket) == [f"{bucket}/a/b/one.bin", f"{bucket}/big.bin",
+                               f"{bucket}/moved.bin"]
+    assert fs.du(bucket) == 2 * len(small) + len(big)
+    fs.rm(bucket, recursive=True)
+    assert bucket not in fs.ls("/", refresh=True)
