@@ -13,7 +13,7 @@ from aiohttp import web
 
 from s3kv.errors import RequestError
 from s3kv.gateway.payload import BodyReader, BodyResult
-from s3kv.gateway.s3xml import MAX_XML_BYTES
+from s3kv.gateway.s3xml_parse import MAX_XML_BYTES
 from s3kv.gateway.state import GatewayState
 from s3kv.gateway.watchdog import IdleWatchdog
 from s3kv.wire.body import Buffer, joined

@@ -81,8 +81,7 @@ OPERATIONS: tuple[Operation, ...] = (
         values={"list-type": frozenset({"2"}), "fetch-owner": frozenset({"true", "false"})}),
     _op("DeleteObjects", "POST", _B, "delete"),
     _op("ListMultipartUploads", "GET", _B, "uploads",
-        "prefix delimiter encoding-type key-marker max-uploads upload-id-marker",
-        implemented=False),
+        "prefix delimiter encoding-type key-marker max-uploads upload-id-marker"),
     _op("PostObject", "POST", _B, implemented=False),
     _op("PutObject", "PUT", _O),
     _op("GetObject", "GET", _O, "", "partNumber versionId", extra=RESPONSE_OVERRIDES,
@@ -94,7 +93,7 @@ OPERATIONS: tuple[Operation, ...] = (
     _op("UploadPart", "PUT", _O, "uploadId partNumber"),
     _op("CompleteMultipartUpload", "POST", _O, "uploadId"),
     _op("AbortMultipartUpload", "DELETE", _O, "uploadId"),
-    _op("ListParts", "GET", _O, "uploadId", "max-parts part-number-marker", implemented=False),
+    _op("ListParts", "GET", _O, "uploadId", "max-parts part-number-marker"),
     _op("CopyObject", "PUT", _O, header="x-amz-copy-source"),
     _op("UploadPartCopy", "PUT", _O, "uploadId partNumber", header="x-amz-copy-source"),
 )

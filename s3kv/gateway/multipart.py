@@ -35,8 +35,8 @@ from s3kv.gateway.s3xml import (
     complete_multipart_upload,
     copy_result,
     initiate_multipart_upload,
-    parse_complete_multipart_upload,
 )
+from s3kv.gateway.s3xml_parse import parse_complete_multipart_upload
 from s3kv.gateway.state import GatewayState
 from s3kv.store.codecs import CodecSpec
 from s3kv.wire.headers import index_headers
@@ -55,6 +55,7 @@ class Part:
     etag: str  # quoted
     reserved: int  # memory budget held
     checksum: str | None = None  # base64 digest in the upload's checksum algorithm
+    at: float = field(default_factory=time.time)  # when it was uploaded (ListParts)
 
 
 @dataclass
@@ -66,6 +67,7 @@ class Upload:
     algorithm: str | None = None  # x-amz-checksum-algorithm, lower case
     checksum_type: str = "COMPOSITE"
     created: float = field(default_factory=time.monotonic)
+    initiated: float = field(default_factory=time.time)  # ListMultipartUploads' Initiated
     parts: dict[int, Part] = field(default_factory=dict)
 
     @property
@@ -178,8 +180,7 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
         ups.get(upload_id, t)
         ups.drop(upload_id, st)
         return web.Response(status=204)
-    request["op"] = "Unsupported"
-    raise RequestError("NotImplemented", "s3kv does not implement ListParts.", 501)
+    raise RuntimeError(f"{m} with an uploadId has no handler here (classify.py)")
 
 
 def _part_number(t: Target) -> int:

@@ -112,12 +112,13 @@ def durability(request: web.Request) -> bool:
     return value == "sealed"
 
 
-def max_keys(query: dict[str, str]) -> int:
-    raw = query.get("max-keys", "1000")
+def max_keys(query: dict[str, str], name: str = "max-keys") -> int:
+    """A listing's page size (``max-keys``, ``max-parts``, ``max-uploads``): 0 to 1000."""
+    raw = query.get(name, "1000")
     try:
         value = int(raw)
     except ValueError:
-        raise RequestError("InvalidArgument", "max-keys must be an integer") from None
+        raise RequestError("InvalidArgument", f"{name} must be an integer") from None
     if value < 0:
-        raise RequestError("InvalidArgument", "max-keys must not be negative")
+        raise RequestError("InvalidArgument", f"{name} must not be negative")
     return min(value, 1000)

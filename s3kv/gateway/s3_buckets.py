@@ -13,6 +13,7 @@ from aiohttp import web
 
 from s3kv.errors import RequestError
 from s3kv.gateway.bodies import read_small
+from s3kv.gateway.multipart_listing import list_uploads_handler
 from s3kv.gateway.requests import Target, validate_key
 from s3kv.gateway.s3_listing import (
     list_buckets,
@@ -23,10 +24,9 @@ from s3kv.gateway.s3xml import (
     DeleteError,
     delete_result,
     location_constraint,
-    parse_create_bucket_configuration,
-    parse_delete,
     versioning_configuration,
 )
+from s3kv.gateway.s3xml_parse import parse_create_bucket_configuration, parse_delete
 from s3kv.gateway.state import GatewayState
 from s3kv.store.codecs import HEADER_CODEC
 
@@ -105,6 +105,7 @@ async def delete_objects(request: web.Request, st: GatewayState, t: Target) -> w
 _HANDLERS: dict[str, BucketHandler] = {
     "GetBucketLocation": _location,
     "GetBucketVersioning": _versioning,
+    "ListMultipartUploads": list_uploads_handler,
     "DeleteObjects": delete_objects,
     "ListObjects": list_objects_v1_handler,
     "ListObjectsV2": list_objects_v2_handler,

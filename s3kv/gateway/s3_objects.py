@@ -8,7 +8,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from s3kv.errors import RequestError
-from s3kv.gateway import copy, multipart, objattrs
+from s3kv.gateway import copy, multipart, multipart_listing, objattrs
 from s3kv.gateway.bodies import read_body
 from s3kv.gateway.conditions import NOT_MODIFIED, check_read, check_write, is_conditional_write
 from s3kv.gateway.objattrs import Checksum, ObjectAttrs, attrs_of, object_etag
@@ -29,6 +29,9 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
     if m == "POST" and "uploads" in q:
         request["op"] = "CreateMultipartUpload"
         return await multipart.create(request, st, t)
+    if "uploadId" in q and m == "GET":
+        request["op"] = "ListParts"
+        return await multipart_listing.list_parts_handler(request, st, t)
     if "uploadId" in q:
         return await multipart.dispatch(request, st, t)
     if m == "PUT" and copy.SOURCE_HEADER in request.headers:

@@ -1,29 +1,19 @@
-"""S3 XML documents: rendering the responses and parsing the few request bodies, safely.
+"""S3 XML documents: the responses, rendered (s3xml_parse.py parses the few request bodies).
 
 Rendering builds strings directly (escaped; characters XML 1.0 cannot carry are written as
 numeric references, as S3 does; clients that need exact keys ask for ``EncodingType=url``).
-Parsing takes bytes of at most ``MAX_XML_BYTES``, refuses any DTD or entity declaration, ignores
-namespaces (clients send the S3 namespace or none) and raises ``RequestError`` (MalformedXML,
-InvalidPartOrder, InvalidArgument) on anything else.
 """
 
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from itertools import pairwise
 from urllib.parse import quote
-
-from s3kv.errors import RequestError
 
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 HEADER = '<?xml version="1.0" encoding="UTF-8"?>\n'
-MAX_XML_BYTES = 2 * 1024 * 1024  # DeleteObjects with 1000 long keys stays well below this
-MAX_DELETE_KEYS = 1000
-MAX_PART_NUMBER = 10000
 _ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&apos;", "\r": "&#13;"}
 _ESCAPE_RE = re.compile("[&<>\"'\r\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
@@ -203,6 +193,94 @@ def complete_multipart_upload(location: str, bucket: str, key: str, etag: str,
                 _checksum_elements(checksum))
 
 
+@dataclass(frozen=True)
+class PartEntry:
+    number: int
+    last_modified: float
+    etag: str  # quoted
+    size: int
+    checksum: tuple[str, str] | None = None  # (algorithm, base64 value)
+
+
+@dataclass
+class PartsPage:
+    bucket: str
+    key: str
+    upload_id: str
+    marker: int
+    max_parts: int
+    parts: Sequence[PartEntry]
+    truncated: bool
+    checksum: tuple[str, str] | None = None  # the upload's (algorithm, checksum type)
+
+
+def list_parts(page: PartsPage) -> bytes:
+    """ListPartsResult."""
+    out = [_el("Bucket", page.bucket), _el("Key", page.key), _el("UploadId", page.upload_id),
+           _el("PartNumberMarker", page.marker)]
+    if page.parts:
+        out.append(_el("NextPartNumberMarker", page.parts[-1].number))
+    out += [_el("MaxParts", page.max_parts), _el("IsTruncated", page.truncated)]
+    for p in page.parts:
+        extra = _el(f"Checksum{p.checksum[0].upper()}", p.checksum[1]) if p.checksum else ""
+        out.append(f"<Part>{_el('PartNumber', p.number)}"
+                   f"{_el('LastModified', iso8601(p.last_modified))}{_el('ETag', p.etag)}"
+                   f"{_el('Size', p.size)}{extra}</Part>")
+    owner = _owner()
+    out += [owner.replace("Owner>", "Initiator>"), owner, _el("StorageClass", "STANDARD")]
+    if page.checksum:
+        out += [_el("ChecksumAlgorithm", page.checksum[0].upper()),
+                _el("ChecksumType", page.checksum[1])]
+    return _doc("ListPartsResult", "".join(out))
+
+
+@dataclass(frozen=True)
+class UploadEntry:
+    key: str
+    upload_id: str
+    initiated: float
+
+
+@dataclass
+class UploadsPage:
+    bucket: str
+    key_marker: str
+    upload_id_marker: str
+    prefix: str
+    delimiter: str | None
+    max_uploads: int
+    uploads: Sequence[UploadEntry]
+    prefixes: Sequence[str]
+    truncated: bool
+    next_markers: tuple[str, str] | None  # (NextKeyMarker, NextUploadIdMarker)
+    encoding_type: str | None = None
+
+
+def list_multipart_uploads(page: UploadsPage) -> bytes:
+    """ListMultipartUploadsResult; keys, prefixes, markers and the delimiter URL-encoded with
+    ``encoding_type='url'``."""
+    enc = _encoder(page.encoding_type)
+    out = [_el("Bucket", page.bucket), _el("KeyMarker", enc(page.key_marker)),
+           _el("UploadIdMarker", page.upload_id_marker)]
+    if page.next_markers:
+        out += [_el("NextKeyMarker", enc(page.next_markers[0])),
+                _el("NextUploadIdMarker", page.next_markers[1])]
+    out.append(_el("Prefix", enc(page.prefix)))
+    if page.delimiter:
+        out.append(_el("Delimiter", enc(page.delimiter)))
+    out += [_el("MaxUploads", page.max_uploads), _el("IsTruncated", page.truncated)]
+    if page.encoding_type:
+        out.append(_el("EncodingType", page.encoding_type))
+    owner = _owner()
+    for u in page.uploads:
+        out.append(f"<Upload>{_el('Key', enc(u.key))}{_el('UploadId', u.upload_id)}"
+                   f"{owner.replace('Owner>', 'Initiator>')}{owner}"
+                   f"{_el('StorageClass', 'STANDARD')}"
+                   f"{_el('Initiated', iso8601(u.initiated))}</Upload>")
+    out += [f"<CommonPrefixes>{_el('Prefix', enc(p))}</CommonPrefixes>" for p in page.prefixes]
+    return _doc("ListMultipartUploadsResult", "".join(out))
+
+
 def _checksum_elements(checksum: tuple[str, str, str] | None) -> str:
     """(algorithm, base64 value, checksum type) as a result's Checksum* elements."""
     if checksum is None:
@@ -243,115 +321,3 @@ def delete_result(deleted: Iterable[str], errors: Iterable[DeleteError] = (),
     parts += [f"<Error>{_el('Key', e.key)}{_el('Code', e.code)}{_el('Message', e.message)}"
               "</Error>" for e in errors]
     return _doc("DeleteResult", "".join(parts))
-
-
-# -- requests --------------------------------------------------------------------------------------
-
-def _malformed(why: str = "") -> RequestError:
-    msg = ("The XML you provided was not well-formed or did not validate against our published "
-           "schema")
-    return RequestError("MalformedXML", f"{msg} ({why})" if why else msg)
-
-
-def _local(tag: str) -> str:
-    return tag.rsplit("}", 1)[-1]
-
-
-def parse_xml(data: bytes, root: str) -> ET.Element:
-    """Parse a request body whose root element must be ``root`` (any namespace)."""
-    if len(data) > MAX_XML_BYTES:
-        raise _malformed(f"the document is larger than {MAX_XML_BYTES} bytes")
-    if b"\x00" in data:  # UTF-16/32 would slip past the byte checks below
-        raise _malformed("the document must be UTF-8")
-    if b"<!DOCTYPE" in data or b"<!ENTITY" in data or b"<!doctype" in data:
-        raise _malformed("DTDs and entity declarations are not accepted")
-    try:
-        elem = ET.fromstring(data)
-    except ET.ParseError as exc:
-        raise _malformed(str(exc)) from None
-    if _local(elem.tag) != root:
-        raise _malformed(f"the root element must be {root}")
-    return elem
-
-
-def _children(elem: ET.Element, name: str) -> list[ET.Element]:
-    return [c for c in elem if _local(c.tag) == name]
-
-
-def _text(elem: ET.Element, name: str, *, required: bool = True) -> str | None:
-    found = _children(elem, name)
-    if len(found) > 1:
-        raise _malformed(f"{name} appears more than once")
-    if not found:
-        if required:
-            raise _malformed(f"{name} is missing")
-        return None
-    return found[0].text or ""
-
-
-@dataclass(frozen=True)
-class CompletedPart:
-    part_number: int
-    etag: str  # as sent, normally quoted
-    #: flexible checksums listed for the part: algorithm (lower case) -> base64 value
-    checksums: dict[str, str] = field(default_factory=dict)
-
-
-_PART_CHECKSUMS = ("crc32", "crc32c", "crc64nvme", "sha1", "sha256")
-
-
-def parse_complete_multipart_upload(data: bytes) -> list[CompletedPart]:
-    """Parts in ascending PartNumber order (else InvalidPartOrder); at least one part."""
-    root = parse_xml(data, "CompleteMultipartUpload")
-    parts: list[CompletedPart] = []
-    for el in _children(root, "Part"):
-        raw = (_text(el, "PartNumber") or "").strip()
-        if not raw.isdigit() or not 1 <= int(raw) <= MAX_PART_NUMBER:
-            raise RequestError("InvalidArgument", "Part number must be an integer between 1 and "
-                               f"{MAX_PART_NUMBER}, inclusive")
-        etag = (_text(el, "ETag") or "").strip()
-        if not etag:
-            raise _malformed("a Part has an empty ETag")
-        sums = {a: (_text(el, f"Checksum{a.upper()}", required=False) or "").strip()
-                for a in _PART_CHECKSUMS}
-        parts.append(CompletedPart(int(raw), etag, {a: v for a, v in sums.items() if v}))
-    if not parts:
-        raise _malformed("CompleteMultipartUpload lists no Part")
-    for a, b in pairwise(parts):
-        if b.part_number <= a.part_number:
-            raise RequestError("InvalidPartOrder", "The list of parts was not in ascending "
-                               "order. The parts list must be specified in order by part number.")
-    return parts
-
-
-@dataclass(frozen=True)
-class DeleteRequest:
-    keys: list[str]
-    quiet: bool
-
-
-def parse_delete(data: bytes) -> DeleteRequest:
-    """DeleteObjects body: 1 to 1000 Object/Key entries, optional Quiet."""
-    root = parse_xml(data, "Delete")
-    quiet_text = _text(root, "Quiet", required=False)
-    quiet = (quiet_text or "").strip().lower() == "true"
-    if quiet_text is not None and quiet_text.strip().lower() not in ("true", "false"):
-        raise _malformed("Quiet must be true or false")
-    keys = []
-    for obj in _children(root, "Object"):
-        key = _text(obj, "Key")
-        if not key:
-            raise _malformed("an Object has an empty Key")
-        keys.append(key)
-    if not keys or len(keys) > MAX_DELETE_KEYS:
-        raise _malformed(f"Delete must list between 1 and {MAX_DELETE_KEYS} objects")
-    return DeleteRequest(keys, quiet)
-
-
-def parse_create_bucket_configuration(data: bytes) -> str | None:
-    """The LocationConstraint of a CreateBucket body (None when the body is empty)."""
-    if not data.strip():
-        return None
-    root = parse_xml(data, "CreateBucketConfiguration")
-    value = _text(root, "LocationConstraint", required=False)
-    return value.strip() if value and value.strip() else None

@@ -12,7 +12,7 @@ from botocore.parsers import RestXMLParser
 from botocore.session import get_session
 
 from s3kv.errors import RequestError
-from s3kv.gateway import s3xml
+from s3kv.gateway import s3xml, s3xml_parse
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
 
@@ -91,10 +91,10 @@ def test_parse_complete_multipart_upload() -> None:
             b'<Part><ETag>"e1"</ETag><PartNumber>1</PartNumber></Part>'
             b'<Part><PartNumber>3</PartNumber><ETag>"e3"</ETag></Part>'
             b"</CompleteMultipartUpload>")
-    parts = s3xml.parse_complete_multipart_upload(body)
+    parts = s3xml_parse.parse_complete_multipart_upload(body)
     assert [(p.part_number, p.etag) for p in parts] == [(1, '"e1"'), (3, '"e3"')]
     no_ns = body.replace(b' xmlns="http://s3.amazonaws.com/doc/2006-03-01/"', b"")
-    assert len(s3xml.parse_complete_multipart_upload(no_ns)) == 2
+    assert len(s3xml_parse.parse_complete_multipart_upload(no_ns)) == 2
     cases = {
         body.replace(b"<PartNumber>3", b"<PartNumber>1"): "InvalidPartOrder",
         body.replace(b"<PartNumber>3", b"<PartNumber>0"): "InvalidArgument",
@@ -107,7 +107,7 @@ def test_parse_complete_multipart_upload() -> None:
     }
     for data, code in cases.items():
         with pytest.raises(RequestError) as info:
-            s3xml.parse_complete_multipart_upload(data)
+            s3xml_parse.parse_complete_multipart_upload(data)
         assert info.value.code == code, data
 
 
@@ -118,15 +118,15 @@ def _delete_body(keys: list[str], quiet: str | None = None) -> bytes:
 
 
 def test_parse_delete_and_render_result() -> None:
-    req = s3xml.parse_delete(_delete_body(["a", "b&c", "é"], "true"))
+    req = s3xml_parse.parse_delete(_delete_body(["a", "b&c", "é"], "true"))
     assert req.keys == ["a", "b&c", "é"] and req.quiet
-    assert not s3xml.parse_delete(_delete_body(["a"])).quiet
+    assert not s3xml_parse.parse_delete(_delete_body(["a"])).quiet
     for bad in (_delete_body([]), _delete_body([f"k{i}" for i in range(1001)]),
                 _delete_body(["a"], "maybe"), b"<Delete><Object/></Delete>"):
         with pytest.raises(RequestError) as info:
-            s3xml.parse_delete(bad)
+            s3xml_parse.parse_delete(bad)
         assert info.value.code == "MalformedXML"
-    assert len(s3xml.parse_delete(_delete_body([f"k{i}" for i in range(1000)])).keys) == 1000
+    assert len(s3xml_parse.parse_delete(_delete_body([f"k{i}" for i in range(1000)])).keys) == 1000
     doc = s3xml.delete_result(["a", "b"], [s3xml.DeleteError("c", "AccessDenied", "no")])
     parsed = _botocore_parse("DeleteObjects", doc)
     assert [d["Key"] for d in parsed["Deleted"]] == ["a", "b"]
@@ -136,10 +136,10 @@ def test_parse_delete_and_render_result() -> None:
 
 
 def test_create_bucket_configuration() -> None:
-    assert s3xml.parse_create_bucket_configuration(b"") is None
+    assert s3xml_parse.parse_create_bucket_configuration(b"") is None
     body = (b'<CreateBucketConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
             b"<LocationConstraint>eu-west-1</LocationConstraint></CreateBucketConfiguration>")
-    assert s3xml.parse_create_bucket_configuration(body) == "eu-west-1"
+    assert s3xml_parse.parse_create_bucket_configuration(body) == "eu-west-1"
 
 
 @pytest.mark.parametrize("data", [
@@ -149,11 +149,11 @@ def test_create_bucket_configuration() -> None:
     b"<Delete><Object><Key>&undefined;</Key></Object></Delete>",
     '<?xml version="1.0" encoding="UTF-16"?><Delete><Object><Key>a</Key></Object></Delete>'
     .encode("utf-16"),
-    b"<Delete>" + b"x" * (s3xml.MAX_XML_BYTES + 1) + b"</Delete>",
+    b"<Delete>" + b"x" * (s3xml_parse.MAX_XML_BYTES + 1) + b"</Delete>",
 ])
 def test_hostile_xml_refused(data: bytes) -> None:
     with pytest.raises(RequestError) as info:
-        s3xml.parse_delete(data)
+        s3xml_parse.parse_delete(data)
     assert info.value.code == "MalformedXML"
 
 
