@@ -171,6 +171,21 @@ class GatewayMachine(RuleBasedStateMachine):
             expected = data[start:end]
         assert body == expected
 
+    @rule(i=st.integers(0, 2), key=_SKEY, j=st.integers(0, 2), dest=_SKEY)
+    def copy(self, i: int, key: str, j: int, dest: str) -> None:
+        src, dst = self.names[i], self.names[j]
+        same = (src, key) == (dst, dest)
+        code, _ = self._err(self.s3.copy_object, Bucket=dst, Key=dest,
+                            CopySource={"Bucket": src, "Key": key},
+                            MetadataDirective="REPLACE" if same else "COPY")
+        if dst not in self.model or src not in self.model:
+            assert code == "NoSuchBucket", code
+        elif key not in self.model[src]:
+            assert code == "NoSuchKey", code
+        else:
+            assert code == "", code
+            self.model[dst][dest] = self.model[src][key]
+
     @rule(i=st.integers(0, 2), key=_SKEY)
     def head(self, i: int, key: str) -> None:
         name = self.names[i]
