@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,6 +17,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.gateway.conftest import Gateway, gateway_client
+from tests.support.gateway import SMALL, backend_store, running_gateway
+from tests.support.s3server import MotoServer
 
 pytestmark = pytest.mark.usefixtures("no_server_errors")
 
@@ -231,3 +234,35 @@ def test_bucket_versioning_is_never_enabled(gw_s3: Any, gw_bucket: str) -> None:
     with pytest.raises(ClientError) as exc:
         gw_s3.get_bucket_versioning(Bucket=gw_bucket + "-none")
     assert _error(exc) == (404, "NoSuchBucket")
+
+
+@pytest.fixture(scope="module")
+def tight_gateway(s3_server: MotoServer) -> Iterator[Gateway]:
+    """Request memory for 4 MiB of bodies and staged parts at once."""
+    with running_gateway(backend_store(s3_server), [*SMALL, "--max-request-memory", "4MiB"]) \
+            as gw:
+        yield gw
+
+
+def test_copies_stay_within_the_request_memory_budget(tight_gateway: Gateway) -> None:
+    """A copy holds its source's bytes: with the budget taken by a staged part it is refused
+    with 503 SlowDown and stores nothing, and goes through once the part is gone."""
+    s3 = gateway_client(tight_gateway.endpoint)
+    bucket = f"tight-{os.urandom(4).hex()}"
+    s3.create_bucket(Bucket=bucket)
+    src = os.urandom(2 * MiB)
+    s3.put_object(Bucket=bucket, Key="src", Body=src)
+    up = s3.create_multipart_upload(Bucket=bucket, Key="held")["UploadId"]
+    s3.upload_part(Bucket=bucket, Key="held", UploadId=up, PartNumber=1, Body=b"x" * (3 * MiB))
+    other = s3.create_multipart_upload(Bucket=bucket, Key="parts")["UploadId"]
+    for call in (lambda: s3.copy_object(Bucket=bucket, Key="dst", CopySource=f"{bucket}/src"),
+                 lambda: s3.upload_part_copy(Bucket=bucket, Key="parts", UploadId=other,
+                                             PartNumber=1, CopySource=f"{bucket}/src")):
+        with pytest.raises(ClientError) as exc:
+            call()
+        assert _error(exc) == (503, "SlowDown")
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["src"]
+    assert "Parts" not in s3.list_parts(Bucket=bucket, Key="parts", UploadId=other)
+    s3.abort_multipart_upload(Bucket=bucket, Key="held", UploadId=up)
+    s3.copy_object(Bucket=bucket, Key="dst", CopySource=f"{bucket}/src")
+    assert _read(s3, bucket, "dst") == src
