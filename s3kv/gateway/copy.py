@@ -110,17 +110,10 @@ def resolve_source(request: web.Request) -> tuple[CopySource, bytes]:
     return src, validate_key(src.key)
 
 
-def reserve_source(st: GatewayState, src: CopySource, key: bytes) -> int:
-    """Reserve the request memory a copy of the source needs (its size; 0 if it does not
-    exist, which :func:`read_source` then answers with 404); the caller releases it.
-    NoSuchBucket if the source's namespace does not exist."""
-    meta = st.store.head(src.bucket, key)
-    return st.budget.reserve(meta.size if meta is not None else 0)
-
-
 async def read_source(request: web.Request, st: GatewayState, src: CopySource,
                       key: bytes) -> SourceBlock:
-    """The source's bytes, its conditions evaluated against what was read."""
+    """The source's bytes, its conditions evaluated against what was read (the caller holds
+    the memory for them: :func:`read_reserved`)."""
     for _ in range(_READ_ATTEMPTS):
         meta = st.store.head(src.bucket, key)
         if meta is None:
@@ -133,6 +126,23 @@ async def read_source(request: web.Request, st: GatewayState, src: CopySource,
         if st.store.head(src.bucket, key) == meta:  # not overwritten while it was read
             return SourceBlock(meta, attrs, data)
     raise RequestError("NoSuchKey", "The specified key does not exist.", 404)
+
+
+async def read_reserved(request: web.Request, st: GatewayState, src: CopySource,
+                        key: bytes) -> tuple[SourceBlock, int]:
+    """The source read within the request memory budget: (its block, the bytes reserved for
+    it, which the caller releases). 503 SlowDown, nothing held, when the budget has no room;
+    NoSuchBucket if the source's namespace does not exist."""
+    meta = st.store.head(src.bucket, key)
+    reserved = st.budget.reserve(meta.size if meta is not None else 0)
+    try:
+        source = await read_source(request, st, src, key)
+        if source.meta.size > reserved:  # overwritten by a larger object since reserved
+            reserved += st.budget.reserve(source.meta.size - reserved)
+    except BaseException:
+        st.budget.release(reserved)
+        raise
+    return source, reserved
 
 
 def _directive(request: web.Request) -> str:
@@ -187,11 +197,8 @@ async def copy_object(request: web.Request, st: GatewayState, t: Target) -> web.
     base = objattrs.from_request(heads) if directive == "REPLACE" else None
     codec = codec_of(heads, st.store.namespace_codecs[t.bucket])
     algorithm = _asked_algorithm(request)
-    reserved = reserve_source(st, src, src_key)
+    source, reserved = await read_reserved(request, st, src, src_key)
     try:
-        source = await read_source(request, st, src, src_key)
-        if source.meta.size > reserved:  # overwritten by a larger object since reserved
-            reserved += st.budget.reserve(source.meta.size - reserved)
         attrs = await _copy_attrs(st, source, base if base is not None else source.attrs,
                                   algorithm)
         blob = attrs.encode()

@@ -246,9 +246,8 @@ async def upload_part_copy(request: web.Request, st: GatewayState, t: Target,
     number = _part_number(t)
     room = _room(st, up, number)
     src, key = copy.resolve_source(request)
-    reserved = copy.reserve_source(st, src, key)
+    source, reserved = await copy.read_reserved(request, st, src, key)
     try:
-        source = await copy.read_source(request, st, src, key)
         start, end = copy.source_range(request, len(source.data))
         if end - start > room:
             raise RequestError("EntityTooLarge", "The upload exceeds the gateway's max block "
