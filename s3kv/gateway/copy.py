@@ -110,7 +110,7 @@ def resolve_source(request: web.Request) -> tuple[CopySource, bytes]:
     return src, validate_key(src.key)
 
 
-async def read_source(request: web.Request, st: GatewayState, src: CopySource,
+async def _read_source(request: web.Request, st: GatewayState, src: CopySource,
                       key: bytes) -> SourceBlock:
     """The source's bytes, its conditions evaluated against what was read (the caller holds
     the memory for them: :func:`read_reserved`)."""
@@ -136,7 +136,7 @@ async def read_reserved(request: web.Request, st: GatewayState, src: CopySource,
     meta = st.store.head(src.bucket, key)
     reserved = st.budget.reserve(meta.size if meta is not None else 0)
     try:
-        source = await read_source(request, st, src, key)
+        source = await _read_source(request, st, src, key)
         if source.meta.size > reserved:  # overwritten by a larger object since reserved
             reserved += st.budget.reserve(source.meta.size - reserved)
     except BaseException:
