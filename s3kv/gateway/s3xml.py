@@ -74,8 +74,9 @@ OWNER_ID = "s3kv"
 OWNER_NAME = "s3kv"
 
 
-def _owner() -> str:
-    return f"<Owner>{_el('ID', OWNER_ID)}{_el('DisplayName', OWNER_NAME)}</Owner>"
+def _owner(tag: str = "Owner") -> str:
+    """The one owner (``tag``: Owner, or Initiator for an upload)."""
+    return f"<{tag}>{_el('ID', OWNER_ID)}{_el('DisplayName', OWNER_NAME)}</{tag}>"
 
 
 def list_buckets(buckets: Iterable[BucketEntry], *, continuation_token: str | None = None,
@@ -226,8 +227,7 @@ def list_parts(page: PartsPage) -> bytes:
         out.append(f"<Part>{_el('PartNumber', p.number)}"
                    f"{_el('LastModified', iso8601(p.last_modified))}{_el('ETag', p.etag)}"
                    f"{_el('Size', p.size)}{extra}</Part>")
-    owner = _owner()
-    out += [owner.replace("Owner>", "Initiator>"), owner, _el("StorageClass", "STANDARD")]
+    out += [_owner("Initiator"), _owner(), _el("StorageClass", "STANDARD")]
     if page.checksum:
         out += [_el("ChecksumAlgorithm", page.checksum[0].upper()),
                 _el("ChecksumType", page.checksum[1])]
@@ -271,10 +271,9 @@ def list_multipart_uploads(page: UploadsPage) -> bytes:
     out += [_el("MaxUploads", page.max_uploads), _el("IsTruncated", page.truncated)]
     if page.encoding_type:
         out.append(_el("EncodingType", page.encoding_type))
-    owner = _owner()
     for u in page.uploads:
         out.append(f"<Upload>{_el('Key', enc(u.key))}{_el('UploadId', u.upload_id)}"
-                   f"{owner.replace('Owner>', 'Initiator>')}{owner}"
+                   f"{_owner('Initiator')}{_owner()}"
                    f"{_el('StorageClass', 'STANDARD')}"
                    f"{_el('Initiated', iso8601(u.initiated))}</Upload>")
     out += [f"<CommonPrefixes>{_el('Prefix', enc(p))}</CommonPrefixes>" for p in page.prefixes]
