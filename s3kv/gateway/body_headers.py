@@ -15,6 +15,18 @@ from s3kv.wire.headers import HeaderValues, comma_list
 from s3kv.wire.sigv4 import PayloadMode
 
 
+def checksum_algorithm(raw: str | None) -> str | None:
+    """``x-amz-checksum-algorithm`` (a CreateMultipartUpload's, a CopyObject's) in lower case,
+    None if absent; InvalidRequest for one the gateway does not know."""
+    if raw is None:
+        return None
+    algo = raw.strip().lower()
+    if algo not in ALGORITHMS:
+        raise RequestError("InvalidRequest", f"Checksum algorithm {raw!r} is not supported: use "
+                           "CRC32, CRC32C, CRC64NVME, SHA1 or SHA256.")
+    return algo
+
+
 def int_header(headers: HeaderValues, name: str) -> int | None:
     """The first value of header ``name`` as a size (None: absent)."""
     values = headers.get(name)

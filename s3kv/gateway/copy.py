@@ -30,7 +30,8 @@ from aiohttp import web
 from s3kv.errors import RequestError
 from s3kv.gateway import objattrs
 from s3kv.gateway.access import check_namespace
-from s3kv.gateway.checksums import ALGORITHMS, digest_b64
+from s3kv.gateway.body_headers import checksum_algorithm
+from s3kv.gateway.checksums import digest_b64
 from s3kv.gateway.conditions import (
     NOT_MODIFIED,
     check_read,
@@ -157,17 +158,6 @@ def _md5_hex(data: bytes | memoryview) -> str:
     return hashlib.md5(data).hexdigest()
 
 
-def _asked_algorithm(request: web.Request) -> str | None:
-    """``x-amz-checksum-algorithm``: the checksum the copy must have (lower case), if any."""
-    raw = request.headers.get("x-amz-checksum-algorithm")
-    if raw is None:
-        return None
-    if raw.strip().lower() not in ALGORITHMS:
-        raise RequestError("InvalidRequest", f"Checksum algorithm {raw!r} is not supported: use "
-                           "CRC32, CRC32C, CRC64NVME, SHA1 or SHA256.")
-    return raw.strip().lower()
-
-
 async def _copy_attrs(st: GatewayState, source: SourceBlock, base: ObjectAttrs,
                       algorithm: str | None) -> ObjectAttrs:
     """``base`` (the copy's content headers and metadata) stamped with the copy's ETag and
@@ -196,7 +186,7 @@ async def copy_object(request: web.Request, st: GatewayState, t: Target) -> web.
                            "storage class, website redirect location or encryption attributes.")
     base = objattrs.from_request(heads) if directive == "REPLACE" else None
     codec = codec_of(heads, st.store.namespace_codecs[t.bucket])
-    algorithm = _asked_algorithm(request)
+    algorithm = checksum_algorithm(request.headers.get("x-amz-checksum-algorithm"))
     source, reserved = await read_reserved(request, st, src, src_key)
     try:
         attrs = await _copy_attrs(st, source, base if base is not None else source.attrs,
@@ -211,13 +201,8 @@ async def copy_object(request: web.Request, st: GatewayState, t: Target) -> web.
     finally:
         st.budget.release(reserved)
     c = attrs.checksum
-    body = copy_result("CopyObjectResult", object_etag(meta, attrs), meta.written_at,
-                       None if c is None else (c.algorithm, c.value, c.type))
-    headers = {}
-    if c is not None:
-        headers[f"x-amz-checksum-{c.algorithm}"] = c.value
-        headers["x-amz-checksum-type"] = c.type
-    return web.Response(body=body, content_type=XML, headers=headers)
+    body = copy_result("CopyObjectResult", object_etag(meta, attrs), meta.written_at, c)
+    return web.Response(body=body, content_type=XML, headers=c.headers() if c else {})
 
 
 def source_range(request: web.Request, size: int) -> tuple[int, int]:

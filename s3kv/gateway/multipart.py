@@ -27,7 +27,8 @@ from zlib_ng import zlib_ng
 from s3kv.errors import RequestError
 from s3kv.gateway import copy
 from s3kv.gateway.bodies import read_body, read_small
-from s3kv.gateway.checksums import ALGORITHMS, digest_b64, new_checksum
+from s3kv.gateway.body_headers import checksum_algorithm
+from s3kv.gateway.checksums import digest_b64, new_checksum
 from s3kv.gateway.conditions import check_write, is_conditional_write
 from s3kv.gateway.objattrs import Checksum, ObjectAttrs, fast_etag, from_request, object_etag
 from s3kv.gateway.requests import Target, codec_of, durability, validate_key
@@ -128,17 +129,13 @@ def uploads_of(request: web.Request) -> Uploads:
 
 
 def _checksum_declaration(request: web.Request) -> tuple[str | None, str]:
-    raw = request.headers.get("x-amz-checksum-algorithm")
+    algo = checksum_algorithm(request.headers.get("x-amz-checksum-algorithm"))
     kind = request.headers.get("x-amz-checksum-type", "").strip().upper()
-    if raw is None:
+    if algo is None:
         if kind:
             raise RequestError("InvalidRequest", "x-amz-checksum-type needs "
                                "x-amz-checksum-algorithm.")
         return None, "COMPOSITE"
-    algo = raw.strip().lower()
-    if algo not in ALGORITHMS:
-        raise RequestError("InvalidRequest", f"Checksum algorithm {raw!r} is not supported: use "
-                           "CRC32, CRC32C, CRC64NVME, SHA1 or SHA256.")
     kind = kind or ("FULL_OBJECT" if algo == "crc64nvme" else "COMPOSITE")
     if kind not in ("COMPOSITE", "FULL_OBJECT") or (kind == "FULL_OBJECT" and algo not in _CRCS) \
             or (kind == "COMPOSITE" and algo == "crc64nvme"):
@@ -336,13 +333,9 @@ async def complete(request: web.Request, st: GatewayState, t: Target, upload_id:
         meta = await st.store.put(t.bucket, up.key, data, durable=durable, codec=up.codec,
                                   attrs=attrs.encode())
     ups.drop(upload_id, st)
-    c = (checksum.algorithm, checksum.value, checksum.type) if checksum is not None else None
     body = complete_multipart_upload(f"/{t.bucket}/{t.key}", t.bucket, t.key,
-                                     object_etag(meta, attrs), c)
-    headers = {}
-    if checksum is not None:
-        headers[f"x-amz-checksum-{checksum.algorithm}"] = checksum.value
-        headers["x-amz-checksum-type"] = checksum.type
+                                     object_etag(meta, attrs), checksum)
+    headers = checksum.headers() if checksum is not None else {}
     ups.remember(upload_id, Completed(t.bucket, up.key, body, headers))
     return web.Response(body=body, content_type=XML, headers=headers)
 

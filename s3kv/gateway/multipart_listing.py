@@ -14,7 +14,8 @@ from aiohttp import web
 
 from s3kv.errors import RequestError
 from s3kv.gateway.multipart import Upload, uploads_of
-from s3kv.gateway.requests import Target, max_keys
+from s3kv.gateway.requests import Target, encoding_type, max_keys
+from s3kv.gateway.s3_listing import common_prefix
 from s3kv.gateway.s3xml import (
     PartEntry,
     PartsPage,
@@ -66,9 +67,7 @@ async def list_uploads_handler(request: web.Request, st: GatewayState,
                                t: Target) -> web.StreamResponse:
     st.store.ns_id(t.bucket)
     q = t.query
-    encoding = q.get("encoding-type")
-    if encoding not in (None, "url"):
-        raise RequestError("InvalidArgument", "encoding-type must be 'url'.")
+    encoding = encoding_type(q)
     prefix, delimiter = q.get("prefix", ""), q.get("delimiter") or None
     key_marker, id_marker = q.get("key-marker", ""), q.get("upload-id-marker", "")
     limit = max_keys(q, "max-uploads")
@@ -89,13 +88,9 @@ async def list_uploads_handler(request: web.Request, st: GatewayState,
         if up.key < kbytes or (up.key == kbytes and (after_id is None or i <= after_id)):
             continue  # at or before the markers
         key = key_text(up.key)
-        common = None
-        if delimiter:
-            cut = key.find(delimiter, len(prefix))
-            common = key[:cut + len(delimiter)] if cut >= 0 else None
-            if common is not None and (common == key_marker or (prefixes and
-                                                                prefixes[-1] == common)):
-                continue  # under a common prefix already returned
+        common = common_prefix(key, len(prefix), delimiter or "")
+        if common is not None and (common == key_marker or (prefixes and prefixes[-1] == common)):
+            continue  # under a common prefix already returned
         if len(uploads) + len(prefixes) >= limit:
             truncated = True
             break

@@ -52,6 +52,10 @@ class Checksum(NamedTuple):
     value: str  # base64, with "-N" for a multipart composite
     type: str = "FULL_OBJECT"  # or COMPOSITE
 
+    def headers(self) -> dict[str, str]:
+        """As an answer's headers: ``x-amz-checksum-<algorithm>`` and ``x-amz-checksum-type``."""
+        return {f"x-amz-checksum-{self.algorithm}": self.value, "x-amz-checksum-type": self.type}
+
 
 class ObjectAttrs(NamedTuple):
     etag: str = ""  # unquoted; "" for a block written without one (native API, --etag fast)
@@ -209,6 +213,5 @@ def response_headers(meta: BlockMeta, attrs: ObjectAttrs, query: Mapping[str, st
     for name, value in attrs.meta:
         out[META_PREFIX + name] = value
     if checksum and attrs.checksum is not None:
-        out[f"x-amz-checksum-{attrs.checksum.algorithm}"] = attrs.checksum.value
-        out["x-amz-checksum-type"] = attrs.checksum.type
+        out.update(attrs.checksum.headers())
     return out

@@ -112,6 +112,14 @@ def durability(request: web.Request) -> bool:
     return value == "sealed"
 
 
+def encoding_type(query: dict[str, str]) -> str | None:
+    """A listing's ``encoding-type``: ``url`` or None; InvalidArgument for anything else."""
+    encoding = query.get("encoding-type")
+    if encoding not in (None, "url"):
+        raise RequestError("InvalidArgument", "encoding-type must be 'url'.")
+    return encoding
+
+
 def max_keys(query: dict[str, str], name: str = "max-keys") -> int:
     """A listing's page size (``max-keys``, ``max-parts``, ``max-uploads``): 0 to 1000."""
     raw = query.get(name, "1000")

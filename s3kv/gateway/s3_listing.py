@@ -12,13 +12,14 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
+from typing import AnyStr
 
 from aiohttp import web
 
 from s3kv.errors import RequestError
 from s3kv.gateway.objattrs import object_etag
 from s3kv.gateway.ops import caller
-from s3kv.gateway.requests import Target, max_keys
+from s3kv.gateway.requests import Target, encoding_type, max_keys
 from s3kv.gateway.s3xml import (
     BucketEntry,
     ListV1Page,
@@ -54,6 +55,13 @@ def _untoken(token: str) -> bytes:
                            "incorrect.") from None
 
 
+def common_prefix(key: AnyStr, start: int, delimiter: AnyStr) -> AnyStr | None:
+    """The common prefix ``key`` rolls up into: through the first ``delimiter`` at or after
+    ``start`` (the listing prefix's length); None without one (or without a delimiter)."""
+    cut = key.find(delimiter, start) if delimiter else -1
+    return key[:cut + len(delimiter)] if cut >= 0 else None
+
+
 @dataclass
 class Walk:
     contents: list[ObjectEntry]
@@ -75,13 +83,10 @@ def walk(st: GatewayState, bucket: str, prefix: str, delimiter: str | None, afte
     pbytes = prefix.encode()
     dbytes = delimiter.encode() if delimiter else b""
     for meta in metas:
-        common: bytes | None = None
-        if dbytes:
-            cut = meta.key.find(dbytes, len(pbytes))
-            if cut >= 0:
-                common = meta.key[:cut + len(dbytes)]
-                if common == after or (out.prefixes and out.prefixes[-1] == common.decode()):
-                    continue  # under a prefix already returned (on this page or the last)
+        common = common_prefix(meta.key, len(pbytes), dbytes)
+        if common is not None and (common == after or (out.prefixes and
+                                                       out.prefixes[-1] == common.decode())):
+            continue  # under a prefix already returned (on this page or the last)
         if len(out.contents) + len(out.prefixes) >= limit:
             out.truncated = True
             break
@@ -106,10 +111,8 @@ class _Listing:
 
     @classmethod
     def of(cls, q: dict[str, str]) -> _Listing:
-        encoding = q.get("encoding-type")
-        if encoding not in (None, "url"):
-            raise RequestError("InvalidArgument", "encoding-type must be 'url'.")
-        return cls(q.get("prefix", ""), q.get("delimiter") or None, max_keys(q), encoding)
+        return cls(q.get("prefix", ""), q.get("delimiter") or None, max_keys(q),
+                   encoding_type(q))
 
     def walk(self, st: GatewayState, bucket: str, after: bytes) -> Walk:
         return walk(st, bucket, self.prefix, self.delimiter, after, self.limit)

@@ -86,9 +86,8 @@ async def put_object(request: web.Request, st: GatewayState, t: Target) -> web.S
     finally:
         st.budget.release(body.reserved)
     headers = {"ETag": object_etag(meta, attrs)}
-    for algo, value in body.result.checksums.items():
-        headers[f"x-amz-checksum-{algo}"] = value
-        headers["x-amz-checksum-type"] = "FULL_OBJECT"
+    if attrs.checksum is not None:  # the client's (body_checksum): a full-object one
+        headers.update(attrs.checksum.headers())
     return web.Response(headers=headers)
 
 
