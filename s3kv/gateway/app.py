@@ -37,7 +37,7 @@ from s3kv.gateway.access import check_namespace, credential_table
 from s3kv.gateway.classify import Level, check_headers, classify, hoisted, level_of
 from s3kv.gateway.metrics import GatewayMetrics
 from s3kv.gateway.requests import parse_target
-from s3kv.gateway.s3xml import error_document
+from s3kv.gateway.s3xml import XML, error_document
 from s3kv.gateway.state import STATE, GatewayState, MemoryBudget, state_of
 from s3kv.log import enabled as log_enabled
 from s3kv.log import get_logger
@@ -89,7 +89,7 @@ def _error_response(request: web.Request, err: RequestError) -> web.Response:
     body = b"" if request.method == "HEAD" else error_document(err.code, str(err), request.path,
                                                                rid)
     return web.Response(status=err.status, body=body, headers=headers,
-                        content_type="application/xml")
+                        content_type=XML)
 
 
 #: answered even while shutting down (probes and scrapes)

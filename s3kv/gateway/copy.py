@@ -42,12 +42,11 @@ from s3kv.gateway.conditions import (
 from s3kv.gateway.objattrs import Checksum, ObjectAttrs, attrs_of, object_etag
 from s3kv.gateway.ops import caller
 from s3kv.gateway.requests import Target, codec_of, durability, validate_key
-from s3kv.gateway.s3xml import copy_result
+from s3kv.gateway.s3xml import XML, copy_result
 from s3kv.gateway.state import GatewayState
 from s3kv.store.store import BlockMeta
 from s3kv.wire.headers import index_headers
 
-XML = "application/xml"
 SOURCE_HEADER = "x-amz-copy-source"
 #: the source's conditions, as the read conditions they are (conditions.check_read)
 _SOURCE_CONDITIONS = {

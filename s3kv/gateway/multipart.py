@@ -33,6 +33,7 @@ from s3kv.gateway.conditions import check_write, is_conditional_write
 from s3kv.gateway.objattrs import Checksum, ObjectAttrs, fast_etag, from_request, object_etag
 from s3kv.gateway.requests import Target, codec_of, durability, validate_key
 from s3kv.gateway.s3xml import (
+    XML,
     complete_multipart_upload,
     copy_result,
     initiate_multipart_upload,
@@ -42,7 +43,6 @@ from s3kv.gateway.state import GatewayState
 from s3kv.store.codecs import CodecSpec
 from s3kv.wire.headers import index_headers
 
-XML = "application/xml"
 MIN_PART = 5 * 1024 * 1024
 UPLOAD_TTL = 3600.0
 #: completed uploads remembered for a repeated Complete (each costs a few hundred bytes)

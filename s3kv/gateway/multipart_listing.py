@@ -17,6 +17,7 @@ from s3kv.gateway.multipart import Upload, uploads_of
 from s3kv.gateway.requests import Target, encoding_type, max_keys
 from s3kv.gateway.s3_listing import common_prefix
 from s3kv.gateway.s3xml import (
+    XML,
     PartEntry,
     PartsPage,
     UploadEntry,
@@ -25,8 +26,6 @@ from s3kv.gateway.s3xml import (
     list_parts,
 )
 from s3kv.gateway.state import GatewayState
-
-XML = "application/xml"
 
 
 def key_text(key: bytes) -> str:

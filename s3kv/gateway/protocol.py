@@ -19,7 +19,7 @@ from aiohttp.http_exceptions import LineTooLong
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from s3kv.gateway.s3xml import error_document
+from s3kv.gateway.s3xml import XML, error_document
 from s3kv.log import get_logger
 
 log = get_logger(__name__)
@@ -61,7 +61,7 @@ class S3RequestHandler(RequestHandler):
             log.info("http.bad_request", status=status, code=code, detail=message or repr(exc),
                      request_id=rid)
         resp = web.Response(status=status, body=error_document(code, text, "", rid),
-                            content_type="application/xml", headers={"x-amz-request-id": rid})
+                            content_type=XML, headers={"x-amz-request-id": rid})
         resp.force_close()
         return resp
 

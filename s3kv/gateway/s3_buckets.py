@@ -21,6 +21,7 @@ from s3kv.gateway.s3_listing import (
     list_objects_v2_handler,
 )
 from s3kv.gateway.s3xml import (
+    XML,
     DeleteError,
     delete_result,
     location_constraint,
@@ -32,7 +33,6 @@ from s3kv.store.codecs import HEADER_CODEC
 
 __all__ = ["dispatch", "list_buckets"]
 
-XML = "application/xml"
 RESERVED = {"healthz", "readyz", "metrics"}
 BucketHandler = Callable[[web.Request, GatewayState, Target], Awaitable[web.StreamResponse]]
 

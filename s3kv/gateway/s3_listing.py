@@ -21,6 +21,7 @@ from s3kv.gateway.objattrs import object_etag
 from s3kv.gateway.ops import caller
 from s3kv.gateway.requests import Target, encoding_type, max_keys
 from s3kv.gateway.s3xml import (
+    XML,
     BucketEntry,
     ListV1Page,
     ListV2Page,
@@ -32,7 +33,6 @@ from s3kv.gateway.s3xml import list_buckets as render_buckets
 from s3kv.gateway.state import GatewayState
 from s3kv.store.store import BlockMeta
 
-XML = "application/xml"
 #: every namespace is in the gateway's one region
 REGION = "us-east-1"
 MAX_BUCKETS = 10000

@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 from urllib.parse import quote
 
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
+#: the Content-Type of every document here
+XML = "application/xml"
 HEADER = '<?xml version="1.0" encoding="UTF-8"?>\n'
 _ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&apos;", "\r": "&#13;"}
 _ESCAPE_RE = re.compile("[&<>\"'\r\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
