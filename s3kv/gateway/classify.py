@@ -64,7 +64,9 @@ def _op(name: str, method: str, level: Level, selectors: str = "", params: str =
 
 
 _S, _B, _O = Level.SERVICE, Level.BUCKET, Level.OBJECT
-_NULL_VERSION = {"versionId": frozenset({"null"})}
+#: the one version every object has: versioning is never enabled (GetBucketVersioning)
+NULL_VERSION = "null"
+_NULL_VERSION = {"versionId": frozenset({NULL_VERSION})}
 _LIST = "prefix delimiter max-keys encoding-type"
 
 #: every operation the gateway answers (implemented) or names in its 501 (not implemented)
@@ -79,6 +81,8 @@ OPERATIONS: tuple[Operation, ...] = (
     _op("ListObjectsV2", "GET", _B, "list-type",
         f"{_LIST} continuation-token start-after fetch-owner",
         values={"list-type": frozenset({"2"}), "fetch-owner": frozenset({"true", "false"})}),
+    _op("ListObjectVersions", "GET", _B, "versions", f"{_LIST} key-marker version-id-marker",
+        values={"version-id-marker": frozenset({NULL_VERSION, ""})}),
     _op("DeleteObjects", "POST", _B, "delete"),
     _op("ListMultipartUploads", "GET", _B, "uploads",
         "prefix delimiter encoding-type key-marker max-uploads upload-id-marker"),
@@ -115,10 +119,17 @@ SUBRESOURCES = frozenset({
     "select-type", "session", "storageClass", "tagging", "torrent", "uploadId", "uploads",
     "versionId", "versioning", "versions", "website"})
 
+
+
+def _versions_message(what: str) -> str:
+    return (f"s3kv does not keep object versions: {what} may only be 'null' (the one version "
+            "every object has).")
+
+
 #: what a value outside ``Operation.values`` answers
 _VALUE_ERRORS = {
-    "versionId": ("NotImplemented", 501, "s3kv does not keep object versions: versionId may "
-                  "only be 'null' (the one version every object has)."),
+    "versionId": ("NotImplemented", 501, _versions_message("versionId")),
+    "version-id-marker": ("NotImplemented", 501, _versions_message("version-id-marker")),
     "list-type": ("InvalidArgument", 400, "list-type must be 2 (ListObjectsV2); omit it for "
                   "ListObjects."),
     "fetch-owner": ("InvalidArgument", 400, "fetch-owner must be true or false."),
@@ -131,6 +142,13 @@ _SELECTING_HEADERS = tuple(sorted({op.header for op in OPERATIONS if op.header i
 
 def _not_implemented(message: str) -> RequestError:
     return RequestError("NotImplemented", message, 501)
+
+
+def require_null_version(version_id: str | None, what: str = "versionId") -> None:
+    """A version a request names (in a DeleteObjects entry, a copy source) must be the one
+    every object has, or none: ``501`` for any other, before anything is touched."""
+    if version_id is not None and version_id != NULL_VERSION:
+        raise _not_implemented(_versions_message(what))
 
 
 def level_of(bucket: str, key: str) -> Level:

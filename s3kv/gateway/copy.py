@@ -32,6 +32,7 @@ from s3kv.gateway import objattrs
 from s3kv.gateway.access import check_namespace
 from s3kv.gateway.body_headers import checksum_algorithm
 from s3kv.gateway.checksums import digest_b64
+from s3kv.gateway.classify import require_null_version
 from s3kv.gateway.conditions import (
     NOT_MODIFIED,
     check_read,
@@ -88,9 +89,11 @@ def parse_source(value: str) -> CopySource:
         raise _bad_source("it names no bucket or no key")
     if query:
         params = parse_qs(query, keep_blank_values=True)
-        if set(params) != {"versionId"} or params["versionId"] != ["null"]:
-            raise RequestError("NotImplemented", "s3kv does not keep object versions: a copy "
-                               "source's versionId may only be 'null'.", 501)
+        versions: list[str | None] = list(params.pop("versionId", [None]))
+        if params or len(versions) != 1:
+            raise RequestError("NotImplemented", "s3kv does not implement a copy source's query "
+                               "other than one versionId.", 501)
+        require_null_version(versions[0], "a copy source's versionId")
     return CopySource(bucket, key)
 
 

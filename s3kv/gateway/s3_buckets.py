@@ -13,16 +13,19 @@ from aiohttp import web
 
 from s3kv.errors import RequestError
 from s3kv.gateway.bodies import read_small
+from s3kv.gateway.classify import require_null_version
 from s3kv.gateway.multipart_listing import list_uploads_handler
 from s3kv.gateway.requests import Target, validate_key
 from s3kv.gateway.s3_listing import (
     list_buckets,
+    list_object_versions_handler,
     list_objects_v1_handler,
     list_objects_v2_handler,
 )
 from s3kv.gateway.s3xml import (
     XML,
     DeleteError,
+    ObjectVersion,
     delete_result,
     location_constraint,
     versioning_configuration,
@@ -91,14 +94,16 @@ async def create_bucket(request: web.Request, st: GatewayState, t: Target) -> we
 async def delete_objects(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
     st.store.ns_id(t.bucket)
     req = parse_delete(await read_small(request, st))
-    deleted: list[str] = []
+    deleted: list[ObjectVersion] = []
     errors: list[DeleteError] = []
-    for key in req.keys:
+    for obj in req.objects:
         try:
-            await st.store.delete(t.bucket, validate_key(key))
-            deleted.append(key)
+            # a version other than the one every object has is refused, never the object
+            require_null_version(obj.version_id)
+            await st.store.delete(t.bucket, validate_key(obj.key))
+            deleted.append(obj)
         except RequestError as exc:
-            errors.append(DeleteError(key, exc.code, str(exc)))
+            errors.append(DeleteError(obj, exc.code, str(exc)))
     return web.Response(body=delete_result(deleted, errors, req.quiet), content_type=XML)
 
 
@@ -109,6 +114,7 @@ _HANDLERS: dict[str, BucketHandler] = {
     "DeleteObjects": delete_objects,
     "ListObjects": list_objects_v1_handler,
     "ListObjectsV2": list_objects_v2_handler,
+    "ListObjectVersions": list_object_versions_handler,
     "CreateBucket": create_bucket,
     "HeadBucket": _head,
     "DeleteBucket": _delete,

@@ -1,7 +1,9 @@
 """S3 listings: ListObjects (v1: marker / NextMarker), ListObjectsV2 (continuation tokens,
-start-after, fetch-owner) and ListBuckets (max-buckets, continuation-token, prefix).
+start-after, fetch-owner), ListObjectVersions (key-marker / NextKeyMarker: versioning is never
+enabled, so every object is listed as its one version, ``null``) and ListBuckets (max-buckets,
+continuation-token, prefix).
 
-One walk serves both object listings: keys after a position, in order, rolled up into common
+One walk serves the three object listings: keys after a position, in order, rolled up into common
 prefixes at the delimiter (each counted once against ``max-keys``, and never repeated on a
 later page: a marker that is a common prefix skips every key under it, as S3 does).
 ``max-keys=0`` is an empty, untruncated page.
@@ -26,6 +28,8 @@ from s3kv.gateway.s3xml import (
     ListV1Page,
     ListV2Page,
     ObjectEntry,
+    VersionsPage,
+    list_object_versions,
     list_objects_v1,
     list_objects_v2,
 )
@@ -102,7 +106,7 @@ def walk(st: GatewayState, bucket: str, prefix: str, delimiter: str | None, afte
 
 @dataclass(frozen=True)
 class _Listing:
-    """The query parameters both ListObjects versions take."""
+    """The query parameters every object listing takes."""
 
     prefix: str
     delimiter: str | None
@@ -147,6 +151,26 @@ async def list_objects_v1_handler(request: web.Request, st: GatewayState,
         # S3 gives NextMarker only with a delimiter; without, clients take the last key
         next_marker=w.last.decode() if w.truncated and ls.delimiter else None)
     return web.Response(body=list_objects_v1(page), content_type=XML)
+
+
+async def list_object_versions_handler(request: web.Request, st: GatewayState,
+                                       t: Target) -> web.StreamResponse:
+    """Every object is one version (``null``): the page is ListObjects' after ``key-marker``
+    (a ``version-id-marker``, only ``null``, names the marker key's one version, already
+    listed)."""
+    ls = _Listing.of(t.query)
+    key_marker = t.query.get("key-marker", "")
+    version_marker = t.query.get("version-id-marker", "")
+    if version_marker and not key_marker:
+        raise RequestError("InvalidArgument", "A version-id marker cannot be specified without "
+                           "a key marker.")
+    w = ls.walk(st, t.bucket, key_marker.encode())
+    page = VersionsPage(
+        bucket=t.bucket, prefix=ls.prefix, delimiter=ls.delimiter, max_keys=ls.limit,
+        contents=w.contents, common_prefixes=w.prefixes, is_truncated=w.truncated,
+        encoding_type=ls.encoding, key_marker=key_marker, version_id_marker=version_marker,
+        next_key_marker=w.last.decode() if w.truncated else None)
+    return web.Response(body=list_object_versions(page), content_type=XML)
 
 
 async def list_buckets(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:

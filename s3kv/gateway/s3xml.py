@@ -127,18 +127,33 @@ class ListV1Page(ListPage):
     next_marker: str | None = None
 
 
+@dataclass
+class VersionsPage(ListPage):
+    key_marker: str = ""
+    version_id_marker: str = ""
+    #: NextKeyMarker (the last key or common prefix), when the page is truncated
+    next_key_marker: str | None = None
+
+
 def _encoder(encoding_type: str | None) -> Callable[[str], str]:
     if encoding_type == "url":
         return lambda text: quote(text, safe="/")
     return lambda text: text
 
 
+#: what a listing of versions says of every object: its one version, the latest
+_NULL_LATEST = _el("VersionId", "null") + _el("IsLatest", True)
+
+
 def _entries(contents: Iterable[ObjectEntry], prefixes: Iterable[str],
-             enc: Callable[[str], str], owner: bool) -> list[str]:
-    parts = [f"<Contents>{_el('Key', enc(o.key))}"
+             enc: Callable[[str], str], owner: bool, tag: str = "Contents",
+             version: str = "") -> list[str]:
+    """Each object as a ``tag`` element (``version``: what follows its Key), then the common
+    prefixes."""
+    parts = [f"<{tag}>{_el('Key', enc(o.key))}{version}"
              f"{_el('LastModified', iso8601(o.last_modified))}{_el('ETag', o.etag)}"
              f"{_el('Size', o.size)}{_owner() if owner else ''}"
-             f"{_el('StorageClass', o.storage_class)}</Contents>" for o in contents]
+             f"{_el('StorageClass', o.storage_class)}</{tag}>" for o in contents]
     parts += [f"<CommonPrefixes>{_el('Prefix', enc(p))}</CommonPrefixes>" for p in prefixes]
     return parts
 
@@ -181,6 +196,26 @@ def list_objects_v1(page: ListV1Page) -> bytes:
     parts.append(_el("IsTruncated", page.is_truncated))
     parts += _entries(page.contents, page.common_prefixes, enc, True)
     return _doc("ListBucketResult", "".join(parts))
+
+
+def list_object_versions(page: VersionsPage) -> bytes:
+    """ListVersionsResult of a bucket whose versioning was never enabled: every object is one
+    version, ``null``, the latest; there are no delete markers."""
+    enc = _encoder(page.encoding_type)
+    parts = [_el("Name", page.bucket), _el("Prefix", enc(page.prefix)),
+             _el("KeyMarker", enc(page.key_marker)),
+             _el("VersionIdMarker", page.version_id_marker)]
+    if page.next_key_marker is not None:
+        parts += [_el("NextKeyMarker", enc(page.next_key_marker)),
+                  _el("NextVersionIdMarker", "null")]
+    parts.append(_el("MaxKeys", page.max_keys))
+    if page.delimiter:
+        parts.append(_el("Delimiter", enc(page.delimiter)))
+    if page.encoding_type == "url":
+        parts.append(_el("EncodingType", "url"))
+    parts.append(_el("IsTruncated", page.is_truncated))
+    parts += _entries(page.contents, page.common_prefixes, enc, True, "Version", _NULL_LATEST)
+    return _doc("ListVersionsResult", "".join(parts))
 
 
 def initiate_multipart_upload(bucket: str, key: str, upload_id: str) -> bytes:
@@ -309,16 +344,29 @@ def location_constraint(region: str | None) -> bytes:
 
 
 @dataclass(frozen=True)
-class DeleteError:
+class ObjectVersion:
+    """An object a request names, and the version it names (None: none)."""
+
     key: str
+    version_id: str | None = None
+
+    def elements(self) -> str:
+        version = "" if self.version_id is None else _el("VersionId", self.version_id)
+        return _el("Key", self.key) + version
+
+
+@dataclass(frozen=True)
+class DeleteError:
+    target: ObjectVersion
     code: str
     message: str
 
 
-def delete_result(deleted: Iterable[str], errors: Iterable[DeleteError] = (),
+def delete_result(deleted: Iterable[ObjectVersion], errors: Iterable[DeleteError] = (),
                   quiet: bool = False) -> bytes:
-    """DeleteResult; in quiet mode only the errors are listed."""
-    parts = [] if quiet else [f"<Deleted>{_el('Key', k)}</Deleted>" for k in deleted]
-    parts += [f"<Error>{_el('Key', e.key)}{_el('Code', e.code)}{_el('Message', e.message)}"
-              "</Error>" for e in errors]
+    """DeleteResult; in quiet mode only the errors are listed. Each entry names the version
+    its request named."""
+    parts = [] if quiet else [f"<Deleted>{d.elements()}</Deleted>" for d in deleted]
+    parts += [f"<Error>{e.target.elements()}{_el('Code', e.code)}"
+              f"{_el('Message', e.message)}</Error>" for e in errors]
     return _doc("DeleteResult", "".join(parts))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from s3kv.errors import RequestError
+from s3kv.gateway.s3xml import ObjectVersion
 
 MAX_XML_BYTES = 2 * 1024 * 1024  # DeleteObjects with 1000 long keys stays well below this
 MAX_DELETE_KEYS = 1000
@@ -96,26 +97,27 @@ def parse_complete_multipart_upload(data: bytes) -> list[CompletedPart]:
 
 @dataclass(frozen=True)
 class DeleteRequest:
-    keys: list[str]
+    objects: list[ObjectVersion]
     quiet: bool
 
 
 def parse_delete(data: bytes) -> DeleteRequest:
-    """DeleteObjects body: 1 to 1000 Object/Key entries, optional Quiet."""
+    """DeleteObjects body: 1 to 1000 Object entries (Key, optional VersionId), optional
+    Quiet. A VersionId is kept as given (the caller decides what it may delete)."""
     root = parse_xml(data, "Delete")
     quiet_text = _text(root, "Quiet", required=False)
     quiet = (quiet_text or "").strip().lower() == "true"
     if quiet_text is not None and quiet_text.strip().lower() not in ("true", "false"):
         raise _malformed("Quiet must be true or false")
-    keys = []
+    objects = []
     for obj in _children(root, "Object"):
         key = _text(obj, "Key")
         if not key:
             raise _malformed("an Object has an empty Key")
-        keys.append(key)
-    if not keys or len(keys) > MAX_DELETE_KEYS:
+        objects.append(ObjectVersion(key, _text(obj, "VersionId", required=False)))
+    if not objects or len(objects) > MAX_DELETE_KEYS:
         raise _malformed(f"Delete must list between 1 and {MAX_DELETE_KEYS} objects")
-    return DeleteRequest(keys, quiet)
+    return DeleteRequest(objects, quiet)
 
 
 def parse_create_bucket_configuration(data: bytes) -> str | None:

