@@ -8,7 +8,8 @@ parameter that operation does not accept (a subresource such as ``?acl`` or ``?t
 any unknown name) is ``501 NotImplemented``, as is an operation the table marks unimplemented.
 Parameters every request may carry (presigned-URL fields, boto3's ``x-id``) are in
 :data:`COMMON`. :func:`check_headers` then refuses headers that ask for a guarantee the gateway
-cannot give (encryption, object lock, ACL grants, storage classes, tags), never stored in plain.
+cannot give (encryption, object lock, ACL grants, storage classes, tags), never stored in plain,
+and holds a request that names the bucket's expected owner to the gateway's one owner.
 
 docs/api.md renders the same table; tests/gateway/test_allow_list.py checks it against
 botocore's S3 model (every operation of the S3 API is either here or answered 501).
@@ -22,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from s3kv.errors import RequestError
+from s3kv.gateway.s3xml import OWNER_ID
 
 
 class Level(enum.Enum):
@@ -243,6 +245,10 @@ _ACCEPTED_VALUES = {
 
 
 _REFUSED = tuple(_REFUSED_PREFIXES)
+#: a request conditional on who owns its bucket (a copy's source bucket): every bucket here is
+#: the one owner's that listings name (``OWNER_ID``); any other owner is S3's 403
+_OWNER_HEADERS = frozenset({"x-amz-expected-bucket-owner",
+                            "x-amz-source-expected-bucket-owner"})
 
 
 def check_headers(headers: Mapping[str, str], extra: Mapping[str, str] | None = None) -> None:
@@ -268,6 +274,10 @@ def _check_header(name: str, value: str) -> None:
     if accepted is not None and value.strip().lower() not in accepted:
         raise _not_implemented(f"s3kv does not implement {name}: {value.strip()!r} (it "
                                f"accepts {', '.join(sorted(accepted))}).")
+    if name in _OWNER_HEADERS and value.strip() != OWNER_ID:
+        raise RequestError("AccessDenied", f"{name}: the bucket is not owned by "
+                           f"{value.strip()!r}; every bucket of this gateway is owned by "
+                           f"{OWNER_ID!r}. Nothing was done.", 403)
     if name == "x-amz-storage-class" and value.strip() != "STANDARD":
         raise RequestError("InvalidStorageClass", "The storage class you specified is not "
                            "valid: s3kv stores every object as STANDARD.")

@@ -193,8 +193,9 @@ def test_allowed_parameters_stay_allowed(gw_s3: Any, victim: tuple[str, str]) ->
     ({"GrantRead": "id=someone"}, 501, "NotImplemented"),
     ({"Tagging": "a=b"}, 501, "NotImplemented"),
     ({"WebsiteRedirectLocation": "/elsewhere"}, 501, "NotImplemented"),
+    ({"ExpectedBucketOwner": "111122223333"}, 403, "AccessDenied"),
 ], ids=["sse-s3", "sse-kms", "sse-c", "object-lock", "legal-hold", "glacier", "rrs",
-        "public-acl", "grant", "tagging", "website-redirect"])
+        "public-acl", "grant", "tagging", "website-redirect", "other-owner"])
 def test_guarantees_the_gateway_cannot_give_are_refused(
         gw_s3: Any, victim: tuple[str, str], extra: dict[str, str], status: int,
         code: str) -> None:
@@ -222,6 +223,23 @@ def test_harmless_header_values_are_accepted(gw_s3: Any, gw_bucket: str) -> None
         gw_s3.create_bucket(Bucket=name, ObjectLockEnabledForBucket=True)
     assert _error(exc) == (501, "NotImplemented")
     gw_s3.create_bucket(Bucket=name, ObjectOwnership="BucketOwnerEnforced")
+
+
+def test_the_expected_bucket_owner_is_checked(gw_s3: Any, victim: tuple[str, str]) -> None:
+    """Every bucket is the one owner's that listings name: a request conditional on another
+    owner (a copy's source on another) is S3's 403, and the one owner passes."""
+    bucket, key = victim
+    owner = gw_s3.list_objects(Bucket=bucket)["Contents"][0]["Owner"]["ID"]
+    got = gw_s3.get_object(Bucket=bucket, Key=key, ExpectedBucketOwner=owner)
+    assert got["Body"].read() == BODY
+    with pytest.raises(ClientError) as exc:
+        gw_s3.get_object(Bucket=bucket, Key=key, ExpectedBucketOwner="111122223333")
+    assert _error(exc) == (403, "AccessDenied")
+    with pytest.raises(ClientError) as exc:
+        gw_s3.copy_object(Bucket=bucket, Key="copied", CopySource={"Bucket": bucket, "Key": key},
+                          ExpectedSourceBucketOwner="111122223333")
+    assert _error(exc) == (403, "AccessDenied")
+    assert [o["Key"] for o in gw_s3.list_objects_v2(Bucket=bucket)["Contents"]] == [key]
 
 
 def test_unknown_and_repeated_parameters(gateway: Gateway, victim: tuple[str, str]) -> None:
