@@ -188,14 +188,20 @@ def list_objects_v1(page: ListV1Page) -> bytes:
              _el("Marker", enc(page.marker))]
     if page.next_marker is not None:
         parts.append(_el("NextMarker", enc(page.next_marker)))
-    parts.append(_el("MaxKeys", page.max_keys))
+    parts += _limits(page, enc)
+    parts += _entries(page.contents, page.common_prefixes, enc, True)
+    return _doc("ListBucketResult", "".join(parts))
+
+
+def _limits(page: ListPage, enc: Callable[[str], str]) -> list[str]:
+    """MaxKeys, Delimiter, EncodingType and IsTruncated, in the order ListObjects (v1) and
+    ListObjectVersions give them."""
+    parts = [_el("MaxKeys", page.max_keys)]
     if page.delimiter:
         parts.append(_el("Delimiter", enc(page.delimiter)))
     if page.encoding_type == "url":
         parts.append(_el("EncodingType", "url"))
-    parts.append(_el("IsTruncated", page.is_truncated))
-    parts += _entries(page.contents, page.common_prefixes, enc, True)
-    return _doc("ListBucketResult", "".join(parts))
+    return [*parts, _el("IsTruncated", page.is_truncated)]
 
 
 def list_object_versions(page: VersionsPage) -> bytes:
@@ -208,12 +214,7 @@ def list_object_versions(page: VersionsPage) -> bytes:
     if page.next_key_marker is not None:
         parts += [_el("NextKeyMarker", enc(page.next_key_marker)),
                   _el("NextVersionIdMarker", "null")]
-    parts.append(_el("MaxKeys", page.max_keys))
-    if page.delimiter:
-        parts.append(_el("Delimiter", enc(page.delimiter)))
-    if page.encoding_type == "url":
-        parts.append(_el("EncodingType", "url"))
-    parts.append(_el("IsTruncated", page.is_truncated))
+    parts += _limits(page, enc)
     parts += _entries(page.contents, page.common_prefixes, enc, True, "Version", _NULL_LATEST)
     return _doc("ListVersionsResult", "".join(parts))
 
