@@ -189,10 +189,11 @@ def _part_number(t: Target) -> int:
 
 
 def _room(st: GatewayState, up: Upload, number: int) -> int:
-    """Bytes part ``number`` may have within the upload's limit (max_block_size)."""
+    """Bytes part ``number`` may have within the upload's limit (max_block_size); 0 at the
+    limit, where an empty part (S3 allows an empty last part) is still taken."""
     have = up.parts.get(number)
     room = st.settings.max_block_size - up.size + (len(have.data) if have else 0)
-    if room <= 0:
+    if room < 0:
         raise RequestError("EntityTooLarge", "The upload exceeds the gateway's max block size.")
     return room
 

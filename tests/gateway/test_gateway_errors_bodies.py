@@ -46,6 +46,14 @@ def test_body_over_max_block_size(gateway: Gateway, gw_bucket: str) -> None:
     s3.abort_multipart_upload(Bucket=gw_bucket, Key="big/2", UploadId=up)
     assert_absent(gateway, gw_bucket, "big/1")
     assert_absent(gateway, gw_bucket, "big/2")
+    # an upload exactly at the limit still takes an empty last part (it was refused)
+    up = s3.create_multipart_upload(Bucket=gw_bucket, Key="big/3")["UploadId"]
+    parts = [{"PartNumber": n, "ETag": s3.upload_part(
+        Bucket=gw_bucket, Key="big/3", UploadId=up, PartNumber=n, Body=body)["ETag"]}
+        for n, body in ((1, b"\4" * MAX_BLOCK), (2, b""))]
+    s3.complete_multipart_upload(Bucket=gw_bucket, Key="big/3", UploadId=up,
+                                 MultipartUpload={"Parts": parts})
+    assert s3.head_object(Bucket=gw_bucket, Key="big/3")["ContentLength"] == MAX_BLOCK
 
 
 def test_content_md5_mismatch(gateway: Gateway, gw_bucket: str) -> None:

@@ -207,24 +207,38 @@ class GatewayMachine(RuleBasedStateMachine):
             assert code == ""
             self.model[name].pop(key, None)
 
-    @rule(i=st.integers(0, 2), keys=st.lists(_SKEY, min_size=1, max_size=6), quiet=st.booleans())
-    def delete_objects(self, i: int, keys: list[str], quiet: bool) -> None:
+    @rule(i=st.integers(0, 2), keys=st.lists(_SKEY, min_size=1, max_size=6), quiet=st.booleans(),
+          versions=st.lists(st.sampled_from([None, "null", "3HL4kqtJlcpXroDTDm"]), min_size=6,
+                            max_size=6))
+    def delete_objects(self, i: int, keys: list[str], quiet: bool,
+                       versions: list[str | None]) -> None:
+        """Entries naming the one version (``null``) or none delete; another version is that
+        key's error and leaves the object."""
         name = self.names[i]
+        objects = [{"Key": k} if v is None else {"Key": k, "VersionId": v}
+                   for k, v in zip(keys, versions, strict=False)]
         try:
-            resp = self.s3.delete_objects(Bucket=name, Delete={
-                "Objects": [{"Key": k} for k in keys], "Quiet": quiet})
+            resp = self.s3.delete_objects(Bucket=name, Delete={"Objects": objects,
+                                                               "Quiet": quiet})
         except ClientError as exc:
             assert name not in self.model and exc.response["Error"]["Code"] == "NoSuchBucket"
             return
-        assert not resp.get("Errors")
+        refused = [o for o in objects if o.get("VersionId") not in (None, "null")]
+        assert sorted((e["Key"], e["Code"]) for e in resp.get("Errors", [])) == \
+            sorted((o["Key"], "NotImplemented") for o in refused)
+        done = [o for o in objects if o not in refused]
         if not quiet:
-            assert {d["Key"] for d in resp.get("Deleted", [])} == set(keys)
-        for k in keys:
-            self.model[name].pop(k, None)
+            assert sorted(d["Key"] for d in resp.get("Deleted", [])) == \
+                sorted(o["Key"] for o in done)
+        for o in done:
+            self.model[name].pop(o["Key"], None)
 
     @rule(i=st.integers(0, 2), prefix=st.text(st.sampled_from("ab/é"), max_size=3),
-          delimiter=st.sampled_from([None, "/", "b"]), page=st.integers(1, 5))
-    def list_objects(self, i: int, prefix: str, delimiter: str | None, page: int) -> None:
+          delimiter=st.sampled_from([None, "/", "b"]), page=st.integers(1, 5),
+          versions=st.booleans())
+    def list_objects(self, i: int, prefix: str, delimiter: str | None, page: int,
+                     versions: bool) -> None:
+        """ListObjectsV2, or ListObjectVersions (each object as its one version), page by page."""
         name = self.names[i]
         kw: dict[str, Any] = {"Bucket": name, "Prefix": prefix, "MaxKeys": page}
         if delimiter:
@@ -233,12 +247,22 @@ class GatewayMachine(RuleBasedStateMachine):
         prefixes: list[str] = []
         try:
             while True:
-                resp = self.s3.list_objects_v2(**kw)
-                keys += [(c["Key"], c["Size"]) for c in resp.get("Contents", [])]
+                if versions:
+                    resp = self.s3.list_object_versions(**kw)
+                    assert {v["VersionId"] for v in resp.get("Versions", [])} <= {"null"}
+                    assert "DeleteMarkers" not in resp
+                    keys += [(v["Key"], v["Size"]) for v in resp.get("Versions", [])]
+                else:
+                    resp = self.s3.list_objects_v2(**kw)
+                    keys += [(c["Key"], c["Size"]) for c in resp.get("Contents", [])]
                 prefixes += [p["Prefix"] for p in resp.get("CommonPrefixes", [])]
                 if not resp["IsTruncated"]:
                     break
-                kw["ContinuationToken"] = resp["NextContinuationToken"]
+                if versions:
+                    kw["KeyMarker"] = resp["NextKeyMarker"]
+                    kw["VersionIdMarker"] = resp["NextVersionIdMarker"]
+                else:
+                    kw["ContinuationToken"] = resp["NextContinuationToken"]
         except ClientError as exc:
             assert name not in self.model and exc.response["Error"]["Code"] == "NoSuchBucket"
             return
