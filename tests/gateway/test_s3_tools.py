@@ -176,8 +176,9 @@ def test_minio_sdk_etag_is_md5(gateway: Gateway) -> None:
 
 def test_s3fs_files_copies_and_bucket_removal(gateway: Gateway) -> None:
     """fsspec's S3 filesystem as data pipelines use it: whole and ranged reads, listings, a
-    multipart write through a file object, seeks, server-side copy and move, and removing a
-    bucket with everything in it (s3fs asks for the bucket's versioning first)."""
+    multipart write through a file object, seeks, server-side copy and move, its version-aware
+    mode, and removing a bucket with everything in it (s3fs asks for the bucket's versioning
+    first)."""
     fs = s3fs.S3FileSystem(key=GW_ACCESS, secret=GW_SECRET, skip_instance_cache=True,
                            use_listings_cache=False,
                            client_kwargs={"endpoint_url": gateway.endpoint,
@@ -203,6 +204,16 @@ def test_s3fs_files_copies_and_bucket_removal(gateway: Gateway) -> None:
     assert fs.find(bucket) == [f"{bucket}/a/b/one.bin", f"{bucket}/big.bin",
                                f"{bucket}/moved.bin"]
     assert fs.du(bucket) == 2 * len(small) + len(big)
+    # its version-aware mode: each object is its one version, null
+    versioned = s3fs.S3FileSystem(key=GW_ACCESS, secret=GW_SECRET, skip_instance_cache=True,
+                                  version_aware=True,
+                                  client_kwargs={"endpoint_url": gateway.endpoint,
+                                                 "region_name": REGION})
+    [version] = versioned.object_version_info(f"{bucket}/moved.bin")
+    assert (version["VersionId"], version["IsLatest"], version["Size"]) == \
+        ("null", True, len(small))
+    with versioned.open(f"{bucket}/moved.bin", "rb", version_id="null") as f:
+        assert f.read() == small
     fs.rm(bucket, recursive=True)
     assert bucket not in fs.ls("/", refresh=True)
 
