@@ -122,7 +122,6 @@ SUBRESOURCES = frozenset({
     "versionId", "versioning", "versions", "website"})
 
 
-
 def _versions_message(what: str) -> str:
     return (f"s3kv does not keep object versions: {what} may only be 'null' (the one version "
             "every object has).")
