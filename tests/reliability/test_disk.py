@@ -143,10 +143,22 @@ def small_disk(size_mib: int) -> Iterator[tuple[Path, str]]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def _usage(root: Path) -> str:
+    """What holds the space under ``root``: free bytes, then the largest files."""
+    vfs = os.statvfs(root)
+    files = sorted(((p.stat().st_size, str(p.relative_to(root))) for p in root.rglob("*")
+                    if p.is_file()), reverse=True)
+    return f"{vfs.f_bavail * vfs.f_frsize} bytes free; largest files {files[:8]}"
+
+
 def fill(path: Path) -> int:
     """Write zeros into ``path`` until the filesystem is full; returns bytes written."""
     written = 0
     chunk = b"\0" * MiB
+    try:
+        path.touch()
+    except OSError as exc:  # full before the filler: say what filled it
+        raise AssertionError(f"no room for the filler: {_usage(path.parent)}") from exc
     with open(path, "wb") as fh:
         try:
             while True:
