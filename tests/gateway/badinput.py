@@ -8,12 +8,20 @@ import urllib.error
 import urllib.request
 from urllib.parse import quote, urlsplit
 
+import pytest
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from botocore.exceptions import ClientError
 
 from tests.support.gateway import GW_ACCESS, GW_SECRET, Gateway, gateway_client
 from tests.support.s3server import REGION
+
+
+def error_of(exc: pytest.ExceptionInfo[ClientError]) -> tuple[int, str]:
+    """The HTTP status and S3 error code of a botocore error raised in a ``pytest.raises``."""
+    resp = exc.value.response
+    return resp["ResponseMetadata"]["HTTPStatusCode"], resp["Error"]["Code"]
 
 
 class Reply:

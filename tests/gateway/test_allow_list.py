@@ -20,15 +20,10 @@ from hypothesis import strategies as st
 
 from s3kv.errors import RequestError
 from s3kv.gateway.classify import OPERATIONS, Level, classify
-from tests.gateway.badinput import signed
+from tests.gateway.badinput import error_of, signed
 from tests.gateway.conftest import Gateway
 
 BODY = b"the original bytes \x00\x01\x02" * 100
-
-
-def _error(exc: pytest.ExceptionInfo[ClientError]) -> tuple[int, str]:
-    resp = exc.value.response
-    return resp["ResponseMetadata"]["HTTPStatusCode"], resp["Error"]["Code"]
 
 
 def _object(s3: Any, bucket: str, key: str) -> tuple[bytes, str]:
@@ -159,7 +154,7 @@ def test_unimplemented_operations_answer_501_and_change_nothing(
     before = _object(gw_s3, bucket, key)
     with pytest.raises(ClientError) as exc:
         call(gw_s3, bucket, key)
-    assert _error(exc) == (501, "NotImplemented")
+    assert error_of(exc) == (501, "NotImplemented")
     assert _object(gw_s3, bucket, key) == before
     assert [o["Key"] for o in gw_s3.list_objects_v2(Bucket=bucket)["Contents"]] == [key]
 
@@ -177,7 +172,7 @@ def test_allowed_parameters_stay_allowed(gw_s3: Any, victim: tuple[str, str]) ->
     gw_s3.delete_object(Bucket=bucket, Key=key, VersionId="null")
     with pytest.raises(ClientError) as exc:
         gw_s3.head_object(Bucket=bucket, Key=key)
-    assert _error(exc)[0] == 404
+    assert error_of(exc)[0] == 404
 
 
 @pytest.mark.parametrize("extra,status,code", [
@@ -203,13 +198,13 @@ def test_guarantees_the_gateway_cannot_give_are_refused(
     before = _object(gw_s3, bucket, key)
     with pytest.raises(ClientError) as exc:  # an overwrite: the old bytes stay
         gw_s3.put_object(Bucket=bucket, Key=key, Body=b"secret", **extra)
-    assert _error(exc) == (status, code)
+    assert error_of(exc) == (status, code)
     with pytest.raises(ClientError) as exc:  # a new key: nothing stored
         gw_s3.put_object(Bucket=bucket, Key="new", Body=b"secret", **extra)
-    assert _error(exc) == (status, code)
+    assert error_of(exc) == (status, code)
     with pytest.raises(ClientError) as exc:
         gw_s3.create_multipart_upload(Bucket=bucket, Key="new-mpu", **extra)
-    assert _error(exc) == (status, code)
+    assert error_of(exc) == (status, code)
     assert _object(gw_s3, bucket, key) == before
     assert [o["Key"] for o in gw_s3.list_objects_v2(Bucket=bucket)["Contents"]] == [key]
 
@@ -221,7 +216,7 @@ def test_harmless_header_values_are_accepted(gw_s3: Any, gw_bucket: str) -> None
     name = f"b-{uuid.uuid4().hex[:12]}"
     with pytest.raises(ClientError) as exc:
         gw_s3.create_bucket(Bucket=name, ObjectLockEnabledForBucket=True)
-    assert _error(exc) == (501, "NotImplemented")
+    assert error_of(exc) == (501, "NotImplemented")
     gw_s3.create_bucket(Bucket=name, ObjectOwnership="BucketOwnerEnforced")
 
 
@@ -234,11 +229,11 @@ def test_the_expected_bucket_owner_is_checked(gw_s3: Any, victim: tuple[str, str
     assert got["Body"].read() == BODY
     with pytest.raises(ClientError) as exc:
         gw_s3.get_object(Bucket=bucket, Key=key, ExpectedBucketOwner="111122223333")
-    assert _error(exc) == (403, "AccessDenied")
+    assert error_of(exc) == (403, "AccessDenied")
     with pytest.raises(ClientError) as exc:
         gw_s3.copy_object(Bucket=bucket, Key="copied", CopySource={"Bucket": bucket, "Key": key},
                           ExpectedSourceBucketOwner="111122223333")
-    assert _error(exc) == (403, "AccessDenied")
+    assert error_of(exc) == (403, "AccessDenied")
     assert [o["Key"] for o in gw_s3.list_objects_v2(Bucket=bucket)["Contents"]] == [key]
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from tests.gateway.badinput import error_of
 from tests.gateway.conftest import Gateway, gateway_client
 from tests.support.gateway import SMALL, backend_store, running_gateway
 from tests.support.s3server import MotoServer
@@ -24,11 +25,6 @@ pytestmark = pytest.mark.usefixtures("no_server_errors")
 
 BODY = os.urandom(300_000)
 MiB = 1024 * 1024
-
-
-def _error(exc: pytest.ExceptionInfo[ClientError]) -> tuple[int, str]:
-    resp = exc.value.response
-    return resp["ResponseMetadata"]["HTTPStatusCode"], resp["Error"]["Code"]
 
 
 def _read(s3: Any, bucket: str, key: str) -> bytes:
@@ -93,7 +89,7 @@ def test_copy_onto_itself_must_replace(gw_s3: Any, gw_bucket: str,
                                        source: dict[str, Any]) -> None:
     with pytest.raises(ClientError) as exc:
         gw_s3.copy_object(Bucket=gw_bucket, Key="src", CopySource=f"{gw_bucket}/src")
-    assert _error(exc) == (400, "InvalidRequest")
+    assert error_of(exc) == (400, "InvalidRequest")
     assert gw_s3.head_object(Bucket=gw_bucket, Key="src")["Metadata"] == source["Metadata"]
     gw_s3.copy_object(Bucket=gw_bucket, Key="src", CopySource=f"{gw_bucket}/src",
                       MetadataDirective="REPLACE", Metadata={"rewritten": "1"})
@@ -128,7 +124,7 @@ def test_copy_errors_store_nothing(gw_s3: Any, gw_bucket: str, source: dict[str,
     bucket = gw_bucket + "-nobucket" if dest == "!nobucket" else gw_bucket
     with pytest.raises(ClientError) as exc:
         gw_s3.copy_object(Bucket=bucket, Key="dst", CopySource=src)
-    assert _error(exc) == expected
+    assert error_of(exc) == expected
     keys = [o["Key"] for o in gw_s3.list_objects_v2(Bucket=gw_bucket)["Contents"]]
     assert keys == ["src"]
 
@@ -144,7 +140,7 @@ def test_copy_source_conditions(gw_s3: Any, gw_bucket: str, source: dict[str, An
     for cond in failing:
         with pytest.raises(ClientError) as exc:
             gw_s3.copy_object(Bucket=gw_bucket, Key="dst", CopySource=src, **cond)
-        assert _error(exc) == (412, "PreconditionFailed"), cond
+        assert error_of(exc) == (412, "PreconditionFailed"), cond
     assert [o["Key"] for o in gw_s3.list_objects_v2(Bucket=gw_bucket)["Contents"]] == ["src"]
     holding = [{"CopySourceIfMatch": source["ETag"]}, {"CopySourceIfNoneMatch": '"other"'},
                {"CopySourceIfModifiedSince": past}, {"CopySourceIfUnmodifiedSince": future},
@@ -156,7 +152,7 @@ def test_copy_source_conditions(gw_s3: Any, gw_bucket: str, source: dict[str, An
     # the destination's own condition: put-if-absent
     with pytest.raises(ClientError) as exc:
         gw_s3.copy_object(Bucket=gw_bucket, Key="dst0", CopySource=src, IfNoneMatch="*")
-    assert _error(exc) == (412, "PreconditionFailed")
+    assert error_of(exc) == (412, "PreconditionFailed")
 
 
 @pytest.fixture
@@ -213,7 +209,7 @@ def test_upload_part_copy_ranges(mp_s3: Any) -> None:
         with pytest.raises(ClientError) as exc:
             mp_s3.upload_part_copy(Bucket=bucket, Key="dst", UploadId=up, PartNumber=3,
                                    CopySource=f"{bucket}/src", CopySourceRange=bad)
-        assert _error(exc) == expected, bad
+        assert error_of(exc) == expected, bad
     mp_s3.complete_multipart_upload(Bucket=bucket, Key="dst", UploadId=up,
                                     MultipartUpload={"Parts": done})
     assert _read(mp_s3, bucket, "dst") == src[:5 * MiB] + src[6 * MiB:]
@@ -233,7 +229,7 @@ def test_bucket_versioning_is_never_enabled(gw_s3: Any, gw_bucket: str) -> None:
     assert "Status" not in got and "MFADelete" not in got
     with pytest.raises(ClientError) as exc:
         gw_s3.get_bucket_versioning(Bucket=gw_bucket + "-none")
-    assert _error(exc) == (404, "NoSuchBucket")
+    assert error_of(exc) == (404, "NoSuchBucket")
 
 
 @pytest.fixture(scope="module")
@@ -260,7 +256,7 @@ def test_copies_stay_within_the_request_memory_budget(tight_gateway: Gateway) ->
                                              PartNumber=1, CopySource=f"{bucket}/src")):
         with pytest.raises(ClientError) as exc:
             call()
-        assert _error(exc) == (503, "SlowDown")
+        assert error_of(exc) == (503, "SlowDown")
     assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["src"]
     assert "Parts" not in s3.list_parts(Bucket=bucket, Key="parts", UploadId=other)
     s3.abort_multipart_upload(Bucket=bucket, Key="held", UploadId=up)

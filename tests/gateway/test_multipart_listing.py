@@ -14,12 +14,9 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from tests.gateway.badinput import error_of
+
 pytestmark = pytest.mark.usefixtures("no_server_errors")
-
-
-def _error(exc: pytest.ExceptionInfo[ClientError]) -> tuple[int, str]:
-    resp = exc.value.response
-    return resp["ResponseMetadata"]["HTTPStatusCode"], resp["Error"]["Code"]
 
 
 def test_list_parts_pages_and_checksums(gw_s3: Any, gw_bucket: str) -> None:
@@ -47,11 +44,11 @@ def test_list_parts_pages_and_checksums(gw_s3: Any, gw_bucket: str) -> None:
     gw_s3.abort_multipart_upload(Bucket=gw_bucket, Key="k", UploadId=uid)
     with pytest.raises(ClientError) as exc:
         gw_s3.list_parts(Bucket=gw_bucket, Key="k", UploadId=uid)
-    assert _error(exc) == (404, "NoSuchUpload")
+    assert error_of(exc) == (404, "NoSuchUpload")
     with pytest.raises(ClientError) as exc:  # another key's id is not this key's upload
         other = gw_s3.create_multipart_upload(Bucket=gw_bucket, Key="other")["UploadId"]
         gw_s3.list_parts(Bucket=gw_bucket, Key="k", UploadId=other)
-    assert _error(exc) == (404, "NoSuchUpload")
+    assert error_of(exc) == (404, "NoSuchUpload")
 
 
 def _uploads(s3: Any, bucket: str, **kw: Any) -> tuple[list[tuple[str, str]], list[str], Any]:
@@ -100,7 +97,7 @@ def test_list_uploads_in_order_with_markers_and_prefixes(gw_s3: Any, gw_bucket: 
     assert elsewhere not in {u for _, u in _uploads(gw_s3, gw_bucket)[0]}
     with pytest.raises(ClientError) as exc:
         gw_s3.list_multipart_uploads(Bucket=f"none-{uuid.uuid4().hex[:8]}")
-    assert _error(exc) == (404, "NoSuchBucket")
+    assert error_of(exc) == (404, "NoSuchBucket")
 
 
 def test_list_uploads_encodes_keys_on_request(gw_s3: Any, gw_bucket: str) -> None:
@@ -111,4 +108,4 @@ def test_list_uploads_encodes_keys_on_request(gw_s3: Any, gw_bucket: str) -> Non
     assert got["EncodingType"] == "url"
     with pytest.raises(ClientError) as exc:
         gw_s3.list_multipart_uploads(Bucket=gw_bucket, MaxUploads=-1)
-    assert _error(exc) == (400, "InvalidArgument")
+    assert error_of(exc) == (400, "InvalidArgument")

@@ -13,6 +13,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+from tests.gateway.badinput import error_of
 from tests.gateway.conftest import GW_ACCESS, GW_SECRET, Gateway
 from tests.support.s3server import REGION
 
@@ -21,11 +22,6 @@ pytestmark = pytest.mark.usefixtures("no_server_errors")
 KEYS = ["a", "dir/x", "dir/y", "k", "z&<1>", "zz"]
 #: an S3-shaped version id: the gateway keeps no such version
 OTHER_VERSION = "3HL4kqtJlcpXroDTDmJ+rmSpXd3dIbrHY"
-
-
-def _error(exc: pytest.ExceptionInfo[ClientError]) -> tuple[int, str]:
-    resp = exc.value.response
-    return resp["ResponseMetadata"]["HTTPStatusCode"], resp["Error"]["Code"]
 
 
 @pytest.fixture
@@ -76,10 +72,10 @@ def test_markers_only_as_s3_allows(gw_s3: Any, filled: str) -> None:
     """(A version-id marker other than ``null`` is 501: test_allow_list.py.)"""
     with pytest.raises(ClientError) as exc:
         gw_s3.list_object_versions(Bucket=filled, VersionIdMarker="null")
-    assert _error(exc) == (400, "InvalidArgument")
+    assert error_of(exc) == (400, "InvalidArgument")
     with pytest.raises(ClientError) as exc:
         gw_s3.list_object_versions(Bucket="no-such-bucket-here")
-    assert _error(exc) == (404, "NoSuchBucket")
+    assert error_of(exc) == (404, "NoSuchBucket")
 
 
 def test_delete_objects_never_deletes_for_another_version(gw_s3: Any, filled: str) -> None:
