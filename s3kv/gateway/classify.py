@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from s3kv.errors import RequestError
-from s3kv.gateway.s3xml import OWNER_ID
+from s3kv.gateway.s3xml import NULL_VERSION, OWNER_ID
 
 
 class Level(enum.Enum):
@@ -66,8 +66,6 @@ def _op(name: str, method: str, level: Level, selectors: str = "", params: str =
 
 
 _S, _B, _O = Level.SERVICE, Level.BUCKET, Level.OBJECT
-#: the one version every object has: versioning is never enabled (GetBucketVersioning)
-NULL_VERSION = "null"
 _NULL_VERSION = {"versionId": frozenset({NULL_VERSION})}
 _LIST = "prefix delimiter max-keys encoding-type"
 

@@ -226,10 +226,14 @@ async def upload_part(request: web.Request, st: GatewayState, t: Target,
         st.budget.release(body.reserved)
         raise
     _keep_part(st, up, number, Part(data, etag, body.reserved, checksum))
-    headers = {"ETag": etag}
-    if checksum is not None and up.algorithm is not None:
-        headers[f"x-amz-checksum-{up.algorithm}"] = checksum
-    return web.Response(headers=headers)
+    return web.Response(headers={"ETag": etag, **_checksum_header(up, checksum)})
+
+
+def _checksum_header(up: Upload, checksum: str | None) -> dict[str, str]:
+    """A part's checksum in the upload's algorithm, as its answer's header (if it has one)."""
+    if checksum is None or up.algorithm is None:
+        return {}
+    return {f"x-amz-checksum-{up.algorithm}": checksum}
 
 
 def _part_digests(data: bytes, md5: bool, algorithm: str | None) -> tuple[str, str | None]:
@@ -260,11 +264,8 @@ async def upload_part_copy(request: web.Request, st: GatewayState, t: Target,
     # the part holds its own bytes from now on; the rest of the source's reservation goes back
     st.budget.release(reserved - len(data))
     _keep_part(st, up, number, Part(data, etag, len(data), checksum))
-    headers = {}
-    if checksum is not None and up.algorithm is not None:
-        headers[f"x-amz-checksum-{up.algorithm}"] = checksum
     return web.Response(body=copy_result("CopyPartResult", etag, time.time()),
-                        content_type=XML, headers=headers)
+                        content_type=XML, headers=_checksum_header(up, checksum))
 
 
 def _object_checksum(up: Upload, chosen: list[Part], data: bytes) -> Checksum | None:

@@ -141,8 +141,10 @@ def _encoder(encoding_type: str | None) -> Callable[[str], str]:
     return lambda text: text
 
 
+#: the one version every object has: versioning is never enabled (GetBucketVersioning)
+NULL_VERSION = "null"
 #: what a listing of versions says of every object: its one version, the latest
-_NULL_LATEST = _el("VersionId", "null") + _el("IsLatest", True)
+_NULL_LATEST = _el("VersionId", NULL_VERSION) + _el("IsLatest", True)
 
 
 def _entries(contents: Iterable[ObjectEntry], prefixes: Iterable[str],
@@ -213,7 +215,7 @@ def list_object_versions(page: VersionsPage) -> bytes:
              _el("VersionIdMarker", page.version_id_marker)]
     if page.next_key_marker is not None:
         parts += [_el("NextKeyMarker", enc(page.next_key_marker)),
-                  _el("NextVersionIdMarker", "null")]
+                  _el("NextVersionIdMarker", NULL_VERSION)]
     parts += _limits(page, enc)
     parts += _entries(page.contents, page.common_prefixes, enc, True, "Version", _NULL_LATEST)
     return _doc("ListVersionsResult", "".join(parts))
