@@ -48,11 +48,12 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def _run(argv: list[str], env: dict[str, str]) -> str:
+def _run(argv: list[str], env: dict[str, str], *, log: bool = False) -> str:
+    """What the tool printed (``log``: and what it logged to stderr, as rclone logs)."""
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"{argv[:3]} failed ({proc.returncode}):\n{proc.stdout}\n" \
                                  f"{proc.stderr}"
-    return proc.stdout
+    return proc.stdout + proc.stderr if log else proc.stdout
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -231,13 +232,6 @@ def _rclone(gateway: Gateway, tmp_path: Path) -> tuple[list[str], dict[str, str]
     return [str(_tool("rclone")), "--retries", "1", "--low-level-retries", "1"], env
 
 
-def _logged(argv: list[str], env: dict[str, str]) -> str:
-    """What rclone printed and logged (it logs to stderr)."""
-    proc = subprocess.run([*argv, "-v"], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, f"{argv[:3]} failed ({proc.returncode}):\n{proc.stderr}"
-    return proc.stdout + proc.stderr
-
-
 def test_rclone_sync_check_copies_links_versions_and_purge(
         gateway: Gateway, gw_s3: Any, gw_bucket: str, tmp_path: Path) -> None:
     """rclone, the tool operators move data to and from S3 with: a sync with a 12 MB file in
@@ -252,9 +246,10 @@ def test_rclone_sync_check_copies_links_versions_and_purge(
     (src / "mp.bin").write_bytes(files["mp.bin"])
     remote = f"gw:{gw_bucket}/tree"
     chunks = ["--s3-upload-cutoff", "5M", "--s3-chunk-size", "5M"]
-    assert _logged([*rclone, "sync", str(src), remote, *chunks], env).count("Copied") == 4
+    assert _run([*rclone, "sync", str(src), remote, *chunks, "-v"], env, log=True).count(
+        "Copied") == 4
     assert gw_s3.head_object(Bucket=gw_bucket, Key="tree/mp.bin")["ETag"].endswith('-3"')
-    assert "Copied" not in _logged([*rclone, "sync", str(src), remote], env)
+    assert "Copied" not in _run([*rclone, "sync", str(src), remote, "-v"], env, log=True)
     os.utime(src / "a.bin", (1_700_000_000, 1_700_000_000))
     _run([*rclone, "sync", str(src), remote], env)
     assert "2023-11-14 22:13:20" in _run([*rclone, "lsl", f"{remote}/a.bin"], env)
