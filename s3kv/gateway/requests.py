@@ -72,13 +72,18 @@ def validate_key(key: str) -> bytes:
 
 
 def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
-    """``Range: bytes=a-b`` -> (start, end exclusive); None for no range (whole object)."""
+    """A GET's or HEAD's ``Range: bytes=a-b`` -> (start, end exclusive); None for the whole
+    object.
+
+    As S3 (and RFC 9110, which lets a server ignore a Range it cannot use): a header that is
+    not one valid byte range (not ``bytes=``, no digits, the last byte before the first, or
+    several ranges, which S3 does not serve) is ignored and the whole object comes back with
+    200; a valid range that starts at or past the end is 416 InvalidRange."""
     if header is None:
         return None
     m = _RANGE.match(header.strip())
     if not m or (not m.group(1) and not m.group(2)):
-        raise RequestError("InvalidArgument", f"Invalid Range header {header!r}: use "
-                           "bytes=START-END, bytes=START- or bytes=-SUFFIX (one range).")
+        return None
     first, last = m.group(1), m.group(2)
     if not first:  # suffix
         n = int(last)
@@ -86,12 +91,11 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
             raise _unsatisfiable(size)
         return max(0, size - n), size
     start = int(first)
-    end = size - 1 if not last else min(int(last), size - 1)
     if last and int(last) < start:
-        raise RequestError("InvalidArgument", f"Invalid Range header {header!r}: the last "
-                           "byte comes before the first.")
+        return None
     if start >= size:
         raise _unsatisfiable(size)
+    end = size - 1 if not last else min(int(last), size - 1)
     return start, end + 1
 
 
