@@ -26,7 +26,8 @@ def _stream() -> StreamReader:
 
 
 def _request(stream: StreamReader, length: int) -> Any:
-    return SimpleNamespace(content=stream, headers=CIMultiDict({"Content-Length": str(length)}),
+    return SimpleNamespace(content=stream, transport=None,
+                           headers=CIMultiDict({"Content-Length": str(length)}),
                            get=lambda name, default=None: default)
 
 
