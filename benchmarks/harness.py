@@ -290,7 +290,8 @@ def gateway_subprocess(server: BenchServer | None, store: str, args: Sequence[st
             "--store", store, *args]
     log = tempfile.NamedTemporaryFile(prefix="bench-gateway-", suffix=".log",  # noqa: SIM115
                                       delete=False)
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    # cwd: `python -m` puts the working directory first on sys.path, ahead of PYTHONPATH
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     ok = False
     try:
         deadline = time.monotonic() + timeout

@@ -128,7 +128,7 @@ def gateway(server: BenchServer, prefix: str = "kv",
          # retry a 503 SlowDown: with the default 512 MiB of request bodies it loses chunks
          "--max-request-memory", "2GiB", "--dram-cache", dram_cache,
          "--sync-interval", "0", "--log-level", "warning"],
-        stdout=log, stderr=subprocess.STDOUT, env=env)
+        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     try:
         deadline = time.monotonic() + 90
         while True:
