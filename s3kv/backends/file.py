@@ -3,7 +3,7 @@
 Objects are files under the root. A multipart upload writes each part straight into a hidden
 temporary file at its final offset ((n-1) * part_size), so a segment is written once, in large
 aligned writes (one part at a time per file: filelocks.py), and published by an atomic rename
-on completion. All file I/O runs in threads.
+on completion (fileuploads.py). All file I/O runs in threads.
 Ranged reads can also be lent as views of a memory map of the file (``view_range``, filemaps.py).
 Large deleted files are kept (up to ``recycle_bytes``) and written over by the next large
 objects instead of new files being allocated (recycle.py).
@@ -12,22 +12,18 @@ objects instead of new files being allocated (recycle.py).
 from __future__ import annotations
 
 import asyncio
-import errno
-import json
 import os
-import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
 from s3kv.backends.base import ObjectInfo, Pieces, UploadInfo
-from s3kv.backends.filelocks import FileLocks
 from s3kv.backends.filemaps import MappedFiles
+from s3kv.backends.fileuploads import UPLOADS, FileUploads, write_at
 from s3kv.backends.recycle import RECYCLE_BYTES, RecycledFiles
 from s3kv.errors import BackendError, BackendUnavailable, InvalidInput, ObjectMissing
-from s3kv.wire.body import pieces_of, size_of
+from s3kv.wire.body import size_of
 
-_UPLOADS = ".uploads"
 #: where deleted files wait to be written over (recycle.py); not an object, never listed
 _RECYCLED = ".recycled"
 #: a filesystem with less than this available is full: the backend reports itself unavailable
@@ -41,26 +37,6 @@ NOW_MAX = 1024 * 1024
 
 #: object keys whose paths are remembered (segments and manifests: a few per GiB stored)
 _PATHS_KEPT = 4096
-#: buffers per pwritev call (Linux's IOV_MAX is 1024)
-_IOV_MAX = 1024
-
-
-def _write_at(fd: int, data: Pieces, offset: int) -> None:
-    """Write ``data``'s pieces at ``offset`` with as few ``pwritev`` calls as they allow."""
-    views = [memoryview(p) for p in pieces_of(data) if len(p)]
-    i = 0
-    while i < len(views):
-        n = os.pwritev(fd, views[i:i + _IOV_MAX], offset)
-        offset += n
-        while n:  # step past what was written; a short write leaves the rest of a view
-            if n >= len(views[i]):
-                n -= len(views[i])
-                i += 1
-            else:
-                views[i] = views[i][n:]
-                n = 0
-
-
 class FileBackend:
     def __init__(self, root: str | Path, *, fsync: bool = True,
                  recycle_bytes: int = RECYCLE_BYTES) -> None:
@@ -70,9 +46,9 @@ class FileBackend:
         self.description = f"file://{self.root}"
         self._maps = MappedFiles()
         self._paths: dict[str, Path] = {}
-        self._writing = FileLocks()  # parts of one upload are written one at a time
         self.recycled = RecycledFiles(self.root / _RECYCLED, self._maps,
                                       limit_bytes=recycle_bytes)
+        self._uploads = FileUploads(self.root, self.recycled.take)
 
     async def open(self) -> FileBackend:
         await asyncio.to_thread(self._mkdirs)
@@ -80,7 +56,7 @@ class FileBackend:
 
     def _mkdirs(self) -> None:
         try:
-            (self.root / _UPLOADS).mkdir(parents=True, exist_ok=True)
+            self._uploads.directory.mkdir(parents=True, exist_ok=True)
             self.recycled.load()
         except OSError as exc:
             raise BackendError(f"cannot create store directory {self.root}: {exc}") from exc
@@ -93,7 +69,7 @@ class FileBackend:
             return path
         parts = key.split("/")
         if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts) \
-                or parts[0] in (_UPLOADS, _RECYCLED):
+                or parts[0] in (UPLOADS, _RECYCLED):
             raise InvalidInput(f"invalid object key for the file backend: {key!r}")
         if len(self._paths) >= _PATHS_KEPT:
             self._paths.clear()
@@ -122,7 +98,7 @@ class FileBackend:
             reused = size >= self.recycled.min_bytes and self.recycled.take(tmp)
             fd = os.open(tmp, os.O_WRONLY | (0 if reused else os.O_CREAT | os.O_TRUNC), 0o644)
             try:
-                _write_at(fd, data, 0)
+                write_at(fd, data, 0)
                 if reused:
                     os.ftruncate(fd, size)
                 if self.fsync:
@@ -190,7 +166,7 @@ class FileBackend:
             return out
         for dirpath, dirnames, filenames in os.walk(start_dir):
             if Path(dirpath) == base:
-                dirnames[:] = [d for d in dirnames if d not in (_UPLOADS, _RECYCLED)]
+                dirnames[:] = [d for d in dirnames if d not in (UPLOADS, _RECYCLED)]
             rel_dir = Path(dirpath).relative_to(base)
             for name in filenames:
                 if name.startswith(".") and name.endswith(".tmp"):
@@ -217,129 +193,44 @@ class FileBackend:
     async def delete_objects(self, keys: Sequence[str]) -> None:
         await self._run(f"DELETE {len(keys)} objects", self._delete, list(keys))
 
-    # ---- multipart ----------------------------------------------------------------------
-    def _upload_dir(self, upload_id: str) -> Path:
-        if not upload_id.isalnum():
-            raise InvalidInput(f"invalid upload id {upload_id!r}")
-        return self.root / _UPLOADS / upload_id
-
+    # ---- multipart (fileuploads.py) ----------------------------------------------------
     def _create(self, key: str, part_size: int) -> str:
         self._path(key)  # validate
-        upload_id = uuid.uuid4().hex
-        d = self._upload_dir(upload_id)
-        d.mkdir(parents=True)
-        try:
-            (d / "meta.json").write_text(json.dumps(
-                {"key": key, "part_size": part_size, "initiated": time.time()}))
-            if not self.recycled.take(d / "data"):
-                (d / "data").touch()
-        except OSError:
-            # disk full, I/O error: no caller will ever know this upload id, and an empty
-            # meta.json is skipped by listings, so nothing would ever remove it
-            self._remove_upload(upload_id)
-            raise
-        return upload_id
+        return self._uploads.create(key, part_size)
 
     async def create_multipart(self, key: str, part_size: int) -> str:
         upload_id = await self._run(f"CREATE-MULTIPART {key}", self._create, key, part_size)
         assert isinstance(upload_id, str)
         return upload_id
 
-    def _meta(self, upload_id: str) -> dict[str, object]:
-        try:
-            meta: dict[str, object] = json.loads(
-                (self._upload_dir(upload_id) / "meta.json").read_text())
-        except FileNotFoundError:
-            raise ObjectMissing(f"no such upload {upload_id}") from None
-        return meta
-
-    def _write_part(self, upload_id: str, number: int, data: Pieces) -> str:
-        meta = self._meta(upload_id)
-        part_size = int(str(meta["part_size"]))
-        size = size_of(data)
-        if size > part_size:
-            raise InvalidInput(f"part {number} is {size} bytes, over part_size {part_size}")
-        d = self._upload_dir(upload_id)
-        fd = os.open(d / "data", os.O_WRONLY)
-        try:
-            with self._writing.held(upload_id):
-                _write_at(fd, data, (number - 1) * part_size)
-        finally:
-            os.close(fd)
-        (d / f"part-{number:05d}").write_text(str(size))
-        return f"{number}-{size}"
-
     async def upload_part(self, key: str, upload_id: str, part_number: int, data: Pieces) -> str:
-        etag = await self._run(f"UPLOAD-PART {key}#{part_number}", self._write_part,
+        etag = await self._run(f"UPLOAD-PART {key}#{part_number}", self._uploads.write_part,
                                upload_id, part_number, data)
         assert isinstance(etag, str)
         return etag
 
     def _complete(self, key: str, upload_id: str, parts: Sequence[tuple[int, str]]) -> None:
-        meta = self._meta(upload_id)
-        part_size = int(str(meta["part_size"]))
-        d = self._upload_dir(upload_id)
-        numbers = [n for n, _ in parts]
-        if numbers != list(range(1, len(parts) + 1)):
-            raise InvalidInput(f"parts must be 1..N in order, got {numbers}")
-        total = 0
-        for i, (n, _etag) in enumerate(parts):
-            size = int((d / f"part-{n:05d}").read_text())
-            if i < len(parts) - 1 and size != part_size:
-                raise InvalidInput(f"part {n} is {size} bytes; all but the last must be "
-                                   f"{part_size}")
-            total += size
-        data = d / "data"
-        with open(data, "r+b") as fh:
-            fh.truncate(total)
-            if self.fsync:
-                os.fsync(fh.fileno())
         dest = self._path(key)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        self._maps.forget(dest)
-        os.replace(data, dest)
-        self._remove_upload(upload_id)
+
+        def publish(fd: int, length: int, data: Path) -> None:
+            os.ftruncate(fd, length)
+            if self.fsync:
+                os.fsync(fd)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            self._maps.forget(dest)
+            os.replace(data, dest)
+
+        self._uploads.complete(upload_id, parts, publish)
 
     async def complete_multipart(self, key: str, upload_id: str,
                                  parts: Sequence[tuple[int, str]]) -> None:
         await self._run(f"COMPLETE-MULTIPART {key}", self._complete, key, upload_id, list(parts))
 
-    def _remove_upload(self, upload_id: str) -> None:
-        # A part write whose task was cancelled may still be finishing in its thread and add
-        # a file while we remove the directory: retry until it is gone (a write that starts
-        # after this finds no upload and fails).
-        d = self._upload_dir(upload_id)
-        for _ in range(50):
-            if not d.exists():
-                return
-            for f in list(d.iterdir()):
-                f.unlink(missing_ok=True)
-            try:
-                d.rmdir()
-            except FileNotFoundError:
-                return
-            except OSError as exc:
-                if exc.errno != errno.ENOTEMPTY:
-                    raise
-                time.sleep(0.01)
-        raise OSError(errno.ENOTEMPTY, f"upload {upload_id} keeps receiving parts")
-
     async def abort_multipart(self, key: str, upload_id: str) -> None:
-        await self._run(f"ABORT-MULTIPART {key}", self._remove_upload, upload_id)
-
-    def _list_uploads(self, prefix: str) -> list[UploadInfo]:
-        out: list[UploadInfo] = []
-        for d in (self.root / _UPLOADS).iterdir():
-            try:
-                meta = json.loads((d / "meta.json").read_text())
-            except (FileNotFoundError, json.JSONDecodeError):
-                continue
-            if str(meta["key"]).startswith(prefix):
-                out.append(UploadInfo(str(meta["key"]), d.name, float(meta["initiated"])))
-        return out
+        await self._run(f"ABORT-MULTIPART {key}", self._uploads.remove, upload_id)
 
     async def list_multipart_uploads(self, prefix: str) -> list[UploadInfo]:
-        result = await self._run(f"LIST-UPLOADS {prefix}", self._list_uploads, prefix)
+        result = await self._run(f"LIST-UPLOADS {prefix}", self._uploads.list, prefix)
         assert isinstance(result, list)
         return result
 

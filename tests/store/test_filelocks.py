@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import s3kv.backends.file as file_backend
+import s3kv.backends.fileuploads as fileuploads
 from s3kv.backends import FileBackend
 from s3kv.backends.base import Pieces
 from s3kv.backends.filelocks import FileLocks
@@ -88,7 +88,7 @@ async def test_parts_of_one_upload_are_written_one_at_a_time(
     first_of_each = threading.Barrier(2, timeout=5)
     met: list[bool] = []
     guard = threading.Lock()
-    real_write = file_backend._write_at
+    real_write = fileuploads.write_at
 
     def upload_of(fd: int) -> str:
         ino = os.fstat(fd).st_ino
@@ -98,7 +98,7 @@ async def test_parts_of_one_upload_are_written_one_at_a_time(
         raise AssertionError("a write into no upload's file")
 
     def watched_write(fd: int, data: Pieces, offset: int) -> None:
-        key = upload_of(fd)  # not by fd number: each write opens the file anew
+        key = upload_of(fd)
         with guard:
             active[key] += 1
             most[key] = max(most[key], active[key])
@@ -112,7 +112,7 @@ async def test_parts_of_one_upload_are_written_one_at_a_time(
         with guard:
             active[key] -= 1
 
-    monkeypatch.setattr(file_backend, "_write_at", watched_write)
+    monkeypatch.setattr(fileuploads, "write_at", watched_write)
     data = {key: os.urandom(4 * PART) for key in ids}
     sends = [backend.upload_part(key, ids[key], n + 1, data[key][n * PART:(n + 1) * PART])
              for n in range(4) for key in ids]

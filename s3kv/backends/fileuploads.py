@@ -1,0 +1,156 @@
+"""The file backend's multipart uploads (file.py): parts written straight into one data file.
+
+Each upload is a directory under ``.uploads``: ``meta.json`` (the key, the part size, when it
+began: what listings and the clean-up of orphans read) and ``data``, the file every part is
+written into at its final offset ((n-1) * part_size), one part at a time (filelocks.py).
+Completing truncates it to the parts' total, syncs it and hands it over to be renamed into
+place.
+
+What a part needs is kept in memory while the upload lives, in this process: its part size,
+the data file open for writing, the sizes of the parts written. A part is one ``pwritev``;
+before, every part also read ``meta.json``, opened the data file and created a small file
+recording its size: metadata work (a journal write on XFS) per 16 MiB part for nothing a
+live upload needs. On tmpfs the CPU it saves is within this machine's spread
+(docs/performance.md, issue 17, session 27). An upload that this process did not begin (left
+by one that stopped) is an orphan: it is listed, and aborted, never continued.
+
+Called from worker threads (the backend's ``_run``), never on the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from s3kv.backends.base import Pieces, UploadInfo
+from s3kv.backends.filelocks import FileLocks
+from s3kv.errors import InvalidInput, ObjectMissing
+from s3kv.wire.body import pieces_of, size_of
+
+#: the directory of uploads in progress, under the backend's root
+UPLOADS = ".uploads"
+#: buffers per pwritev call (Linux's IOV_MAX is 1024)
+_IOV_MAX = 1024
+
+
+def write_at(fd: int, data: Pieces, offset: int) -> None:
+    """Write ``data``'s pieces at ``offset`` with as few ``pwritev`` calls as they allow."""
+    views = [memoryview(p) for p in pieces_of(data) if len(p)]
+    i = 0
+    while i < len(views):
+        n = os.pwritev(fd, views[i:i + _IOV_MAX], offset)
+        offset += n
+        while n:  # step past what was written; a short write leaves the rest of a view
+            if n >= len(views[i]):
+                n -= len(views[i])
+                i += 1
+            else:
+                views[i] = views[i][n:]
+                n = 0
+
+
+@dataclass
+class _Upload:
+    part_size: int
+    fd: int  # the data file, open for writing
+    sizes: dict[int, int] = field(default_factory=dict)  # part number -> bytes written
+
+
+class FileUploads:
+    def __init__(self, root: Path, take_recycled: Callable[[Path], bool]) -> None:
+        """``take_recycled(path)``: put a recycled file at ``path`` (False: none to take)."""
+        self.directory = root / UPLOADS
+        self._take_recycled = take_recycled
+        self._live: dict[str, _Upload] = {}
+        self._writing = FileLocks()  # parts of one upload are written one at a time
+
+    def _dir(self, upload_id: str) -> Path:
+        if not upload_id.isalnum():
+            raise InvalidInput(f"invalid upload id {upload_id!r}")
+        return self.directory / upload_id
+
+    def _live_upload(self, upload_id: str) -> _Upload:
+        up = self._live.get(upload_id)
+        if up is None:
+            self._dir(upload_id)  # an invalid id is InvalidInput, not a missing upload
+            raise ObjectMissing(f"no such upload {upload_id} in progress here")
+        return up
+
+    def create(self, key: str, part_size: int) -> str:
+        upload_id = uuid.uuid4().hex
+        d = self._dir(upload_id)
+        d.mkdir(parents=True)
+        try:
+            (d / "meta.json").write_text(json.dumps(
+                {"key": key, "part_size": part_size, "initiated": time.time()}))
+            data = d / "data"
+            fd = os.open(data, os.O_WRONLY | (0 if self._take_recycled(data) else os.O_CREAT))
+        except OSError:
+            # disk full, I/O error: no caller will ever know this upload id, and an empty
+            # meta.json is skipped by listings, so nothing would ever remove it
+            self.remove(upload_id)
+            raise
+        self._live[upload_id] = _Upload(part_size, fd)
+        return upload_id
+
+    def write_part(self, upload_id: str, number: int, data: Pieces) -> str:
+        up = self._live_upload(upload_id)
+        size = size_of(data)
+        if size > up.part_size:
+            raise InvalidInput(f"part {number} is {size} bytes, over part_size {up.part_size}")
+        with self._writing.held(upload_id):
+            self._live_upload(upload_id)  # not aborted while this waited
+            write_at(up.fd, data, (number - 1) * up.part_size)
+        up.sizes[number] = size
+        return f"{number}-{size}"
+
+    def complete(self, upload_id: str, parts: Sequence[tuple[int, str]],
+                 publish: Callable[[int, int, Path], None]) -> None:
+        """Check the parts, then ``publish(fd, total, data_path)`` (truncate, sync, rename
+        into place); the upload is gone afterwards."""
+        up = self._live_upload(upload_id)
+        numbers = [n for n, _ in parts]
+        if numbers != list(range(1, len(parts) + 1)):
+            raise InvalidInput(f"parts must be 1..N in order, got {numbers}")
+        total = 0
+        for i, n in enumerate(numbers):
+            size = up.sizes.get(n)
+            if size is None:
+                raise InvalidInput(f"part {n} of upload {upload_id} was not written")
+            if i < len(parts) - 1 and size != up.part_size:
+                raise InvalidInput(f"part {n} is {size} bytes; all but the last must be "
+                                   f"{up.part_size}")
+            total += size
+        with self._writing.held(upload_id):
+            publish(up.fd, total, self._dir(upload_id) / "data")
+        self.remove(upload_id)
+
+    def remove(self, upload_id: str) -> None:
+        """Forget the upload and delete its directory (after a part being written, if any)."""
+        d = self._dir(upload_id)
+        up = self._live.get(upload_id)
+        if up is not None:
+            with self._writing.held(upload_id):  # no write is using the descriptor
+                if self._live.pop(upload_id, None) is not None:
+                    os.close(up.fd)
+        if not d.exists():
+            return
+        for f in list(d.iterdir()):
+            f.unlink(missing_ok=True)
+        d.rmdir()
+
+    def list(self, prefix: str) -> list[UploadInfo]:
+        out: list[UploadInfo] = []
+        for d in self.directory.iterdir():
+            try:
+                meta = json.loads((d / "meta.json").read_text())
+            except (FileNotFoundError, json.JSONDecodeError):
+                continue
+            if str(meta["key"]).startswith(prefix):
+                out.append(UploadInfo(str(meta["key"]), d.name, float(meta["initiated"])))
+        return out

@@ -1,0 +1,118 @@
+"""The file backend's multipart uploads (s3kv/backends/fileuploads.py): a part is one write into
+the upload's data file, with no file opened or record written; the data file's descriptor is
+closed when the upload ends, never under a part being written; an upload another process began
+is an orphan, listed and aborted, never continued."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+import s3kv.backends.fileuploads as fileuploads
+from s3kv.backends import FileBackend
+from s3kv.backends.base import Pieces
+from s3kv.errors import InvalidInput, ObjectMissing
+from s3kv.sizes import MiB
+
+PART = 5 * MiB
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+async def test_parts_write_no_files_and_the_upload_closes_its_descriptor(
+        tmp_path: Path) -> None:
+    backend = await FileBackend(tmp_path, fsync=False).open()
+    before = _open_fds()
+    upload = await backend.create_multipart("seg/a", PART)
+    data = os.urandom(2 * PART + 123)
+    etags = [await backend.upload_part("seg/a", upload, n + 1,
+                                       data[n * PART:(n + 1) * PART]) for n in range(3)]
+    assert sorted(p.name for p in (tmp_path / ".uploads" / upload).iterdir()) == \
+        ["data", "meta.json"]
+    assert len(_open_fds() - before) == 1  # the data file, open while the upload lives
+    await backend.complete_multipart("seg/a", upload, list(enumerate(etags, 1)))
+    assert await backend.get_object("seg/a") == data
+    assert _open_fds() - before == set()
+    assert not (tmp_path / ".uploads" / upload).exists()
+
+    aborted = await backend.create_multipart("seg/b", PART)
+    await backend.upload_part("seg/b", aborted, 1, data[:PART])
+    await backend.abort_multipart("seg/b", aborted)
+    assert _open_fds() - before == set()
+    with pytest.raises(ObjectMissing):
+        await backend.upload_part("seg/b", aborted, 2, data[:PART])
+
+
+async def test_parts_are_checked_at_completion(tmp_path: Path) -> None:
+    backend = await FileBackend(tmp_path, fsync=False).open()
+    upload = await backend.create_multipart("seg/c", PART)
+    with pytest.raises(InvalidInput, match="over part_size"):
+        await backend.upload_part("seg/c", upload, 1, bytes(PART + 1))
+    e1 = await backend.upload_part("seg/c", upload, 1, bytes(PART - 1))
+    e2 = await backend.upload_part("seg/c", upload, 2, bytes(10))
+    with pytest.raises(InvalidInput, match="all but the last"):
+        await backend.complete_multipart("seg/c", upload, [(1, e1), (2, e2)])
+    with pytest.raises(InvalidInput, match="in order"):
+        await backend.complete_multipart("seg/c", upload, [(2, e2)])
+    e1 = await backend.upload_part("seg/c", upload, 1, bytes(PART))  # sent again, whole
+    one_part = await backend.create_multipart("seg/d", PART)
+    d1 = await backend.upload_part("seg/d", one_part, 1, bytes(PART))
+    with pytest.raises(InvalidInput, match="not written"):
+        await backend.complete_multipart("seg/d", one_part, [(1, d1), (2, "2-10")])
+    await backend.complete_multipart("seg/c", upload, [(1, e1), (2, e2)])
+    assert await backend.head_object("seg/c") == PART + 10
+    with pytest.raises(InvalidInput):
+        await backend.upload_part("seg/c", "../x", 1, b"x")
+
+
+async def test_an_upload_of_another_process_is_listed_and_aborted_not_continued(
+        tmp_path: Path) -> None:
+    first = await FileBackend(tmp_path, fsync=False).open()
+    orphan = await first.create_multipart("seg/o", PART)
+    await first.upload_part("seg/o", orphan, 1, bytes(PART))
+    later = await FileBackend(tmp_path, fsync=False).open()  # as after a restart
+    assert [(u.key, u.upload_id) for u in await later.list_multipart_uploads("seg/")] == \
+        [("seg/o", orphan)]
+    with pytest.raises(ObjectMissing):
+        await later.upload_part("seg/o", orphan, 2, bytes(PART))
+    with pytest.raises(ObjectMissing):
+        await later.complete_multipart("seg/o", orphan, [(1, "1-x")])
+    await later.abort_multipart("seg/o", orphan)
+    assert await later.list_multipart_uploads("seg/") == []
+    await first.abort_multipart("seg/o", orphan)  # its own view of it ends quietly too
+
+
+async def test_an_abort_waits_for_the_part_being_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The descriptor is closed only after the write in flight: a closed (or reused)
+    descriptor under a write would lose it or write into another file."""
+    backend = await FileBackend(tmp_path, fsync=False).open()
+    upload = await backend.create_multipart("seg/w", PART)
+    writing = threading.Event()
+    release = threading.Event()
+    real_write = fileuploads.write_at
+    wrote: list[int] = []
+
+    def slow_write(fd: int, data: Pieces, offset: int) -> None:
+        writing.set()
+        release.wait(5)
+        real_write(fd, data, offset)  # raises EBADF if the descriptor was closed under it
+        wrote.append(offset)
+
+    monkeypatch.setattr(fileuploads, "write_at", slow_write)
+    part = asyncio.create_task(backend.upload_part("seg/w", upload, 1, bytes(PART)))
+    await asyncio.to_thread(writing.wait, 5)
+    abort = asyncio.create_task(backend.abort_multipart("seg/w", upload))
+    await asyncio.sleep(0.1)
+    assert not abort.done()  # it waits for the write
+    release.set()
+    assert await part == f"1-{PART}"
+    await abort
+    assert wrote == [0]
+    assert not (tmp_path / ".uploads" / upload).exists()
