@@ -89,7 +89,8 @@ class FileUploads:
             (d / "meta.json").write_text(json.dumps(
                 {"key": key, "part_size": part_size, "initiated": time.time()}))
             data = d / "data"
-            fd = os.open(data, os.O_WRONLY | (0 if self._take_recycled(data) else os.O_CREAT))
+            fd = os.open(data, os.O_WRONLY | (0 if self._take_recycled(data) else os.O_CREAT),
+                         0o644)
         except OSError:
             # disk full, I/O error: no caller will ever know this upload id, and an empty
             # meta.json is skipped by listings, so nothing would ever remove it
