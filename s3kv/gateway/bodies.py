@@ -7,9 +7,6 @@ them into the open segment once. ``Body.data`` joins them for the callers that p
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -21,36 +18,10 @@ from s3kv.gateway.state import GatewayState
 from s3kv.gateway.watchdog import IdleWatchdog
 from s3kv.wire.body import Buffer, joined
 from s3kv.wire.headers import HeaderValues, index_headers
+from s3kv.wire.reads import larger_reads
 
 #: a body that delivers no byte for this long is abandoned (its memory reservation freed)
 BODY_IDLE_TIMEOUT = 20.0
-#: the largest socket read while an admitted body arrives (see :func:`body_reads`)
-BODY_READ_SIZE = 4 * 1024 * 1024
-
-
-@contextlib.contextmanager
-def body_reads(transport: asyncio.BaseTransport | None, size: int) -> Iterator[None]:
-    """Socket reads of up to ``size`` bytes (at most BODY_READ_SIZE) on ``transport`` for the
-    duration, then the transport's own size again.
-
-    asyncio's socket transport reads at most 256 KiB at a time (its ``max_size``), so a
-    32 MiB body took 128 reads, each a turn of the event loop through aiohttp's parser and the
-    body reader. Reads of up to 4 MiB took the gateway's CPU per GiB of 32 MiB PUTs from
-    ~1.0 to ~0.74 s here (docs/performance.md, issue 17, session 27). Only an admitted body
-    reads large: its bytes are within the memory the budget reserved for it (a pipelining
-    client's next request may come in the same read), while a connection whose body is not
-    admitted, or that is idle, keeps asyncio's size. A transport without ``max_size`` (not
-    asyncio's selector transport) is left as it is."""
-    default = getattr(transport, "max_size", None)
-    size = min(size, BODY_READ_SIZE)
-    if not isinstance(default, int) or size <= default:
-        yield
-        return
-    transport.max_size = size  # type: ignore[union-attr]
-    try:
-        yield
-    finally:
-        transport.max_size = default  # type: ignore[union-attr]
 
 
 @dataclass
@@ -86,7 +57,9 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
     try:
         try:
             # one timer for the body, not one per piece (asyncio.timeout's cost per piece)
-            with IdleWatchdog(idle) as watchdog, body_reads(request.transport, reserved):
+            # an admitted body: read in large reads, within what was reserved for it
+            # (a body not admitted, an idle connection: asyncio's 256 KiB reads)
+            with IdleWatchdog(idle) as watchdog, larger_reads(request.transport, reserved):
                 pieces = await reader.collect(watchdog.progress)
         except TimeoutError:
             raise RequestError("RequestTimeout", "Your socket connection to the server was "

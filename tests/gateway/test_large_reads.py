@@ -1,5 +1,5 @@
-"""An admitted request body is read from the socket in reads of up to 4 MiB, and the connection
-reads at asyncio's size again afterwards (s3kv/gateway/bodies.py: body_reads).
+"""Large socket reads (s3kv/wire/reads.py): an admitted request body is read from the socket
+in reads of up to 4 MiB, and the connection reads at asyncio's size again afterwards.
 
 Real parts: asyncio's socket transports on loopback and aiohttp's server; the only stand-in is
 the gateway state's metrics counter, which read_body only increments."""
@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from s3kv.gateway.bodies import BODY_READ_SIZE, body_reads, read_body
+from s3kv.gateway.bodies import read_body
 from s3kv.gateway.state import MemoryBudget
 from s3kv.sizes import KiB, MiB
+from s3kv.wire.reads import READ_SIZE, larger_reads
 
 
 def _read_size(transport: Any) -> int:
@@ -49,24 +50,24 @@ async def _connection() -> AsyncIterator[asyncio.BaseTransport]:
 async def test_reads_grow_for_the_body_and_shrink_after() -> None:
     async with _connection() as transport:
         default = _read_size(transport)
-        assert default < BODY_READ_SIZE  # asyncio's own read size (256 KiB)
-        with body_reads(transport, 32 * MiB):
-            assert _read_size(transport) == BODY_READ_SIZE
+        assert default < READ_SIZE  # asyncio's own read size (256 KiB)
+        with larger_reads(transport, 32 * MiB):
+            assert _read_size(transport) == READ_SIZE
         assert _read_size(transport) == default
-        with body_reads(transport, 2 * MiB):  # never past the body's own size
+        with larger_reads(transport, 2 * MiB):  # never past the body's own size
             assert _read_size(transport) == 2 * MiB
-        with body_reads(transport, default // 2):  # a small body: asyncio's size
+        with larger_reads(transport, default // 2):  # a small body: asyncio's size
             assert _read_size(transport) == default
-        with pytest.raises(RuntimeError), body_reads(transport, 32 * MiB):
+        with pytest.raises(RuntimeError), larger_reads(transport, 32 * MiB):
             raise RuntimeError("the body failed")
         assert _read_size(transport) == default
 
 
 async def test_transports_without_a_read_size_are_left_alone() -> None:
     other = SimpleNamespace()  # e.g. a closed connection's None, or another loop's transport
-    with body_reads(other, 32 * MiB):  # type: ignore[arg-type]
+    with larger_reads(other, 32 * MiB):  # type: ignore[arg-type]
         assert not hasattr(other, "max_size")
-    with body_reads(None, 32 * MiB):
+    with larger_reads(None, 32 * MiB):
         pass
 
 
@@ -117,7 +118,7 @@ async def _served(body_size: int) -> dict[str, Any]:
 async def test_a_large_body_is_read_in_large_reads_then_the_connection_is_not() -> None:
     got = await _served(8 * MiB)
     assert got["size"] == 8 * MiB
-    assert got["during"] == BODY_READ_SIZE
+    assert got["during"] == READ_SIZE
     assert got["after"] == got["default"]
 
 
@@ -125,3 +126,4 @@ async def test_a_small_body_reads_at_asyncios_size() -> None:
     got = await _served(100 * KiB)
     assert got["size"] == 100 * KiB
     assert got["during"] == got["after"] == got["default"]
+
