@@ -24,9 +24,9 @@ def larger_reads(transport: asyncio.BaseTransport | None, size: int) -> Iterator
     """Reads of up to ``size`` bytes (at most READ_SIZE) on ``transport`` for the duration,
     then asyncio's own size (the transport class's) again; smaller sizes change nothing.
 
-    Only for bytes the caller has agreed to take (a body within its memory reservation, a
-    response it asked for): a read may also take the start of whatever follows on the
-    connection, at most ``size`` bytes."""
+    Only for bytes the caller has agreed to take (a body within its memory reservation): a
+    read may also take the start of whatever follows on the connection, at most ``size``
+    bytes."""
     own = getattr(type(transport), "max_size", None)
     size = min(size, READ_SIZE)
     if not isinstance(own, int) or size <= own:
