@@ -13,8 +13,10 @@ from aiohttp import web
 
 from s3kv.errors import RequestError
 from s3kv.gateway.payload import BodyReader, BodyResult
+from s3kv.gateway.protocol import S3RequestHandler
 from s3kv.gateway.s3xml_parse import MAX_XML_BYTES
 from s3kv.gateway.state import GatewayState
+from s3kv.gateway.takeover import BodyTake
 from s3kv.gateway.watchdog import IdleWatchdog
 from s3kv.wire.body import Buffer, joined
 from s3kv.wire.headers import HeaderValues, index_headers
@@ -54,7 +56,9 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
                         max_size=limit, md5=md5, crc=crc)
     declared = reader.declared_size
     reserved = st.budget.reserve(declared if declared is not None else limit)
+    take: BodyTake | None = None
     try:
+        take = _take_body(request, reader, heads)
         try:
             # one timer for the body, not one per piece (asyncio.timeout's cost per piece)
             # an admitted body: read in large reads, within what was reserved for it
@@ -69,8 +73,23 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
         st.metrics.bytes_in.inc(result.size)
         return Body(pieces, result, reserved)
     except BaseException:
+        if take is not None:  # the rest of the body is read and dropped
+            take.drop()
         st.budget.release(reserved)
         raise
+
+
+def _take_body(request: web.Request, reader: BodyReader, heads: HeaderValues) -> BodyTake | None:
+    """An admitted plain body framed by its Content-Length, taken from the socket past
+    aiohttp's parser (:mod:`s3kv.gateway.takeover`); None: read through the parser."""
+    handler, length = request.protocol, request.content_length
+    if not (reader.plain and isinstance(handler, S3RequestHandler)) or length is None \
+            or "transfer-encoding" in heads:
+        return None
+    take = handler.take_body(request.content, length)
+    if take is not None:
+        reader.read_pieces_from(take)
+    return take
 
 
 async def read_small(request: web.Request, st: GatewayState) -> bytes:

@@ -60,10 +60,13 @@ _STREAM_ERRORS = (asyncio.IncompleteReadError, ConnectionError, ClientError,
                   HttpProcessingError, RequestPayloadError, EOFError)
 
 
-class ByteStream(Protocol):
+class ChunkStream(Protocol):
     async def readchunk(self) -> tuple[bytes, bool]: ...
-    async def readexactly(self, n: int) -> bytes: ...
     def at_eof(self) -> bool: ...
+
+
+class ByteStream(ChunkStream, Protocol):
+    async def readexactly(self, n: int) -> bytes: ...
     async def readline(self) -> bytes: ...
     async def read(self, n: int = -1) -> bytes: ...
 
@@ -93,6 +96,7 @@ class BodyReader:
                  piece_size: int = PIECE_SIZE, md5: bool = True, crc: bool = False,
                  offload_bytes: int = OFFLOAD_BYTES) -> None:
         self._stream = stream
+        self._chunks: ChunkStream = stream
         self._auth = auth
         self._max_size = max_size
         self._piece = piece_size
@@ -134,6 +138,17 @@ class BodyReader:
         self._done = False
         self._trailers: dict[str, str] = {}
 
+    @property
+    def plain(self) -> bool:
+        """The body is the payload as it is, of a declared size (no aws-chunked framing)."""
+        return not self.mode.streaming and self.declared_size is not None
+
+    def read_pieces_from(self, stream: ChunkStream) -> None:
+        """Read a :attr:`plain` body's pieces from ``stream`` (before reading starts)."""
+        if self._started or not self.plain:
+            raise RuntimeError("only a plain body not yet read can change its stream")
+        self._chunks = stream
+
     def _too_large(self) -> RequestError:
         return RequestError("EntityTooLarge", "Your proposed upload exceeds the maximum allowed "
                             f"object size ({self._max_size} bytes).")
@@ -153,7 +168,7 @@ class BodyReader:
         """The whole payload's pieces (what iterating yields), calling ``progress()`` as each
         arrives. A plain body of a declared length, the common PUT, is read in one loop here:
         iterating costs three async-generator hops per piece, a few percent of a small PUT."""
-        if self.mode.streaming or self.declared_size is None:
+        if self.mode.streaming or self.declared_size is None:  # not plain
             pieces = []
             async for piece in self:
                 progress()
@@ -210,8 +225,8 @@ class BodyReader:
     async def _plain_piece(self, remaining: int) -> bytes:
         """The next piece of a plain body ``remaining`` bytes short of its Content-Length, as
         aiohttp received it (readexactly would join pieces: a copy)."""
-        while not (piece := (await self._stream.readchunk())[0]):
-            if self._stream.at_eof():
+        while not (piece := (await self._chunks.readchunk())[0]):
+            if self._chunks.at_eof():
                 raise asyncio.IncompleteReadError(b"", remaining)
             # else an HTTP chunk boundary (Transfer-Encoding: chunked)
         if len(piece) > remaining:  # never from aiohttp: it stops at Content-Length

@@ -11,15 +11,20 @@ with an S3 error document (``InvalidArgument``, ``InvalidRequest``,
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import uuid
 from typing import Any
 
-from aiohttp import web
+from aiohttp import web, web_protocol
 from aiohttp.http_exceptions import LineTooLong
+from aiohttp.http_parser import HttpRequestParser
+from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from s3kv.gateway.s3xml import XML, error_document
+from s3kv.gateway.takeover import TAKE_MIN, BodyTake, drain
 from s3kv.log import get_logger
 
 log = get_logger(__name__)
@@ -44,8 +49,69 @@ def parse_error_code(status: int, exc: BaseException | None, message: str) -> tu
             "line and headers.")
 
 
+#: aiohttp's defaults for the parser settings a connection handler takes
+_DEFAULTS = {name: p.default for name, p in inspect.signature(RequestHandler).parameters.items()
+             if p.default is not inspect.Parameter.empty}
+#: the parser settings, as RequestHandler passes them to its HttpRequestParser
+_PARSER_SETTINGS = ("max_line_size", "max_field_size", "max_headers", "auto_decompress")
+
+
 class S3RequestHandler(RequestHandler):
-    """aiohttp's connection handler; its own error answers are S3 XML documents."""
+    """aiohttp's connection handler; its own error answers are S3 XML documents; a large
+    admitted body can be taken from the socket past the parser (:meth:`take_body`)."""
+
+    def __init__(self, manager: web.Server, *, loop: asyncio.AbstractEventLoop,
+                 **kwargs: Any) -> None:
+        super().__init__(manager, loop=loop, **kwargs)
+        #: the arguments aiohttp's handler gave its parser (after the handler's read size)
+        self._parser_args: dict[str, Any] = {
+            **{name: kwargs.get(name, _DEFAULTS.get(name)) for name in _PARSER_SETTINGS},
+            "payload_exception": web_protocol.RequestPayloadError}
+        if hasattr(web_protocol, "MAX_MSG_QUEUE_SIZE"):  # aiohttp >= 3.13
+            self._parser_args["max_msg_queue_size"] = web_protocol.MAX_MSG_QUEUE_SIZE
+        self._take: BodyTake | None = None
+
+    def take_body(self, content: StreamReader, length: int) -> BodyTake | None:
+        """Take the current request's body (``length`` bytes by its Content-Length, read by
+        no one yet) from here on: its bytes received so far, then each socket read as it is,
+        up to its last byte (:mod:`s3kv.gateway.takeover`). None: not worth it (most of the
+        body is in already), or not possible (a connection that decompresses bodies)."""
+        if self._take is not None or self._parser is None or self._upgraded \
+                or self._parser_args["auto_decompress"] or content.is_eof() \
+                or content.exception() is not None or length - content.total_bytes < TAKE_MIN:
+            return None
+        first = drain(content)
+        if content.exception() is not None:  # broken framing: the reader gets the error
+            return None
+        if content.is_eof():  # the parser saw the body's end while it was drained
+            return BodyTake(content, first, 0)
+        take = self._take = BodyTake(content, first, length - content.total_bytes)
+        return take
+
+    def data_received(self, data: bytes) -> None:
+        take = self._take
+        if take is None:
+            super().data_received(data)
+            return
+        rest = take.feed(data)
+        if take.remaining == 0:
+            self._end_take(take, rest)
+
+    def _end_take(self, take: BodyTake, rest: bytes) -> None:
+        """The body is in: the request's stream is at its end, and a new parser reads what
+        follows (the old one is still in the body it did not see)."""
+        self._take = None
+        take.content.feed_eof()
+        self._parser = HttpRequestParser(self, self._loop, self._read_bufsize,
+                                         **self._parser_args)
+        if rest:
+            super().data_received(rest)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        take, self._take = self._take, None
+        if take is not None:
+            take.fail(exc or ConnectionResetError("the connection closed inside the body"))
+        super().connection_lost(exc)
 
     def handle_error(self, request: BaseRequest, status: int = 500,
                      exc: BaseException | None = None,

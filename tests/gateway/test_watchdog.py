@@ -26,7 +26,7 @@ def _stream() -> StreamReader:
 
 
 def _request(stream: StreamReader, length: int) -> Any:
-    return SimpleNamespace(content=stream, transport=None,
+    return SimpleNamespace(content=stream, transport=None, protocol=None, content_length=length,
                            headers=CIMultiDict({"Content-Length": str(length)}),
                            get=lambda name, default=None: default)
 
