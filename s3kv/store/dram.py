@@ -7,9 +7,10 @@ write (replica sync) is never served stale, whoever changed the index.
 Blocks enter the tier as they are written (``--dram-fill write``, the default: a prefix that
 comes back soon is served from memory) and as they are read from the backend. A block written
 in pieces (a request body as it arrived) is kept in those pieces, not joined: its bytes are not
-copied. A piece that is a view into a larger received buffer keeps that buffer alive, so an
-entry is charged for the buffers it holds, not only for its own bytes, and a small block held
-in views is copied instead (it would pin far more than itself).
+copied. A piece that is a view into a larger received buffer (a batch put's socket read holds
+many blocks) keeps that whole buffer alive, so the tier counts what it keeps alive: each such
+buffer once, however many of its entries' pieces are views of it, until the last of them
+leaves. Pieces that could change (a reused buffer, a memory map of a file) are copied.
 """
 
 from __future__ import annotations
@@ -18,33 +19,29 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from s3kv.store.index import Location
-from s3kv.wire.body import Buffer, Pieces, immutable, pieces_of, size_of
-
-#: a block smaller than this is copied into a buffer of its own when it enters the tier in
-#: pieces or as a view (cheap at this size, and it pins nothing else)
-COPY_BELOW = 1024 * 1024
+from s3kv.wire.body import Buffer, Pieces, immutable, pieces_of
 
 
 @dataclass(frozen=True)
 class _Entry:
     loc: Location
     data: Pieces
-    charge: int  # bytes of memory the entry keeps alive
 
 
-def _held(piece: Buffer) -> int:
-    """Bytes of memory ``piece`` keeps alive (a view keeps its whole underlying buffer)."""
+def _buffer_of(piece: Buffer) -> Buffer:
+    """What ``piece`` keeps alive: the whole buffer a view is of, else the piece itself."""
     if isinstance(piece, memoryview) and isinstance(piece.obj, (bytes, bytearray)):
-        return len(piece.obj)
-    return len(piece)
+        return piece.obj
+    return piece
 
 
 def frozen_copy(data: Pieces) -> Pieces:
-    """``data`` as the tier may keep it: immutable pieces, small blocks in one buffer."""
+    """``data`` as the tier may keep it: immutable pieces as they are (views included: the
+    tier counts the buffers they keep alive), anything else copied into one buffer."""
     parts = pieces_of(data)
     if len(parts) == 1 and isinstance(parts[0], bytes):
         return parts[0]
-    if size_of(parts) < COPY_BELOW or not all(immutable(p) for p in parts):
+    if not all(immutable(p) for p in parts):
         return b"".join(parts)
     return tuple(parts)
 
@@ -52,8 +49,11 @@ def frozen_copy(data: Pieces) -> Pieces:
 class DramCache:
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity = capacity_bytes
-        self.size = 0  # bytes charged: what the entries keep alive
+        self.size = 0  # bytes of the buffers the entries keep alive, each counted once
         self._items: OrderedDict[tuple[int, bytes], _Entry] = OrderedDict()
+        #: id of a buffer the entries keep alive -> [their pieces in it, its size]; an id is
+        #: unique while its buffer lives, and the pieces counted keep it alive
+        self._buffers: dict[int, list[int]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -78,21 +78,41 @@ class DramCache:
         caller must not change it afterwards: see :func:`frozen_copy`."""
         if not self.enabled:
             return
-        charge = sum(_held(p) for p in pieces_of(data))
         self.invalidate(ns, key)
-        if charge > self.capacity // 4:
+        new = {id(b): len(b) for b in map(_buffer_of, pieces_of(data))
+               if id(b) not in self._buffers}
+        if sum(new.values()) > self.capacity // 4:
             return  # a block that would flush a quarter of the tier is not worth caching
-        self._items[(ns, key)] = _Entry(loc, data, charge)
-        self.size += charge
-        while self.size > self.capacity:
+        self._items[(ns, key)] = _Entry(loc, data)
+        self._hold(data)
+        while self.size > self.capacity and self._items:
             _, old = self._items.popitem(last=False)
-            self.size -= old.charge
+            self._release(old.data)
+
+    def _hold(self, data: Pieces) -> None:
+        buffers = self._buffers
+        for buf in map(_buffer_of, pieces_of(data)):
+            counted = buffers.get(id(buf))
+            if counted is None:
+                buffers[id(buf)] = [1, len(buf)]
+                self.size += len(buf)
+            else:
+                counted[0] += 1
+
+    def _release(self, data: Pieces) -> None:
+        buffers = self._buffers
+        for buf in map(_buffer_of, pieces_of(data)):
+            counted = buffers[id(buf)]
+            counted[0] -= 1
+            if counted[0] == 0:
+                del buffers[id(buf)]
+                self.size -= counted[1]
 
     def invalidate(self, ns: int, key: bytes) -> None:
         old = self._items.pop((ns, key), None)
         if old is not None:
-            self.size -= old.charge
+            self._release(old.data)
 
     def invalidate_namespace(self, ns: int) -> None:
         for k in [k for k in self._items if k[0] == ns]:
-            self.size -= self._items.pop(k).charge
+            self._release(self._items.pop(k).data)

@@ -105,11 +105,11 @@ def test_a_moved_block_misses_and_is_dropped() -> None:
     assert len(tier) == 0
 
 
-def test_small_or_mutable_blocks_are_copied_on_the_way_in() -> None:
+def test_mutable_blocks_are_copied_on_the_way_in_and_immutable_ones_kept() -> None:
     big = bytes(MiB)
     small_view = memoryview(big)[:4096]
     kept = frozen_copy([small_view])
-    assert isinstance(kept, bytes) and len(kept) == 4096  # does not pin ``big``
+    assert isinstance(kept, tuple) and kept[0] is small_view  # kept; the tier counts ``big``
     buf = bytearray(b"y" * (2 * MiB))
     kept = frozen_copy([memoryview(buf)[:MiB], memoryview(buf)[MiB:]])
     buf[0] = 0
@@ -117,3 +117,34 @@ def test_small_or_mutable_blocks_are_copied_on_the_way_in() -> None:
     pieces = [bytes(MiB), bytes(MiB)]
     kept = frozen_copy(pieces)
     assert isinstance(kept, tuple) and kept[0] is pieces[0]
+
+
+def test_a_buffer_shared_by_entries_is_counted_once_until_the_last_leaves() -> None:
+    tier = DramCache(16 * MiB)
+    received = bytes(4 * MiB)  # one socket read of a batch put: 16 blocks of 256 KiB
+    view = memoryview(received)
+    for i in range(16):
+        tier.put(1, b"k%d" % i, _loc(i), (view[i * 256 * KiB:(i + 1) * 256 * KiB],))
+    assert (len(tier), tier.size) == (16, 4 * MiB)
+    for i in range(15):
+        tier.invalidate(1, b"k%d" % i)
+    assert (len(tier), tier.size) == (1, 4 * MiB)  # the last view still keeps it alive
+    tier.invalidate(1, b"k15")
+    assert (len(tier), tier.size) == (0, 0)
+
+
+def test_eviction_goes_on_until_what_is_kept_alive_fits() -> None:
+    tier = DramCache(16 * MiB)
+    first, second, third = bytes(4 * MiB), bytes(4 * MiB), bytes(4 * MiB)
+    tier.put(1, b"a", _loc(1), (memoryview(first)[:KiB],))
+    tier.put(1, b"b", _loc(2), (memoryview(second)[:KiB],))
+    tier.put(1, b"c", _loc(3), (memoryview(first)[KiB:2 * KiB],))  # ``first`` again: no charge
+    tier.put(1, b"e", _loc(4), (memoryview(third)[:KiB],))
+    tier.put(2, b"d", _loc(5), bytes(4 * MiB))
+    assert (len(tier), tier.size) == (5, 16 * MiB)
+    tier.put(2, b"f", _loc(6), bytes(2 * MiB))  # over: "a" goes, but ``first`` lives on in
+    # "c"; then "b" goes, and ``second`` with it
+    assert tier.get(1, b"a", _loc(1)) is None and tier.get(1, b"b", _loc(2)) is None
+    assert (len(tier), tier.size) == (4, 14 * MiB)
+    tier.invalidate_namespace(1)  # "c" and "e": ``first`` and ``third``
+    assert (len(tier), tier.size) == (2, 6 * MiB)
