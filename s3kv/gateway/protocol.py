@@ -58,7 +58,11 @@ _PARSER_SETTINGS = ("max_line_size", "max_field_size", "max_headers", "auto_deco
 
 class S3RequestHandler(RequestHandler):
     """aiohttp's connection handler; its own error answers are S3 XML documents; a large
-    admitted body can be taken from the socket past the parser (:meth:`take_body`)."""
+    admitted body can be taken from the socket past the parser (:meth:`take_body`).
+
+    The take relies on what aiohttp's ``RequestHandler`` keeps of its connection (``_parser``,
+    ``_upgraded``, ``_read_bufsize``, ``_loop``, as in aiohttp 3.9-3.14) and builds a parser as
+    it does; tests/gateway/test_takeover.py fails if that changes."""
 
     def __init__(self, manager: web.Server, *, loop: asyncio.AbstractEventLoop,
                  **kwargs: Any) -> None:
