@@ -61,8 +61,9 @@ class S3RequestHandler(RequestHandler):
     admitted body can be taken from the socket past the parser (:meth:`take_body`).
 
     The take relies on what aiohttp's ``RequestHandler`` keeps of its connection (``_parser``,
-    ``_upgraded``, ``_read_bufsize``, ``_loop``, as in aiohttp 3.9-3.14) and builds a parser as
-    it does; tests/gateway/test_takeover.py fails if that changes."""
+    ``_upgraded``, ``_read_bufsize``, ``_loop``, as aiohttp 3.14 does) and builds a parser as
+    it does; an aiohttp without them takes no body (every body goes through its parser), and
+    tests/gateway/test_takeover.py fails, so the change is seen."""
 
     def __init__(self, manager: web.Server, *, loop: asyncio.AbstractEventLoop,
                  **kwargs: Any) -> None:
@@ -80,7 +81,8 @@ class S3RequestHandler(RequestHandler):
         no one yet) from here on: its bytes received so far, then each socket read as it is,
         up to its last byte (:mod:`s3kv.gateway.takeover`). None: not worth it (most of the
         body is in already), or not possible (a connection that decompresses bodies)."""
-        if self._take is not None or self._parser is None or self._upgraded \
+        if self._take is not None or getattr(self, "_parser", None) is None \
+                or getattr(self, "_upgraded", True) \
                 or self._parser_args["auto_decompress"] or content.is_eof() \
                 or content.exception() is not None or length - content.total_bytes < TAKE_MIN:
             return None
