@@ -35,6 +35,11 @@ def _buffer_of(piece: Buffer) -> Buffer:
     return piece
 
 
+def _buffers_of(data: Pieces) -> list[Buffer]:
+    """What ``data``'s pieces keep alive, one buffer per piece (see :func:`_buffer_of`)."""
+    return [_buffer_of(p) for p in pieces_of(data)]
+
+
 def frozen_copy(data: Pieces) -> Pieces:
     """``data`` as the tier may keep it: immutable pieces as they are (views included: the
     tier counts the buffers they keep alive), anything else copied into one buffer."""
@@ -79,19 +84,19 @@ class DramCache:
         if not self.enabled:
             return
         self.invalidate(ns, key)
-        new = {id(b): len(b) for b in map(_buffer_of, pieces_of(data))
-               if id(b) not in self._buffers}
+        held = _buffers_of(data)
+        new = {id(b): len(b) for b in held if id(b) not in self._buffers}
         if sum(new.values()) > self.capacity // 4:
             return  # a block that would flush a quarter of the tier is not worth caching
         self._items[(ns, key)] = _Entry(loc, data)
-        self._hold(data)
+        self._hold(held)
         while self.size > self.capacity and self._items:
             _, old = self._items.popitem(last=False)
-            self._release(old.data)
+            self._release(_buffers_of(old.data))
 
-    def _hold(self, data: Pieces) -> None:
+    def _hold(self, held: list[Buffer]) -> None:
         buffers = self._buffers
-        for buf in map(_buffer_of, pieces_of(data)):
+        for buf in held:
             counted = buffers.get(id(buf))
             if counted is None:
                 buffers[id(buf)] = [1, len(buf)]
@@ -99,9 +104,9 @@ class DramCache:
             else:
                 counted[0] += 1
 
-    def _release(self, data: Pieces) -> None:
+    def _release(self, held: list[Buffer]) -> None:
         buffers = self._buffers
-        for buf in map(_buffer_of, pieces_of(data)):
+        for buf in held:
             counted = buffers[id(buf)]
             counted[0] -= 1
             if counted[0] == 0:
@@ -111,8 +116,8 @@ class DramCache:
     def invalidate(self, ns: int, key: bytes) -> None:
         old = self._items.pop((ns, key), None)
         if old is not None:
-            self._release(old.data)
+            self._release(_buffers_of(old.data))
 
     def invalidate_namespace(self, ns: int) -> None:
         for k in [k for k in self._items if k[0] == ns]:
-            self._release(self._items.pop(k).data)
+            self._release(_buffers_of(self._items.pop(k).data))
