@@ -91,8 +91,8 @@ class S3RequestHandler(RequestHandler):
             return None
         if content.is_eof():  # the parser saw the body's end while it was drained
             return BodyTake(content, first, 0)
-        take = self._take = BodyTake(content, first, length - content.total_bytes)
-        return take
+        self._take = BodyTake(content, first, length - content.total_bytes)
+        return self._take
 
     def data_received(self, data: bytes) -> None:
         take = self._take
