@@ -116,6 +116,26 @@ class NowViewer(Protocol):
         ...
 
 
+@runtime_checkable
+class UploadWindows(Protocol):
+    """A backend that lends a writable window onto a multipart upload's own bytes (the file
+    backend: a shared mapping of the upload's data file), so that a request body is received
+    straight into the place it is stored (no second copy of it into the object). A part whose
+    pieces include such a window, at the place it maps, does not write those bytes again."""
+
+    async def upload_window(self, key: str, upload_id: str, offset: int,
+                            length: int) -> memoryview | None:
+        """Writable bytes [offset, offset+length) of the upload (the object's bytes there once
+        it is complete), resident; None: none to lend (send those bytes in a part)."""
+        ...
+
+
+@functools.cache
+def lends_windows(cls: type) -> bool:
+    """Whether a backend class is an UploadWindows (decided once per class)."""
+    return issubclass(cls, UploadWindows)
+
+
 async def feed_whole_range(backend: Backend, key: str, start: int, length: int,
                            sink: Sink) -> int:
     """``stream_range`` for a backend that reads a range whole: read it, then feed it."""

@@ -209,6 +209,12 @@ class FileBackend:
         assert isinstance(etag, str)
         return etag
 
+    async def upload_window(self, key: str, upload_id: str, offset: int,
+                            length: int) -> memoryview | None:
+        view = await self._run(f"WINDOW {key}", self._uploads.window, upload_id, offset, length)
+        assert view is None or isinstance(view, memoryview)
+        return view
+
     def _complete(self, key: str, upload_id: str, parts: Sequence[tuple[int, str]]) -> None:
         dest = self._path(key)
 

@@ -14,12 +14,19 @@ live upload needs. On tmpfs the CPU it saves is within this machine's spread
 (docs/performance.md, issue 17, session 27). An upload that this process did not begin (left
 by one that stopped) is an orphan: it is listed, and aborted, never continued.
 
+A range of the data file can also be lent as a writable window (:meth:`FileUploads.window`: a
+shared mapping, its pages allocated up front), into which the gateway receives a request body
+straight from the socket: one copy of those bytes (the kernel's) instead of two (the kernel's
+into a buffer, then ``pwritev``'s into the file). A part whose pieces include the window, at
+the place it maps, skips those bytes (they are there already); anything else is written.
+
 Called from worker threads (the backend's ``_run``), never on the event loop.
 """
 
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import time
 import uuid
@@ -27,15 +34,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from s3kv.backends.base import Pieces, UploadInfo
 from s3kv.backends.filelocks import FileLocks
 from s3kv.errors import InvalidInput, ObjectMissing
-from s3kv.wire.body import pieces_of, size_of
+from s3kv.wire.body import Buffer, pieces_of, size_of
 
 #: the directory of uploads in progress, under the backend's root
 UPLOADS = ".uploads"
 #: buffers per pwritev call (Linux's IOV_MAX is 1024)
 _IOV_MAX = 1024
+#: Linux's MADV_POPULATE_WRITE (5.14+; not in Python 3.11's mmap module)
+MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 
 
 def write_at(fd: int, data: Pieces, offset: int) -> None:
@@ -54,11 +65,44 @@ def write_at(fd: int, data: Pieces, offset: int) -> None:
                 n = 0
 
 
+def address_of(buf: Buffer) -> int:
+    """Where ``buf``'s first byte is in this process's memory."""
+    return int(np.frombuffer(buf, np.uint8).__array_interface__["data"][0])
+
+
 @dataclass
 class _Upload:
     part_size: int
-    fd: int  # the data file, open for writing
+    fd: int  # the data file, open for reading and writing (windows map it)
     sizes: dict[int, int] = field(default_factory=dict)  # part number -> bytes written
+    #: windows lent: id(mapping) -> (mapping, file offset it starts at, its address)
+    windows: dict[int, tuple[mmap.mmap, int, int]] = field(default_factory=dict)
+
+    def in_place(self, piece: Buffer, offset: int) -> bool:
+        """Whether ``piece`` is part of a window of this file, at ``offset`` in it."""
+        obj = piece.obj if isinstance(piece, memoryview) else None
+        lent = self.windows.get(id(obj)) if obj is not None else None
+        return lent is not None and lent[0] is obj \
+            and lent[1] + address_of(piece) - lent[2] == offset
+
+    def write(self, data: Pieces, offset: int) -> None:
+        """``data`` at ``offset``, but for the runs of it that are in place already."""
+        if not self.windows:
+            write_at(self.fd, data, offset)
+            return
+        run: list[Buffer] = []
+        start = offset
+        for piece in pieces_of(data):
+            if self.in_place(piece, offset):
+                if run:
+                    write_at(self.fd, run, start)
+                    run = []
+                start = offset + len(piece)
+            else:
+                run.append(piece)
+            offset += len(piece)
+        if run:
+            write_at(self.fd, run, start)
 
 
 class FileUploads:
@@ -89,7 +133,7 @@ class FileUploads:
             (d / "meta.json").write_text(json.dumps(
                 {"key": key, "part_size": part_size, "initiated": time.time()}))
             data = d / "data"
-            fd = os.open(data, os.O_WRONLY | (0 if self._take_recycled(data) else os.O_CREAT),
+            fd = os.open(data, os.O_RDWR | (0 if self._take_recycled(data) else os.O_CREAT),
                          0o644)
         except OSError:
             # disk full, I/O error: no caller will ever know this upload id, and an empty
@@ -106,9 +150,29 @@ class FileUploads:
             raise InvalidInput(f"part {number} is {size} bytes, over part_size {up.part_size}")
         with self._writing.held(upload_id):
             self._live_upload(upload_id)  # not aborted while this waited
-            write_at(up.fd, data, (number - 1) * up.part_size)
+            up.write(data, (number - 1) * up.part_size)
         up.sizes[number] = size
         return f"{number}-{size}"
+
+    def window(self, upload_id: str, offset: int, length: int) -> memoryview | None:
+        """A writable view of the data file's bytes [offset, offset+length), its pages
+        allocated (so writing it never faults for want of space); None where the kernel
+        cannot allocate them up front (before Linux 5.14) or the filesystem is full."""
+        up = self._live_upload(upload_id)
+        start = offset - offset % mmap.PAGESIZE
+        end = offset + length
+        with self._writing.held(upload_id):
+            self._live_upload(upload_id)  # not aborted while this waited
+            if os.fstat(up.fd).st_size < end:
+                os.ftruncate(up.fd, end)
+            lent = mmap.mmap(up.fd, end - start, offset=start)
+        try:
+            lent.madvise(MADV_POPULATE_WRITE)
+        except OSError:
+            lent.close()
+            return None
+        up.windows[id(lent)] = (lent, start, address_of(memoryview(lent)))
+        return memoryview(lent)[offset - start:]
 
     def complete(self, upload_id: str, parts: Sequence[tuple[int, str]],
                  publish: Callable[[int, int, Path], None]) -> None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Protocol
+from typing import Protocol, cast
 
-from s3kv.backends.base import Backend
+from s3kv.backends.base import Backend, UploadWindows, lends_windows
 from s3kv.errors import BackendError
 from s3kv.log import get_logger
 from s3kv.retry import RetryPolicy
@@ -42,10 +42,24 @@ class MultipartUpload:
         self._next_part = 1
         self.bytes_sent = 0
         self.failed: BaseException | None = None
+        self._starting = asyncio.Lock()
 
     async def start(self) -> None:
-        self.upload_id = await self.retry.run(
-            lambda: self.backend.create_multipart(self.key, self.part_size))
+        """Create the upload (once: a call while another creates it waits for that one)."""
+        async with self._starting:
+            if self.upload_id is None:
+                self.upload_id = await self.retry.run(
+                    lambda: self.backend.create_multipart(self.key, self.part_size))
+
+    async def window(self, offset: int, length: int) -> memoryview | None:
+        """A writable window onto the upload's bytes [offset, offset+length) where the backend
+        lends one (UploadWindows; the upload is created first); None: send them in a part."""
+        if not lends_windows(type(self.backend)):
+            return None
+        await self.start()
+        upload_id, lender = self.upload_id, cast(UploadWindows, self.backend)
+        assert upload_id is not None
+        return await lender.upload_window(self.key, upload_id, offset, length)
 
     async def add_part(self, data: Pieces) -> None:
         """Queue the next part. Waits for an in-flight slot (this is the backpressure point)."""

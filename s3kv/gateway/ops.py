@@ -40,8 +40,8 @@ async def readyz(request: web.Request) -> web.StreamResponse:
             await st.store.backend.check()
     except (BackendError, TimeoutError) as exc:
         problems.append(f"backend unreachable: {exc}")
-    if not st.store.writer.healthy:
-        problems.append(f"backend unhealthy: {st.store.writer.last_error}")
+    if not st.store.writer.health.healthy:
+        problems.append(f"backend unhealthy: {st.store.writer.health.last_error}")
     if problems:
         return web.json_response({"status": "not ready", "problems": problems}, status=503)
     return web.json_response({"status": "ready"})

@@ -10,10 +10,22 @@ and the fetcher work on it through these methods and never on the store itself.
 
 from __future__ import annotations
 
-from s3kv.errors import NamespaceNotFound
+import re
+
+from s3kv.errors import InvalidNamespace, NamespaceNotFound
 from s3kv.store.codecs import CodecSpec
 from s3kv.store.index import BlockIndex, Location
 from s3kv.store.segments import SegmentTable
+
+_NS_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def validate_namespace(name: str) -> None:
+    """Raise InvalidNamespace unless ``name`` is a valid bucket name (as S3's rules)."""
+    if not _NS_RE.match(name) or ".." in name or "-." in name or ".-" in name:
+        raise InvalidNamespace(
+            f"invalid namespace (bucket) name {name!r}: 3-63 lowercase letters, digits, dots "
+            "and hyphens, starting and ending with a letter or digit")
 
 
 class Catalog:

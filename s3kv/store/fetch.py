@@ -40,6 +40,12 @@ log = get_logger(__name__)
 #: a block's bytes as reads return them (a block read from the backend has a buffer of its own,
 #: filled as the ranged GET's bytes arrive)
 Block = bytes | memoryview
+
+
+def as_block(data: Pieces) -> Block:
+    """``data`` as one buffer (pieces are joined: a copy; the tier never holds a bytearray)."""
+    one = joined(data)
+    return bytes(one) if isinstance(one, bytearray) else one
 #: ranged GETs in flight at once, all requests together
 READ_CONCURRENCY = 8
 #: bytes of coalesced reads a single request starts ahead of the block it is handing out

@@ -9,6 +9,12 @@ change under us (a caller's ``bytearray``, a writable view) is copied once on th
 Padding comes from one shared zero buffer. Reads of a segment still in memory are served from
 these pieces (views of them). The writer (writer.py) decides when a segment opens, seals and goes.
 
+A block can also be received straight into the segment (:meth:`OpenSegment.land`): its range
+is a writable window the backend lends onto the upload's own bytes (the file backend's
+mapping of the segment's file), kept as a piece like any other, written by the request body
+as it arrives; the segment seals only once every such block is in or given up
+(:meth:`settled`). Reads copy out of a window: a view of it must not outlive the segment.
+
 Before, every block was copied into reused part buffers: for a 32 MiB PUT that copy read
 pieces gone cold by the time the whole body was in (~2 GB/s here), the largest cost in the
 gateway after the file writes themselves.
@@ -51,6 +57,9 @@ class OpenSegment:
         self.uploader: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.sealing = False
+        #: blocks being received into a window of the segment (land), not yet in or given up
+        self.landing = 0
+        self._settle: asyncio.Future[None] | None = None
 
     def room_for(self, namespace: str, key: bytes, length: int, align: int,
                  segment_size: int, attrs: int = 0) -> bool:
@@ -62,7 +71,32 @@ class OpenSegment:
     def write(self, data: Buffer) -> None:
         """Append ``data``, kept by reference if it cannot change (copied once if it can); a
         full part is queued for upload as it is."""
-        view = memoryview(data if immutable(data) else bytes(data))
+        self._keep(memoryview(data if immutable(data) else bytes(data)))
+
+    def land(self, window: memoryview) -> int:
+        """Append ``window`` (a writable window the upload lends onto its own bytes here, at
+        an aligned end) by reference: a block to be received into it. Returns its offset; the
+        caller ends the landing (:meth:`landed`) once the block is in, or given up."""
+        offset = self.size
+        self.landing += 1
+        self._keep(window)
+        return offset
+
+    def landed(self) -> None:
+        """A block received into the segment is in, or given up."""
+        self.landing -= 1
+        settle, self._settle = self._settle, None
+        if settle is not None and not settle.done():
+            settle.set_result(None)
+
+    async def settled(self) -> None:
+        """Wait until no block is being received into the segment (before it seals)."""
+        while self.landing:
+            if self._settle is None:
+                self._settle = asyncio.get_running_loop().create_future()
+            await self._settle
+
+    def _keep(self, view: memoryview) -> None:
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
         self.size += len(view)
@@ -110,7 +144,8 @@ class OpenSegment:
 
     def read(self, offset: int, length: int) -> list[memoryview]:
         """Bytes [offset, offset+length) as views of the pieces that hold them (no copy: the
-        pieces never change, and the views keep them alive after the segment is gone)."""
+        pieces never change, and the views keep them alive after the segment is gone), but
+        copied out of a window (land): its file may hold another segment's bytes later."""
         if offset < 0 or length < 0 or offset + length > self.size:
             raise ValueError("read past the end of the open segment")
         out: list[memoryview] = []
@@ -123,7 +158,8 @@ class OpenSegment:
             inner -= ends[j - 1] if j else 0
             while left > 0 and j < len(part):
                 take = min(len(part[j]) - inner, left)
-                out.append(part[j][inner:inner + take])
+                piece = part[j][inner:inner + take]
+                out.append(piece if piece.readonly else memoryview(bytes(piece)))
                 left -= take
                 inner = 0
                 j += 1

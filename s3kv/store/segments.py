@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+import os
+import socket
 import time
 from dataclasses import dataclass, field
 
@@ -31,6 +33,12 @@ class SegmentInfo:
     @property
     def live_ratio(self) -> float:
         return self.live_bytes / self.block_bytes if self.block_bytes else 0.0
+
+
+def default_node_id() -> str:
+    """This host's name (made safe for a key) and a random suffix: segment names' first part."""
+    host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())
+    return f"{host[:40] or 'node'}-{os.urandom(3).hex()}"
 
 
 def segment_key(prefix: str, name: str) -> str:

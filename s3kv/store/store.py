@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import re
 import time
 from collections.abc import AsyncGenerator, Sequence
 from typing import NamedTuple
@@ -24,38 +23,29 @@ from s3kv.errors import (
     BackendUnavailable,
     Backpressure,
     ConfigError,
-    InvalidNamespace,
     NamespaceExists,
     NamespaceNotEmpty,
     S3KVError,
 )
 from s3kv.log import get_logger
 from s3kv.store import layout
-from s3kv.store.catalog import Catalog
+from s3kv.store.catalog import Catalog, validate_namespace
 from s3kv.store.codecs import CodecSpec, parse_codec_spec
 from s3kv.store.dram import DramCache, frozen_copy
 from s3kv.store.eviction import Evictor
-from s3kv.store.fetch import Block, BlockFetcher
+from s3kv.store.fetch import Block, BlockFetcher, as_block
 from s3kv.store.index import BlockIndex, Location
 from s3kv.store.ingest import prepare
+from s3kv.store.landing import Landing, reserve
 from s3kv.store.open_segment import OpenSegment
 from s3kv.store.recovery import Recovery
 from s3kv.store.segments import SegmentInfo, SegmentState, SegmentTable
 from s3kv.store.shared_reads import SharedReads
 from s3kv.store.stats import StoreStats
 from s3kv.store.writer import SegmentWriter
-from s3kv.wire.body import Pieces, joined
+from s3kv.wire.body import Pieces
 
 log = get_logger(__name__)
-
-
-def _one(data: Pieces) -> Block:
-    """``data`` as one buffer (pieces are joined: a copy; the tier never holds a bytearray)."""
-    one = joined(data)
-    return bytes(one) if isinstance(one, bytearray) else one
-
-
-_NS_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
 class BlockMeta(NamedTuple):
@@ -70,13 +60,6 @@ class BlockMeta(NamedTuple):
     @property
     def etag(self) -> str:
         return f"{self.crc:08x}{self.size:x}"
-
-
-def validate_namespace(name: str) -> None:
-    if not _NS_RE.match(name) or ".." in name or "-." in name or ".-" in name:
-        raise InvalidNamespace(
-            f"invalid namespace (bucket) name {name!r}: 3-63 lowercase letters, digits, dots "
-            "and hyphens, starting and ending with a letter or digit")
 
 
 def check_store_settings(settings: Settings) -> None:
@@ -231,6 +214,21 @@ class BlockStore:
             await seg.done
         return meta
 
+    async def land(self, namespace: str, key: bytes, length: int, *,
+                   codec: CodecSpec | None = None) -> Landing | None:
+        """Room for a block received straight into its segment (landing.py); None: ``put``
+        it. Raises as ``put`` does (NamespaceNotFound, TooLarge, Backpressure, ...)."""
+        self.ns_id(namespace)
+        return await reserve(self.writer, namespace, key, length,
+                             codec or self.namespace_codecs[namespace],
+                             self.settings.max_block_size)
+
+    def landed(self, landing: Landing, *, crc: int, attrs: bytes = b"") -> BlockMeta:
+        """A landing's block is in and verified: into the index, as ``put`` does."""
+        placed = landing.commit(crc, attrs)
+        return self._placed(self.ns_id(landing.namespace), landing.window, landing.segment,
+                            placed)
+
     async def put_many(self, namespace: str, items: Sequence[tuple[bytes, Pieces]], *,
                        codec: CodecSpec | None = None) -> int:
         """Store the blocks of one request one after another in the open segment (no other
@@ -345,7 +343,7 @@ class BlockStore:
                        decode: bool = True) -> list[Block | None]:
         """Several blocks, each as one buffer; adjacent blocks of one segment come from one
         ranged GET. ``decode=False``: the stored bytes, verified (for compaction)."""
-        return [None if b is None else _one(b)
+        return [None if b is None else as_block(b)
                 async for b in self.iter_many(namespace, keys, decode=decode)]
 
     def iter_many(self, namespace: str, keys: Sequence[bytes], *,
@@ -392,7 +390,7 @@ class BlockStore:
         out["shared_range_reads"] = self.shared_reads.shared
         out["shared_read_bytes"] = self.shared_reads.held_bytes
         out["namespaces"] = len(self.namespaces)
-        out["backend_healthy"] = 1.0 if self.writer.healthy else 0.0
+        out["backend_healthy"] = 1.0 if self.writer.health.healthy else 0.0
         out["capacity_bytes"] = float(self.settings.capacity)
         return out
 

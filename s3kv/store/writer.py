@@ -10,17 +10,18 @@ manifest. Until then the segment's bytes stay in memory and reads are served fro
 
 Memory is bounded: at most ``max_open_segments`` segments (open + sealing) are held; a write
 that needs another one waits briefly and then raises Backpressure. When the backend fails, the
-writer turns unhealthy (writes raise Backpressure at once) and probes until it answers again.
+writer turns unhealthy (writes raise Backpressure at once) and probes until it answers again
+(health.py).
+
+A block can also be received straight into its place (``reserve``, then ``commit`` or
+``abandon``; landing.py) where the backend lends windows onto its uploads (the file backend).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import functools
-import os
-import socket
 import time
 from collections.abc import Callable, Sequence
 
@@ -31,12 +32,14 @@ from s3kv.errors import BackendError, BackendUnavailable, Backpressure
 from s3kv.log import get_logger
 from s3kv.retry import RetryPolicy
 from s3kv.store import layout
+from s3kv.store.health import BackendHealth
 from s3kv.store.open_segment import OpenSegment
 from s3kv.store.pacing import UploadSlots
 from s3kv.store.segments import (
     SegmentInfo,
     SegmentState,
     SegmentTable,
+    default_node_id,
     segment_key,
     sidecar_key,
 )
@@ -44,11 +47,6 @@ from s3kv.store.stats import StoreStats
 from s3kv.wire.body import Pieces, size_of
 
 log = get_logger(__name__)
-
-
-def default_node_id() -> str:
-    host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())
-    return f"{host[:40] or 'node'}-{os.urandom(3).hex()}"
 
 
 class SegmentWriter:
@@ -76,9 +74,7 @@ class SegmentWriter:
         self._slots = UploadSlots(settings.max_parts_in_flight,
                                   settings.parts_in_flight_reading, reads_waiting)
         self._tasks: set[asyncio.Task[None]] = set()
-        self.healthy = True
-        self._probe: asyncio.Task[None] | None = None
-        self.last_error = ""
+        self.health = BackendHealth(backend, stats)
 
     # ---- public -------------------------------------------------------------------------
     @property
@@ -111,9 +107,9 @@ class SegmentWriter:
         under the writer's lock, so that stamps order exactly as appends do (an entry that
         already carries one, a compaction rewrite, keeps it).
         """
-        self._check_healthy()
+        self.health.check()
         async with self._lock:
-            self._check_healthy()  # again: the backend may have failed while we queued
+            self.health.check()  # again: the backend may have failed while we queued
             return await self._place(entry, data)
 
     async def append_many(self, items: Sequence[tuple[layout.Entry, Pieces]],
@@ -129,12 +125,12 @@ class SegmentWriter:
         runs (the store indexes it there: a segment that fails or is evicted while the rest of
         the batch waits for room must find it). Returns the Backpressure that stopped the
         batch part way (None: all placed); raises it if nothing was placed."""
-        self._check_healthy()
+        self.health.check()
         done = 0
         async with self._lock:
             try:
                 for i, (entry, data) in enumerate(items):
-                    self._check_healthy()
+                    self.health.check()
                     seg, entry_placed = await self._place(entry, data)
                     placed(i, seg, entry_placed)
                     done += 1
@@ -156,22 +152,71 @@ class SegmentWriter:
         seg.add_entry(placed)
         seg.info.block_bytes += size
         seg.info.live_bytes += size
+        self._started(seg)
+        return seg, placed
+
+    def _started(self, seg: OpenSegment) -> None:
+        """The segment has its first block: it seals ``seal_after`` seconds from now."""
         if seg.first_at == 0.0:
             seg.first_at = time.monotonic()
             seg.timer = asyncio.get_running_loop().call_later(
                 self.s.seal_after, self._seal_soon, seg, "deadline")
-        return seg, placed
+
+    async def reserve(self, namespace: str, key: bytes, length: int
+                      ) -> tuple[OpenSegment, int, memoryview] | None:
+        """Room for a block of ``length`` bytes to be received straight into the open segment:
+        the segment, the block's offset and the writable window onto its bytes there; None if
+        the backend lends no window (append the block instead). Its manifest entry's room is
+        held (with attributes of any size) until :meth:`commit` or :meth:`abandon`."""
+        self.health.check()
+        async with self._lock:
+            self.health.check()
+            seg = await self._segment_for(namespace, key, length, layout.MAX_ATTRS_BYTES)
+            seg.pad(layout.align_up(seg.size, self.s.block_align) - seg.size)
+            seg.landing += 1  # the segment seals after this block is in, or given up
+            try:
+                window = await seg.upload.window(seg.size, length)
+            except BackendError as exc:
+                log.warning("writer.window_failed", segment=seg.info.name, error=str(exc))
+                window = None
+            except BaseException:
+                seg.landed()
+                raise
+            if window is None:
+                seg.landed()
+                return None
+            seg.manifest_bytes += layout.entry_bytes(namespace, key, layout.MAX_ATTRS_BYTES)
+            self._started(seg)
+            return seg, seg.land(window), window
+
+    def commit(self, seg: OpenSegment, entry: layout.Entry) -> layout.Entry:
+        """The block received into ``seg`` at ``entry.offset`` (reserve) is in and verified:
+        its entry joins the segment's manifest, stamped now. Raises BackendUnavailable if the
+        segment failed meanwhile (the block is lost with it)."""
+        seg.manifest_bytes -= layout.entry_bytes(entry.namespace, entry.key,
+                                                 layout.MAX_ATTRS_BYTES)
+        try:
+            if seg.done.done() or seg.info.seg_id not in self._in_memory:
+                raise BackendUnavailable(f"segment {seg.info.name} failed while a block was "
+                                         "received into it; retry the write")
+            placed = entry._replace(written_at=self._stamp())
+            seg.add_entry(placed)
+            seg.info.block_bytes += entry.length
+            seg.info.live_bytes += entry.length
+            return placed
+        finally:
+            seg.landed()
+
+    def abandon(self, seg: OpenSegment, namespace: str, key: bytes) -> None:
+        """The block reserved in ``seg`` will not come (its bytes there are dead space)."""
+        seg.manifest_bytes -= layout.entry_bytes(namespace, key, layout.MAX_ATTRS_BYTES)
+        seg.landed()
 
     def _stamp(self) -> float:
         """Wall-clock time, strictly increasing within this writer (last writer wins)."""
         now = max(time.time(), self._last_stamp + 1e-6)
         self._last_stamp = now
         return now
-
-    def _check_healthy(self) -> None:
-        if not self.healthy:
-            self.stats.backpressure_rejections += 1
-            raise Backpressure(f"backend unavailable ({self.last_error}); retry later", 1.0)
 
     def sealed_future(self, seg_id: int) -> asyncio.Future[None] | None:
         """Resolves when the segment is on the backend; None if it is not in memory (sealed)."""
@@ -182,7 +227,7 @@ class SegmentWriter:
         """Seal the open segment now and wait until every segment in memory is on the backend."""
         async with self._lock:
             seg = self._current
-            if seg is not None and seg.entries:
+            if seg is not None and (seg.entries or seg.landing):
                 self._seal_soon(seg, "flush")
         pending = [s.done for s in self._in_memory.values()]
         results = await asyncio.gather(*pending, return_exceptions=True)
@@ -196,10 +241,9 @@ class SegmentWriter:
         except BackendError as exc:
             log.error("writer.close_flush_failed", error=str(exc))
         finally:
-            if self._probe is not None:
-                self._probe.cancel()
+            self.health.close()
             for seg in list(self._in_memory.values()):
-                if not seg.entries and seg.uploader is not None:
+                if not seg.entries and not seg.landing and seg.uploader is not None:
                     seg.uploader.cancel()
                     await seg.upload.abort()
             for task in list(self._tasks):
@@ -218,7 +262,7 @@ class SegmentWriter:
         return self._open_segment()
 
     async def _wait_for_room(self) -> None:
-        if len(self._in_memory) < self.s.max_open_segments and self.healthy:
+        if len(self._in_memory) < self.s.max_open_segments and self.health.healthy:
             return
         wait = min(2.0, self.s.seal_after)
         try:
@@ -230,7 +274,7 @@ class SegmentWriter:
             raise Backpressure(
                 f"{len(self._in_memory)} segments are still uploading; the backend is slower "
                 "than the write stream. Retry later.", 1.0) from None
-        self._check_healthy()
+        self.health.check()
 
     def _open_segment(self) -> OpenSegment:
         self._seq += 1
@@ -255,7 +299,7 @@ class SegmentWriter:
         if first is None:
             return
         part = await seg.queue.get()
-        if part is None:
+        if part is None and seg.upload.upload_id is None:  # no window lent: one PUT
             key = segment_key(self.prefix, seg.info.name)
             async with self._slots:
                 await self.retry.run(lambda: self.backend.put_object(key, first))
@@ -272,7 +316,7 @@ class SegmentWriter:
             return
         exc = task.exception()
         if not seg.sealing:  # fail fast: the writer stops taking writes into a doomed segment
-            self._mark_unhealthy(f"upload of {seg.info.name} failed: {exc}")
+            self.health.mark_down(f"upload of {seg.info.name} failed: {exc}")
             self._seal_soon(seg, "failed")
 
     def _seal_soon(self, seg: OpenSegment, reason: str) -> None:
@@ -292,6 +336,7 @@ class SegmentWriter:
         info = seg.info
         info.state = SegmentState.SEALING
         try:
+            await seg.settled()  # every block being received into it is in, or given up
             manifest = layout.Manifest(info.name, time.time(), 0, seg.entries)
             body = manifest.encode()
             full = reason == "full"
@@ -329,7 +374,7 @@ class SegmentWriter:
         info.state = SegmentState.FAILED
         self.stats.segments_failed += 1
         self.stats.backend_errors += 1
-        self._mark_unhealthy(f"{type(exc).__name__}: {exc}")
+        self.health.mark_down(f"{type(exc).__name__}: {exc}")
         log.error("segment.failed", segment=info.name, blocks=len(seg.entries), error=str(exc))
         self.on_failed(info)
         err = exc if isinstance(exc, BackendError) else BackendUnavailable(str(exc))
@@ -347,23 +392,3 @@ class SegmentWriter:
         seg.release()
         async with self._room:
             self._room.notify_all()
-
-    # ---- health -------------------------------------------------------------------------
-    def _mark_unhealthy(self, reason: str) -> None:
-        self.last_error = reason
-        if self.healthy:
-            log.warning("backend.unhealthy", reason=reason)
-        self.healthy = False
-        if self._probe is None or self._probe.done():
-            self._probe = asyncio.create_task(self._probe_loop())
-
-    async def _probe_loop(self) -> None:
-        delay = 0.25
-        while not self.healthy:
-            await asyncio.sleep(delay)
-            with contextlib.suppress(BackendError):
-                await self.backend.check()
-                self.healthy = True
-                log.info("backend.recovered")
-                return
-            delay = min(2.0, delay * 2)

@@ -50,7 +50,7 @@ async def test_server_stopped_gives_backpressure_then_recovers(
         elapsed = await _put_until_backpressure(store, limit=30)
         assert elapsed < 30
         deadline = time.monotonic() + 20
-        while store.writer.healthy:  # the failed uploads mark the backend down
+        while store.writer.health.healthy:  # the failed uploads mark the backend down
             assert time.monotonic() < deadline, "outage not detected"
             await asyncio.sleep(0.1)
         try:  # and from then on writes are refused at once, without queueing
@@ -67,7 +67,7 @@ async def test_server_stopped_gives_backpressure_then_recovers(
         server.start()
         await backend.ensure_bucket()
         await _put_eventually(store, b"after", b"y" * 1000, limit=30)
-        assert store.writer.healthy
+        assert store.writer.health.healthy
         assert await store.get("kvns", b"after") == b"y" * 1000
     finally:
         await store.close()
@@ -86,7 +86,7 @@ async def test_hung_server_gives_backpressure(private_s3_server: MotoServer) -> 
         assert elapsed < 40
         server.resume()
         deadline = time.monotonic() + 30
-        while not store.writer.healthy:
+        while not store.writer.health.healthy:
             assert time.monotonic() < deadline, "store did not recover"
             await asyncio.sleep(0.2)
         await _put_eventually(store, b"again", b"z" * 100, limit=30)

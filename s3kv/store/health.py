@@ -1,0 +1,56 @@
+"""Whether the backend takes writes: marked down by a failed upload, probed until it answers.
+
+While it is down, writes are refused at once (Backpressure: retry later) instead of filling
+memory with segments that cannot go anywhere; a probe (the backend's ``check``) runs with
+growing pauses and marks it up again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from s3kv.backends.base import Backend
+from s3kv.errors import BackendError, Backpressure
+from s3kv.log import get_logger
+from s3kv.store.stats import StoreStats
+
+log = get_logger(__name__)
+
+
+class BackendHealth:
+    def __init__(self, backend: Backend, stats: StoreStats) -> None:
+        self.backend = backend
+        self.stats = stats
+        self.healthy = True
+        self.last_error = ""
+        self._probe: asyncio.Task[None] | None = None
+
+    def check(self) -> None:
+        """Raise Backpressure (counted) if the backend is down."""
+        if not self.healthy:
+            self.stats.backpressure_rejections += 1
+            raise Backpressure(f"backend unavailable ({self.last_error}); retry later", 1.0)
+
+    def mark_down(self, reason: str) -> None:
+        self.last_error = reason
+        if self.healthy:
+            log.warning("backend.unhealthy", reason=reason)
+        self.healthy = False
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.create_task(self._probe_loop())
+
+    async def _probe_loop(self) -> None:
+        delay = 0.25
+        while not self.healthy:
+            await asyncio.sleep(delay)
+            with contextlib.suppress(BackendError):
+                await self.backend.check()
+                self.healthy = True
+                log.info("backend.recovered")
+                return
+            delay = min(2.0, delay * 2)
+
+    def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
