@@ -3,10 +3,13 @@
 A body is kept in the pieces it arrived in (no buffer of its size is allocated, zeroed and
 filled: for a 32 MiB PUT that was half the gateway's CPU, mostly page faults); the store copies
 them into the open segment once. ``Body.data`` joins them for the callers that parse a body.
+A large body can instead land in a window its caller provides (``land``: the block's place in
+its segment, store/landing.py), received into it straight from the socket (takeover.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -16,7 +19,7 @@ from s3kv.gateway.payload import BodyReader, BodyResult
 from s3kv.gateway.protocol import S3RequestHandler
 from s3kv.gateway.s3xml_parse import MAX_XML_BYTES
 from s3kv.gateway.state import GatewayState
-from s3kv.gateway.takeover import BodyTake
+from s3kv.gateway.takeover import BodyLanding, BodyTake
 from s3kv.gateway.watchdog import IdleWatchdog
 from s3kv.wire.body import Buffer, joined
 from s3kv.wire.headers import HeaderValues, index_headers
@@ -25,12 +28,17 @@ from s3kv.wire.reads import larger_reads
 #: a body that delivers no byte for this long is abandoned (its memory reservation freed)
 BODY_IDLE_TIMEOUT = 20.0
 
+#: asked for a window of the body's length to land it in (None: no landing for it)
+Land = Callable[[int], Awaitable[memoryview | None]]
+
 
 @dataclass
 class Body:
-    pieces: list[bytes]
+    pieces: list[bytes | memoryview]
     result: BodyResult
     reserved: int
+    #: the body was received into the window ``land`` gave (the pieces are views of it)
+    landed: bool = False
     _joined: Buffer | None = field(default=None, repr=False)
 
     @property
@@ -43,7 +51,8 @@ class Body:
 
 async def read_body(request: web.Request, st: GatewayState, limit: int, *,
                     md5: bool = False, crc: bool = False,
-                    idle: float = BODY_IDLE_TIMEOUT, heads: HeaderValues | None = None) -> Body:
+                    idle: float = BODY_IDLE_TIMEOUT, heads: HeaderValues | None = None,
+                    land: Land | None = None) -> Body:
     """Read and verify the whole body (at most ``limit`` bytes).
 
     Reserves the declared size (or ``limit``) from the budget first; the caller must call
@@ -58,7 +67,7 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
     reserved = st.budget.reserve(declared if declared is not None else limit)
     take: BodyTake | None = None
     try:
-        take = _take_body(request, reader, heads)
+        take = await _take_body(request, reader, heads, land)
         try:
             # one timer for the body, not one per piece (asyncio.timeout's cost per piece)
             # an admitted body: read in large reads, within what was reserved for it
@@ -71,7 +80,7 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
                                400) from None
         result = await reader.verify()
         st.metrics.bytes_in.inc(result.size)
-        return Body(pieces, result, reserved)
+        return Body(pieces, result, reserved, isinstance(take, BodyLanding))
     except BaseException:
         if take is not None:  # the rest of the body is read and dropped
             take.drop()
@@ -79,14 +88,21 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
         raise
 
 
-def _take_body(request: web.Request, reader: BodyReader, heads: HeaderValues) -> BodyTake | None:
+async def _take_body(request: web.Request, reader: BodyReader, heads: HeaderValues,
+                     land: Land | None) -> BodyTake | None:
     """An admitted plain body framed by its Content-Length, taken from the socket past
-    aiohttp's parser (:mod:`s3kv.gateway.takeover`); None: read through the parser."""
+    aiohttp's parser, or landed in the window ``land`` gives (:mod:`s3kv.gateway.takeover`);
+    None: read through the parser."""
     handler, length = request.protocol, request.content_length
     if not (reader.plain and isinstance(handler, S3RequestHandler)) or length is None \
-            or "transfer-encoding" in heads:
+            or "transfer-encoding" in heads or not handler.can_take(request.content, length):
         return None
-    take = handler.take_body(request.content, length)
+    window = await land(length) if land is not None and handler.can_land() else None
+    take: BodyTake | None = None
+    if window is not None:
+        take = handler.land_body(request.content, window)
+    if take is None:
+        take = handler.take_body(request.content, length)
     if take is not None:
         reader.read_pieces_from(take)
     return take

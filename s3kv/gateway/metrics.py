@@ -21,6 +21,8 @@ _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 
 # store counters (monotonic) -> metric name and help
 _COUNTERS = {
     "blocks_put": ("s3kv_blocks_put_total", "Blocks accepted"),
+    "blocks_landed": ("s3kv_blocks_landed_total",
+                      "Blocks received straight into their segment (file backend)"),
     "bytes_accepted": ("s3kv_block_bytes_accepted_total", "Block bytes accepted from clients"),
     "backend_bytes_written": ("s3kv_backend_bytes_written_total",
                               "Bytes written to the backend (segments, sidecars)"),

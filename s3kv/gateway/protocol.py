@@ -24,7 +24,7 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from s3kv.gateway.s3xml import XML, error_document
-from s3kv.gateway.takeover import TAKE_MIN, BodyTake, drain
+from s3kv.gateway.takeover import TAKE_MIN, BodyLanding, BodyTake, LandingReads, drain
 from s3kv.log import get_logger
 
 log = get_logger(__name__)
@@ -76,15 +76,26 @@ class S3RequestHandler(RequestHandler):
             self._parser_args["max_msg_queue_size"] = web_protocol.MAX_MSG_QUEUE_SIZE
         self._take: BodyTake | None = None
 
+    def can_take(self, content: StreamReader, length: int) -> bool:
+        """Whether :meth:`take_body` would take the current request's body (``length`` bytes
+        by its Content-Length, read by no one yet): not if most of it is in already, nor on a
+        connection that decompresses bodies."""
+        return self._take is None and getattr(self, "_parser", None) is not None \
+            and not getattr(self, "_upgraded", True) \
+            and not self._parser_args["auto_decompress"] and not content.is_eof() \
+            and content.exception() is None and length - content.total_bytes >= TAKE_MIN
+
+    def can_land(self) -> bool:
+        """Whether a body taken here could land (:meth:`land_body`): a plain TCP transport."""
+        transport = self.transport
+        return transport is not None and transport.get_extra_info("sslcontext") is None \
+            and transport.get_extra_info("socket") is not None
+
     def take_body(self, content: StreamReader, length: int) -> BodyTake | None:
-        """Take the current request's body (``length`` bytes by its Content-Length, read by
-        no one yet) from here on: its bytes received so far, then each socket read as it is,
-        up to its last byte (:mod:`s3kv.gateway.takeover`). None: not worth it (most of the
-        body is in already), or not possible (a connection that decompresses bodies)."""
-        if self._take is not None or getattr(self, "_parser", None) is None \
-                or getattr(self, "_upgraded", True) \
-                or self._parser_args["auto_decompress"] or content.is_eof() \
-                or content.exception() is not None or length - content.total_bytes < TAKE_MIN:
+        """Take the current request's body (as :meth:`can_take` says) from here on: its bytes
+        received so far, then each socket read as it is, up to its last byte
+        (:mod:`s3kv.gateway.takeover`). None: not worth it, or not possible."""
+        if not self.can_take(content, length):
             return None
         first = drain(content)
         if content.exception() is not None:  # broken framing: the reader gets the error
@@ -93,6 +104,30 @@ class S3RequestHandler(RequestHandler):
             return BodyTake(content, first, 0)
         self._take = BodyTake(content, first, length - content.total_bytes)
         return self._take
+
+    def land_body(self, content: StreamReader, window: memoryview) -> BodyLanding | None:
+        """Receive the current request's body (``len(window)`` bytes by its Content-Length,
+        read by no one yet) straight into ``window``: its bytes received so far are copied in,
+        then the transport reads into it up to the body's last byte. None: not possible (a
+        broken body, a connection that cannot land: read it as usual)."""
+        transport = self.transport
+        if transport is None or not self.can_land() or self._take is not None \
+                or getattr(self, "_parser", None) is None or content.exception() is not None:
+            return None
+        first = drain(content)
+        if content.exception() is not None or sum(map(len, first)) > len(window):
+            return None
+        landing = BodyLanding(content, first, window)
+        if landing.remaining and not content.is_eof():
+            self._take = landing
+            transport.set_protocol(LandingReads(self, landing, self._end_landing))
+        return landing
+
+    def _end_landing(self) -> None:
+        take, transport = self._take, self.transport
+        assert take is not None and transport is not None
+        transport.set_protocol(self)
+        self._end_take(take, b"")
 
     def data_received(self, data: bytes) -> None:
         take = self._take

@@ -15,6 +15,7 @@ from s3kv.gateway.objattrs import Checksum, ObjectAttrs, attrs_of, object_etag
 from s3kv.gateway.payload import BodyResult
 from s3kv.gateway.requests import Target, codec_of, durability, parse_range, validate_key
 from s3kv.gateway.state import GatewayState
+from s3kv.store.landing import Landing
 from s3kv.wire.body import SLICE, Pieces, joined, pieces_of, size_of, slices, views_of
 from s3kv.wire.headers import index_headers
 
@@ -72,19 +73,36 @@ async def put_object(request: web.Request, st: GatewayState, t: Target) -> web.S
     conditional = is_conditional_write(request.headers)
     if conditional:  # fail before reading the body; checked again under the key's lock
         check_write(request.headers, current_etag(st, t.bucket, key))
-    body = await read_body(request, st, st.settings.max_block_size,
-                           md5=st.settings.etag == "md5",
-                           crc=codec is None or codec.name == "none", heads=heads)
+    landing: Landing | None = None
+
+    async def land(length: int) -> memoryview | None:
+        """Room for the body in its segment, to receive it straight into (store/landing.py)."""
+        nonlocal landing
+        landing = await st.store.land(t.bucket, key, length, codec=codec)
+        return None if landing is None else landing.window
+
     try:
-        attrs = attrs.stamped(body.result.md5_hex or "", body_checksum(body.result))
-        blob = attrs.encode()
-        async with st.key_locks.hold(t.bucket, key):
-            if conditional:
-                check_write(request.headers, current_etag(st, t.bucket, key))
-            meta = await st.store.put(t.bucket, key, body.pieces, durable=durable, codec=codec,
-                                      attrs=blob, crc=body.result.crc)
+        body = await read_body(request, st, st.settings.max_block_size,
+                               md5=st.settings.etag == "md5",
+                               crc=codec is None or codec.name == "none", heads=heads, land=land)
+        try:
+            attrs = attrs.stamped(body.result.md5_hex or "", body_checksum(body.result))
+            blob = attrs.encode()
+            async with st.key_locks.hold(t.bucket, key):
+                if conditional:
+                    check_write(request.headers, current_etag(st, t.bucket, key))
+                if landing is not None and body.landed and body.result.crc is not None:
+                    meta = st.store.landed(landing, crc=body.result.crc, attrs=blob)
+                else:
+                    meta = await st.store.put(t.bucket, key, body.pieces, durable=durable,
+                                              codec=codec, attrs=blob, crc=body.result.crc)
+        finally:
+            st.budget.release(body.reserved)
     finally:
-        st.budget.release(body.reserved)
+        if landing is not None:  # given up, unless committed
+            landing.abandon()
+    if durable and landing is not None and body.landed:
+        await landing.segment.done  # sealed and on the backend, as put(durable=True) waits
     headers = {"ETag": object_etag(meta, attrs)}
     if attrs.checksum is not None:  # the client's (body_checksum): a full-object one
         headers.update(attrs.checksum.headers())

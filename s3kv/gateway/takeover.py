@@ -12,18 +12,28 @@ The bytes the parser had already passed on before the take are the body's first 
 nothing is read twice or skipped. A take that its reader gives up on (a refused or timed-out
 body) keeps counting the body's bytes and drops them, so the connection stays in step with the
 client for its next request, as aiohttp's own lingering read would.
+
+A body can also land (:class:`BodyLanding`): received straight into a writable window, the
+block's place in its segment (store/landing.py). The connection's transport then reads into
+the window itself (:class:`LandingReads`, an ``asyncio.BufferedProtocol`` put in place of the
+connection's protocol until the body's last byte), so the kernel's copy out of the socket is
+the only one; the reader's pieces are views of the window as it fills. A landing given up
+reads the rest of the body into a scratch buffer: its window is never written after that.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 
 from aiohttp.streams import StreamReader
 
 #: a body is taken only if at least this many of its bytes are still to come from the socket
 #: (below it, the parser's copy costs less than the take)
 TAKE_MIN = 256 * 1024
+#: the most a landing given up reads at a time (into a scratch buffer, then dropped)
+_SCRATCH = 256 * 1024
 
 
 class BodyTake:
@@ -35,7 +45,7 @@ class BodyTake:
         self.content = content
         #: bytes of the body still to come from the socket
         self.remaining = remaining
-        self._pieces: deque[bytes] = deque(p for p in first if p)
+        self._pieces: deque[bytes | memoryview] = deque(p for p in first if p)
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
         self._dropping = False
@@ -72,7 +82,7 @@ class BodyTake:
 
     # -- the reader's side --------------------------------------------------------------------
 
-    async def readchunk(self) -> tuple[bytes, bool]:
+    async def readchunk(self) -> tuple[bytes | memoryview, bool]:
         """The next piece of the body as received, as aiohttp's ``StreamReader.readchunk``:
         ``(b"", False)`` never; ``(b"", True)`` once every byte was read."""
         while not self._pieces:
@@ -87,6 +97,73 @@ class BodyTake:
     def at_eof(self) -> bool:
         return not self._pieces and (self.remaining == 0 or self._error is not None
                                      or self._dropping)
+
+
+class BodyLanding(BodyTake):
+    """The rest of one request body, received into ``window`` (its length: the body's)
+    through :class:`LandingReads`; ``first``: the body's bytes received so far (copied in)."""
+
+    def __init__(self, content: StreamReader, first: list[bytes], window: memoryview) -> None:
+        filled = 0
+        for piece in first:
+            window[filled:filled + len(piece)] = piece
+            filled += len(piece)
+        super().__init__(content, [], len(window) - filled)
+        self.window = window
+        self._filled = filled
+        if filled:
+            self._pieces.append(window[:filled])
+        self._scratch: memoryview | None = None
+
+    def buffer(self) -> memoryview:
+        """Where the next socket read goes: the rest of the window; once given up, a scratch
+        buffer (the window is the block's place in a segment: nothing writes it after that)."""
+        if not self._dropping:
+            return self.window[self._filled:]
+        if self._scratch is None:
+            self._scratch = memoryview(bytearray(_SCRATCH))
+        return self._scratch[:self.remaining]
+
+    def received(self, n: int) -> None:
+        """``n`` bytes were read into :meth:`buffer`."""
+        self.remaining -= n
+        if self._dropping:
+            return
+        self._pieces.append(self.window[self._filled:self._filled + n])
+        self._filled += n
+        self._wake()
+
+
+class LandingReads(asyncio.BufferedProtocol):
+    """The connection's protocol while a body lands: the transport reads into the landing's
+    buffer, and ``done()`` is called after the body's last byte (it puts ``connection`` back);
+    everything else is the connection's."""
+
+    def __init__(self, connection: asyncio.Protocol, landing: BodyLanding,
+                 done: Callable[[], None]) -> None:
+        self.connection = connection
+        self.landing = landing
+        self.done = done
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.landing.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.landing.received(nbytes)
+        if self.landing.remaining == 0:
+            self.done()
+
+    def eof_received(self) -> bool | None:
+        return self.connection.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connection.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.connection.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.connection.resume_writing()
 
 
 def drain(content: StreamReader) -> list[bytes]:

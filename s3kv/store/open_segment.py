@@ -75,10 +75,10 @@ class OpenSegment:
 
     def land(self, window: memoryview) -> int:
         """Append ``window`` (a writable window the upload lends onto its own bytes here, at
-        an aligned end) by reference: a block to be received into it. Returns its offset; the
-        caller ends the landing (:meth:`landed`) once the block is in, or given up."""
+        an aligned end) by reference: a block to be received into it. Returns its offset. The
+        caller counted the landing in (``landing += 1``, before it asked for the window) and
+        ends it (:meth:`landed`) once the block is in, or given up."""
         offset = self.size
-        self.landing += 1
         self._keep(window)
         return offset
 

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 @dataclass
 class StoreStats:
     blocks_put: int = 0
+    blocks_landed: int = 0  # of those, received straight into their segment (landing.py)
     bytes_accepted: int = 0  # block bytes clients wrote (before codecs)
     bytes_stored: int = 0  # the same blocks after codecs
     backend_bytes_written: int = 0  # segment parts + sidecars + namespace records

@@ -226,6 +226,7 @@ class BlockStore:
     def landed(self, landing: Landing, *, crc: int, attrs: bytes = b"") -> BlockMeta:
         """A landing's block is in and verified: into the index, as ``put`` does."""
         placed = landing.commit(crc, attrs)
+        self.stats.blocks_landed += 1
         return self._placed(self.ns_id(landing.namespace), landing.window, landing.segment,
                             placed)
 

@@ -199,7 +199,9 @@ class SegmentWriter:
             if seg.done.done() or seg.info.seg_id not in self._in_memory:
                 raise BackendUnavailable(f"segment {seg.info.name} failed while a block was "
                                          "received into it; retry the write")
-            placed = entry._replace(written_at=self._stamp())
+            placed = layout.Entry(entry.namespace, entry.key, entry.offset, entry.length,
+                                  entry.raw_length, entry.crc, entry.codec, self._stamp(),
+                                  entry.flags, entry.attrs)
             seg.add_entry(placed)
             seg.info.block_bytes += entry.length
             seg.info.live_bytes += entry.length
