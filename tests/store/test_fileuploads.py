@@ -116,3 +116,41 @@ async def test_an_abort_waits_for_the_part_being_written(
     await abort
     assert wrote == [0]
     assert not (tmp_path / ".uploads" / upload).exists()
+
+
+async def test_a_window_lent_is_the_uploads_bytes_and_is_not_written_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = await FileBackend(tmp_path, fsync=False).open()
+    upload = await backend.create_multipart("seg/w", PART)
+    offset, data = PART + 4096, os.urandom(PART - 4096 + 3 * MiB)  # across a part boundary
+    window = await backend.upload_window("seg/w", upload, offset, len(data))
+    assert window is not None and not window.readonly and len(window) == len(data)
+    window[:] = data  # as a body received into it
+    written: list[int] = []
+    real = fileuploads.write_at
+    monkeypatch.setattr(fileuploads, "write_at", lambda fd, pieces, at: (
+        written.append(sum(len(p) for p in fileuploads.pieces_of(pieces))),
+        real(fd, pieces, at))[1])
+    head, gap = os.urandom(PART), os.urandom(4096)
+    cut = PART - 4096
+    etags = [await backend.upload_part("seg/w", upload, 1, [head[:4096], head[4096:]]),
+             await backend.upload_part("seg/w", upload, 2, [gap, window[:cut]]),
+             await backend.upload_part("seg/w", upload, 3, [window[cut:]])]
+    # only what is not the window at its own place is written
+    assert written == [PART, 4096]
+    await backend.complete_multipart("seg/w", upload, list(enumerate(etags, 1)))
+    assert await backend.get_object("seg/w") == head + gap + data
+
+
+async def test_a_window_piece_out_of_place_is_written(tmp_path: Path) -> None:
+    backend = await FileBackend(tmp_path, fsync=False).open()
+    upload = await backend.create_multipart("seg/x", PART)
+    window = await backend.upload_window("seg/x", upload, 0, PART)
+    assert window is not None
+    window[:] = os.urandom(PART)
+    other = bytes(window)
+    # part 2 made of the window's bytes: not their place, so they are copied there
+    etags = [await backend.upload_part("seg/x", upload, 1, [window]),
+             await backend.upload_part("seg/x", upload, 2, [window[:1000]])]
+    await backend.complete_multipart("seg/x", upload, list(enumerate(etags, 1)))
+    assert await backend.get_object("seg/x") == other + other[:1000]
