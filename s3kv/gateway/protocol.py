@@ -80,10 +80,15 @@ class S3RequestHandler(RequestHandler):
         """Whether :meth:`take_body` would take the current request's body (``length`` bytes
         by its Content-Length, read by no one yet): not if most of it is in already, nor on a
         connection that decompresses bodies."""
+        return self._takeable(content) and not content.is_eof() \
+            and length - content.total_bytes >= TAKE_MIN
+
+    def _takeable(self, content: StreamReader) -> bool:
+        """No body is taken now, the handler is as the take expects, and ``content`` is a
+        sound body read through the parser."""
         return self._take is None and getattr(self, "_parser", None) is not None \
             and not getattr(self, "_upgraded", True) \
-            and not self._parser_args["auto_decompress"] and not content.is_eof() \
-            and content.exception() is None and length - content.total_bytes >= TAKE_MIN
+            and not self._parser_args["auto_decompress"] and content.exception() is None
 
     def can_land(self) -> bool:
         """Whether a body taken here could land (:meth:`land_body`): a plain TCP transport."""
@@ -111,8 +116,7 @@ class S3RequestHandler(RequestHandler):
         then the transport reads into it up to the body's last byte. None: not possible (a
         broken body, a connection that cannot land: read it as usual)."""
         transport = self.transport
-        if transport is None or not self.can_land() or self._take is not None \
-                or getattr(self, "_parser", None) is None or content.exception() is not None:
+        if transport is None or not self.can_land() or not self._takeable(content):
             return None
         first = drain(content)
         if content.exception() is not None:  # broken framing: the reader gets the error

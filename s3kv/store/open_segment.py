@@ -73,18 +73,25 @@ class OpenSegment:
         full part is queued for upload as it is."""
         self._keep(memoryview(data if immutable(data) else bytes(data)))
 
+    def expect_landing(self, namespace: str, key: bytes) -> None:
+        """A block is to be received into the segment (:meth:`land`): it seals only after
+        :meth:`landed`, and the block's manifest entry keeps its room (with attributes of any
+        size) until then."""
+        self.landing += 1
+        self.manifest_bytes += layout.entry_bytes(namespace, key, layout.MAX_ATTRS_BYTES)
+
     def land(self, window: memoryview) -> int:
         """Append ``window`` (a writable window the upload lends onto its own bytes here, at
-        an aligned end) by reference: a block to be received into it. Returns its offset. The
-        caller counted the landing in (``landing += 1``, before it asked for the window) and
-        ends it (:meth:`landed`) once the block is in, or given up."""
+        an aligned end; :meth:`expect_landing` first) by reference: the block is received
+        into it. Returns its offset."""
         offset = self.size
         self._keep(window)
         return offset
 
-    def landed(self) -> None:
-        """A block received into the segment is in, or given up."""
+    def landed(self, namespace: str, key: bytes) -> None:
+        """The block expected (:meth:`expect_landing`) is in, its entry added, or given up."""
         self.landing -= 1
+        self.manifest_bytes -= layout.entry_bytes(namespace, key, layout.MAX_ATTRS_BYTES)
         settle, self._settle = self._settle, None
         if settle is not None and not settle.done():
             settle.set_result(None)

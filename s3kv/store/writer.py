@@ -146,14 +146,21 @@ class SegmentWriter:
         size = size_of(data)
         seg = await self._segment_for(entry.namespace, entry.key, size, len(entry.attrs))
         offset = seg.append(data, self.s.block_align) if size else 0
+        placed = self._enter(seg, entry, offset, size)
+        self._started(seg)
+        return seg, placed
+
+    def _enter(self, seg: OpenSegment, entry: layout.Entry, offset: int,
+               size: int) -> layout.Entry:
+        """The entry of a block whose ``size`` bytes are at ``offset`` in ``seg``, stamped
+        (unless it carries a stamp), into the segment's manifest and byte counts."""
         placed = layout.Entry(entry.namespace, entry.key, offset, entry.length,
                               entry.raw_length, entry.crc, entry.codec,
                               entry.written_at or self._stamp(), entry.flags, entry.attrs)
         seg.add_entry(placed)
         seg.info.block_bytes += size
         seg.info.live_bytes += size
-        self._started(seg)
-        return seg, placed
+        return placed
 
     def _started(self, seg: OpenSegment) -> None:
         """The segment has its first block: it seals ``seal_after`` seconds from now."""
@@ -173,46 +180,36 @@ class SegmentWriter:
             self.health.check()
             seg = await self._segment_for(namespace, key, length, layout.MAX_ATTRS_BYTES)
             seg.pad(layout.align_up(seg.size, self.s.block_align) - seg.size)
-            seg.landing += 1  # the segment seals after this block is in, or given up
+            seg.expect_landing(namespace, key)
             try:
                 window = await seg.upload.window(seg.size, length)
             except BackendError as exc:
                 log.warning("writer.window_failed", segment=seg.info.name, error=str(exc))
                 window = None
             except BaseException:
-                seg.landed()
+                seg.landed(namespace, key)
                 raise
             if window is None:
-                seg.landed()
+                seg.landed(namespace, key)
                 return None
-            seg.manifest_bytes += layout.entry_bytes(namespace, key, layout.MAX_ATTRS_BYTES)
             self._started(seg)
             return seg, seg.land(window), window
 
     def commit(self, seg: OpenSegment, entry: layout.Entry) -> layout.Entry:
         """The block received into ``seg`` at ``entry.offset`` (reserve) is in and verified:
-        its entry joins the segment's manifest, stamped now. Raises BackendUnavailable if the
-        segment failed meanwhile (the block is lost with it)."""
-        seg.manifest_bytes -= layout.entry_bytes(entry.namespace, entry.key,
-                                                 layout.MAX_ATTRS_BYTES)
+        its entry (no stamp yet) joins the segment's manifest, stamped now. Raises
+        BackendUnavailable if the segment failed meanwhile (the block is lost with it)."""
         try:
             if seg.done.done() or seg.info.seg_id not in self._in_memory:
                 raise BackendUnavailable(f"segment {seg.info.name} failed while a block was "
                                          "received into it; retry the write")
-            placed = layout.Entry(entry.namespace, entry.key, entry.offset, entry.length,
-                                  entry.raw_length, entry.crc, entry.codec, self._stamp(),
-                                  entry.flags, entry.attrs)
-            seg.add_entry(placed)
-            seg.info.block_bytes += entry.length
-            seg.info.live_bytes += entry.length
-            return placed
+            return self._enter(seg, entry, entry.offset, entry.length)
         finally:
-            seg.landed()
+            seg.landed(entry.namespace, entry.key)
 
     def abandon(self, seg: OpenSegment, namespace: str, key: bytes) -> None:
         """The block reserved in ``seg`` will not come (its bytes there are dead space)."""
-        seg.manifest_bytes -= layout.entry_bytes(namespace, key, layout.MAX_ATTRS_BYTES)
-        seg.landed()
+        seg.landed(namespace, key)
 
     def _stamp(self) -> float:
         """Wall-clock time, strictly increasing within this writer (last writer wins)."""
