@@ -17,6 +17,7 @@ sent is malformed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
 from collections.abc import AsyncIterator, Sequence
@@ -82,6 +83,13 @@ class _Cursor:
         return out
 
 
+def _head_blocks(doc: bytes) -> list[tuple[str, int]]:
+    """(key, length) of each block a batch-put body's head lists. Raises ValueError,
+    KeyError or TypeError on a malformed head."""
+    blocks = json.loads(doc)["blocks"]
+    return [(str(b["key"]), int(b["length"])) for b in blocks]
+
+
 def decode_frames(body: Sequence[bytes | bytearray | memoryview]
                   ) -> list[tuple[str, list[memoryview]]]:
     """Parse a framed batch-put body, given in the pieces it arrived in: each block comes back
@@ -90,13 +98,40 @@ def decode_frames(body: Sequence[bytes | bytearray | memoryview]
     cursor = _Cursor(body)
     try:
         (n,) = _LEN.unpack(b"".join(cursor.take(_LEN.size)))
-        blocks = json.loads(b"".join(cursor.take(n)))["blocks"]
-        out = [(str(b["key"]), cursor.take(int(b["length"]))) for b in blocks]
+        blocks = _head_blocks(b"".join(cursor.take(n)))
+        out = [(key, cursor.take(length)) for key, length in blocks]
     except (struct.error, ValueError, KeyError, TypeError) as exc:
         raise RequestError("MalformedFrames", f"invalid batch framing: {exc}") from None
     if cursor.left:
         raise RequestError("MalformedFrames", "trailing bytes after the last block")
     return out
+
+
+async def read_head(stream: Readable, length: int
+                    ) -> tuple[list[bytes], list[tuple[str, int]] | None]:
+    """The head of a framed batch-put body of ``length`` bytes, read off ``stream``: the bytes
+    read, and the (key, length) of each block it lists if the rest of the body is exactly
+    those blocks (None: a head that does not parse or does not add up; :func:`decode_frames`
+    of the whole body says what is wrong). Raises RequestError (IncompleteBody) on a body
+    that ends before its head does."""
+    read: list[bytes] = []
+    try:
+        read.append(await stream.readexactly(_LEN.size))
+        (n,) = _LEN.unpack(read[0])
+        if n > min(HEAD_ALLOWANCE, length - _LEN.size):
+            return read, None
+        read.append(await stream.readexactly(n))
+    except asyncio.IncompleteReadError:
+        raise RequestError("IncompleteBody", "The request body ended before its declared "
+                           "length.") from None
+    try:
+        blocks = _head_blocks(read[1])
+    except (ValueError, KeyError, TypeError):
+        return read, None
+    sizes = [size for _, size in blocks]
+    if any(size < 0 for size in sizes) or _LEN.size + n + sum(sizes) != length:
+        return read, None
+    return read, blocks
 
 
 # ---- batch-get responses -------------------------------------------------------------------

@@ -9,6 +9,7 @@ its segment, store/landing.py), received into it straight from the socket (takeo
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -28,8 +29,20 @@ from s3kv.wire.reads import larger_reads
 #: a body that delivers no byte for this long is abandoned (its memory reservation freed)
 BODY_IDLE_TIMEOUT = 20.0
 
-#: asked for a window of the body's length to land it in (None: no landing for it)
-Land = Callable[[int], Awaitable[memoryview | None]]
+
+
+@dataclass
+class Destination:
+    """Where a body goes (:data:`Land`): ``head``, its first bytes, which the caller read
+    already through the request's stream, then ``spans``, the windows the rest lands in, in
+    order (none: the rest is read as usual)."""
+
+    head: list[bytes]
+    spans: list[memoryview]
+
+
+#: asked, given the body's length, where it goes (None: read it as usual)
+Land = Callable[[int], Awaitable[Destination | None]]
 
 
 @dataclass
@@ -67,8 +80,8 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
     reserved = st.budget.reserve(declared if declared is not None else limit)
     take: BodyTake | None = None
     try:
-        take = await _take_body(request, reader, heads, land)
         try:
+            take = await _take_body(request, reader, heads, land, idle)
             # one timer for the body, not one per piece (asyncio.timeout's cost per piece)
             # an admitted body: read in large reads, within what was reserved for it
             # (a body not admitted, an idle connection: asyncio's 256 KiB reads)
@@ -89,22 +102,29 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
 
 
 async def _take_body(request: web.Request, reader: BodyReader, heads: HeaderValues,
-                     land: Land | None) -> BodyTake | None:
+                     land: Land | None, idle: float) -> BodyTake | None:
     """An admitted plain body framed by its Content-Length, taken from the socket past
-    aiohttp's parser, or landed in the window ``land`` gives (:mod:`s3kv.gateway.takeover`);
-    None: read through the parser."""
+    aiohttp's parser, or landed where ``land`` says (:mod:`s3kv.gateway.takeover`); None:
+    read through the parser."""
     handler, length = request.protocol, request.content_length
     if not (reader.plain and isinstance(handler, S3RequestHandler)) or length is None \
             or "transfer-encoding" in heads or not handler.can_take(request.content, length):
         return None
-    window = await land(length) if land is not None and handler.can_land() else None
+    dest = None
+    if land is not None and handler.can_land():
+        async with asyncio.timeout(idle):  # it may read the body's head
+            dest = await land(length)
+    head = dest.head if dest is not None else []
     take: BodyTake | None = None
-    if window is not None:
-        take = handler.land_body(request.content, window)
+    if dest is not None and dest.spans:
+        take = handler.land_body(request.content, length, dest.spans, head)
     if take is None:
-        take = handler.take_body(request.content, length)
+        take = handler.take_body(request.content, length, head)
     if take is not None:
         reader.read_pieces_from(take)
+    elif head:  # bytes read that the reader would not see
+        raise RequestError("IncompleteBody", "The request body ended before its declared "
+                           "length.")
     return take
 
 

@@ -24,16 +24,25 @@ from typing import Any
 
 from aiohttp import web
 
-from s3kv.errors import NamespaceExists, RequestError
-from s3kv.frames import HEAD_ALLOWANCE, STREAM, block_record, decode_frames, end_record
+from s3kv.errors import NamespaceExists, RequestError, S3KVError
+from s3kv.frames import (
+    HEAD_ALLOWANCE,
+    STREAM,
+    block_record,
+    decode_frames,
+    end_record,
+    read_head,
+)
 from s3kv.gateway import ops
 from s3kv.gateway.access import check_namespace, require_unrestricted
-from s3kv.gateway.bodies import read_body, read_small
+from s3kv.gateway.bodies import Body, Destination, read_body, read_small
 from s3kv.gateway.requests import codec_of, durability, validate_key
 from s3kv.gateway.s3_buckets import RESERVED
 from s3kv.gateway.s3_objects import write_sliced
 from s3kv.gateway.state import GatewayState, state_of
-from s3kv.store.codecs import HEADER_CODEC
+from s3kv.store.codecs import HEADER_CODEC, CodecSpec
+from s3kv.store.fetch import checksums_async
+from s3kv.store.landing import Landing
 from s3kv.wire.body import size_of
 from s3kv.wire.headers import index_headers
 
@@ -115,18 +124,49 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
     codec = codec_of(heads, st.store.namespace_codecs[ns])
     limit = min(st.settings.max_request_memory // 2,
                 64 * st.settings.max_block_size + HEAD_ALLOWANCE)
-    body = await read_body(request, st, limit, heads=heads)
+    landing: Landing | None = None
+
+    async def land(length: int) -> Destination:
+        """Once the body's head says what its blocks are: their room in the open segment, to
+        receive them straight into (store/landing.py)."""
+        nonlocal landing
+        head, blocks = await read_head(request.content, length)
+        if blocks is not None:
+            try:
+                landing = await st.store.land(ns, [(validate_key(k), n) for k, n in blocks],
+                                              codec=codec)
+            except S3KVError:  # the whole body is read, then refused or pushed back as usual
+                landing = None
+        return Destination(head, [] if landing is None else landing.spans())
+
     try:
-        items = [(validate_key(k), d) for k, d in decode_frames(body.pieces)]
-        for _, d in items:
-            if size_of(d) > st.settings.max_block_size:
-                raise RequestError("EntityTooLarge", "a block exceeds the max block size")
-        stored = await st.store.put_many(ns, items, codec=codec)  # Backpressure says how many
+        body = await read_body(request, st, limit, heads=heads, land=land)
+        try:
+            if landing is not None and body.landed:
+                keys = [room.key for room in landing.rooms]
+                crcs = await checksums_async([room.window for room in landing.rooms])
+                stored = len(st.store.landed(landing, crcs))
+            else:
+                keys, stored = await _put_framed(st, ns, body, codec)
+        finally:
+            st.budget.release(body.reserved)
     finally:
-        st.budget.release(body.reserved)
+        if landing is not None:  # given up, unless committed
+            landing.abandon()
     if durable:
-        await st.store.wait_durable(ns, [k for k, _ in items])
+        await st.store.wait_durable(ns, keys)
     return web.json_response({"stored": stored})
+
+
+async def _put_framed(st: GatewayState, ns: str, body: Body, codec: CodecSpec | None
+                      ) -> tuple[list[bytes], int]:
+    """Store the blocks of a framed body read as it came: their keys, and how many were
+    stored (Backpressure says how many, when the store pushed back part way)."""
+    items = [(validate_key(k), d) for k, d in decode_frames(body.pieces)]
+    for _, d in items:
+        if size_of(d) > st.settings.max_block_size:
+            raise RequestError("EntityTooLarge", "a block exceeds the max block size")
+    return [k for k, _ in items], await st.store.put_many(ns, items, codec=codec)
 
 
 async def create(request: web.Request) -> web.StreamResponse:

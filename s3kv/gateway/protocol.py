@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web, web_protocol
@@ -96,13 +97,16 @@ class S3RequestHandler(RequestHandler):
         return transport is not None and transport.get_extra_info("sslcontext") is None \
             and transport.get_extra_info("socket") is not None
 
-    def take_body(self, content: StreamReader, length: int) -> BodyTake | None:
+    def take_body(self, content: StreamReader, length: int, head: Sequence[bytes] = ()
+                  ) -> BodyTake | None:
         """Take the current request's body (as :meth:`can_take` says) from here on: its bytes
         received so far, then each socket read as it is, up to its last byte
-        (:mod:`s3kv.gateway.takeover`). None: not worth it, or not possible."""
-        if not self.can_take(content, length):
+        (:mod:`s3kv.gateway.takeover`). ``head``: bytes of it its caller read already through
+        the parser (its first pieces; the body is then taken however little is left). None:
+        not worth it, or not possible."""
+        if not (self.can_take(content, length) or (head and self._takeable(content))):
             return None
-        first = drain(content)
+        first = [*head, *drain(content)]
         if content.exception() is not None:  # broken framing: the reader gets the error
             return None
         if content.is_eof():  # the parser saw the body's end while it was drained
@@ -110,18 +114,22 @@ class S3RequestHandler(RequestHandler):
         self._take = BodyTake(content, first, length - content.total_bytes)
         return self._take
 
-    def land_body(self, content: StreamReader, window: memoryview) -> BodyLanding | None:
-        """Receive the current request's body (``len(window)`` bytes by its Content-Length,
-        read by no one yet) straight into ``window``: its bytes received so far are copied in,
-        then the transport reads into it up to the body's last byte. None: not possible (a
-        broken body, a connection that cannot land: read it as usual)."""
+    def land_body(self, content: StreamReader, length: int, spans: list[memoryview],
+                  head: Sequence[bytes] = ()) -> BodyLanding | None:
+        """Receive the current request's body (``length`` bytes by its Content-Length) straight
+        into ``spans`` (writable windows), but for ``head``, bytes of it its caller read
+        already through the parser: its bytes received so far are copied in, then the
+        transport reads into them up to the body's last byte. None: not possible (spans that
+        are not the rest of the body, a broken body, a connection that cannot land: read it
+        as usual)."""
         transport = self.transport
-        if transport is None or not self.can_land() or not self._takeable(content):
+        if transport is None or not self.can_land() or not self._takeable(content) \
+                or sum(map(len, head)) + sum(map(len, spans)) != length:
             return None
         first = drain(content)
         if content.exception() is not None:  # broken framing: the reader gets the error
             return None
-        landing = BodyLanding(content, first, window)
+        landing = BodyLanding(content, list(head), first, spans)
         if landing.remaining and not content.is_eof():
             self._take = landing
             transport.set_protocol(LandingReads(self, landing, self._end_landing))

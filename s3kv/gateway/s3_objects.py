@@ -9,12 +9,13 @@ from aiohttp import web
 
 from s3kv.errors import RequestError
 from s3kv.gateway import copy, multipart, multipart_listing, objattrs
-from s3kv.gateway.bodies import read_body
+from s3kv.gateway.bodies import Destination, read_body
 from s3kv.gateway.conditions import NOT_MODIFIED, check_read, check_write, is_conditional_write
 from s3kv.gateway.objattrs import Checksum, ObjectAttrs, attrs_of, object_etag
 from s3kv.gateway.payload import BodyResult
 from s3kv.gateway.requests import Target, codec_of, durability, parse_range, validate_key
 from s3kv.gateway.state import GatewayState
+from s3kv.store import layout
 from s3kv.store.landing import Landing
 from s3kv.wire.body import SLICE, Pieces, joined, pieces_of, size_of, slices, views_of
 from s3kv.wire.headers import index_headers
@@ -75,11 +76,12 @@ async def put_object(request: web.Request, st: GatewayState, t: Target) -> web.S
         check_write(request.headers, current_etag(st, t.bucket, key))
     landing: Landing | None = None
 
-    async def land(length: int) -> memoryview | None:
+    async def land(length: int) -> Destination | None:
         """Room for the body in its segment, to receive it straight into (store/landing.py)."""
         nonlocal landing
-        landing = await st.store.land(t.bucket, key, length, codec=codec)
-        return None if landing is None else landing.window
+        landing = await st.store.land(t.bucket, [(key, length)], codec=codec,
+                                      attrs=layout.MAX_ATTRS_BYTES)
+        return None if landing is None else Destination([], landing.spans())
 
     try:
         body = await read_body(request, st, st.settings.max_block_size,
@@ -92,7 +94,7 @@ async def put_object(request: web.Request, st: GatewayState, t: Target) -> web.S
                 if conditional:
                     check_write(request.headers, current_etag(st, t.bucket, key))
                 if landing is not None and body.landed and body.result.crc is not None:
-                    meta = st.store.landed(landing, crc=body.result.crc, attrs=blob)
+                    [meta] = st.store.landed(landing, [body.result.crc], attrs=blob)
                 else:
                     meta = await st.store.put(t.bucket, key, body.pieces, durable=durable,
                                               codec=codec, attrs=blob, crc=body.result.crc)
@@ -102,7 +104,7 @@ async def put_object(request: web.Request, st: GatewayState, t: Target) -> web.S
         if landing is not None:  # given up, unless committed
             landing.abandon()
     if durable and landing is not None and body.landed:
-        await landing.segment.done  # sealed and on the backend, as put(durable=True) waits
+        await landing.rooms[0].segment.done  # sealed and on the backend, as put(durable) waits
     headers = {"ETag": object_etag(meta, attrs)}
     if attrs.checksum is not None:  # the client's (body_checksum): a full-object one
         headers.update(attrs.checksum.headers())

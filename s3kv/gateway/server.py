@@ -25,7 +25,8 @@ from s3kv.gateway.multipart import UPLOADS, Uploads
 from s3kv.gateway.protocol import front_runner
 from s3kv.gateway.state import STATE
 from s3kv.log import get_logger
-from s3kv.store.store import BlockStore, check_store_settings
+from s3kv.store.codecs.spec import check_default_codec
+from s3kv.store.store import BlockStore
 
 log = get_logger(__name__)
 
@@ -65,7 +66,7 @@ def check_exposure(settings: Settings, host: str) -> None:
 def check_settings(settings: Settings) -> None:
     """The settings the store and the gateway own, checked before anything starts (config.py
     checks the rest on load): the default codec, the front credentials."""
-    check_store_settings(settings)
+    check_default_codec(settings.default_codec)
     if settings.credentials_file or settings.access_key:
         credential_table(settings.access_key, settings.secret_key, settings.credentials_file)
 

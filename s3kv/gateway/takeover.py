@@ -13,12 +13,12 @@ nothing is read twice or skipped. A take that its reader gives up on (a refused 
 body) keeps counting the body's bytes and drops them, so the connection stays in step with the
 client for its next request, as aiohttp's own lingering read would.
 
-A body can also land (:class:`BodyLanding`): received straight into a writable window, the
-block's place in its segment (store/landing.py). The connection's transport then reads into
-the window itself (:class:`LandingReads`, an ``asyncio.BufferedProtocol`` put in place of the
+A body can also land (:class:`BodyLanding`): received straight into writable windows, its
+blocks' places in their segment (store/landing.py). The connection's transport then reads into
+the windows itself (:class:`LandingReads`, an ``asyncio.BufferedProtocol`` put in place of the
 connection's protocol until the body's last byte), so the kernel's copy out of the socket is
-the only one; the reader's pieces are views of the window as it fills. A landing given up
-reads the rest of the body into a scratch buffer: its window is never written after that.
+the only one; the reader's pieces are views of the windows as they fill. A landing given up
+reads the rest of the body into a scratch buffer: its windows are never written after that.
 """
 
 from __future__ import annotations
@@ -100,26 +100,33 @@ class BodyTake:
 
 
 class BodyLanding(BodyTake):
-    """The rest of one request body, received into ``window`` (its length: the body's)
-    through :class:`LandingReads`; ``first``: the body's bytes received so far (copied in)."""
+    """The rest of one request body, received into ``spans`` (writable windows, in order,
+    whose lengths add up to what is left of the body) through :class:`LandingReads`.
+    ``head``: the body's bytes its caller read already, its first pieces as they are;
+    ``first``: the bytes received since (copied in)."""
 
-    def __init__(self, content: StreamReader, first: list[bytes], window: memoryview) -> None:
-        filled = 0
-        for piece in first:
-            window[filled:filled + len(piece)] = piece
-            filled += len(piece)
-        super().__init__(content, [], len(window) - filled)
-        self.window = window
-        self._filled = filled
-        if filled:
-            self._pieces.append(window[:filled])
+    def __init__(self, content: StreamReader, head: list[bytes], first: list[bytes],
+                 spans: list[memoryview]) -> None:
+        super().__init__(content, head, sum(map(len, spans)))
+        self.spans = spans
+        self._span = 0  # the span being filled
+        self._filled = 0  # bytes of it filled
         self._scratch: memoryview | None = None
+        for piece in first:
+            view = memoryview(piece)
+            while view:
+                buf = self.buffer()
+                n = min(len(buf), len(view))
+                buf[:n] = view[:n]
+                self.received(n)
+                view = view[n:]
 
     def buffer(self) -> memoryview:
-        """Where the next socket read goes: the rest of the window; once given up, a scratch
-        buffer (the window is the block's place in a segment: nothing writes it after that)."""
+        """Where the next socket read goes: the rest of the span being filled; once given up,
+        a scratch buffer (the spans are blocks' places in a segment: nothing writes them after
+        that)."""
         if not self._dropping:
-            return self.window[self._filled:]
+            return self.spans[self._span][self._filled:]
         if self._scratch is None:
             self._scratch = memoryview(bytearray(_SCRATCH))
         return self._scratch[:self.remaining]
@@ -129,8 +136,11 @@ class BodyLanding(BodyTake):
         self.remaining -= n
         if self._dropping:
             return
-        self._pieces.append(self.window[self._filled:self._filled + n])
+        span = self.spans[self._span]
+        self._pieces.append(span[self._filled:self._filled + n])
         self._filled += n
+        if self._filled == len(span) and self._span + 1 < len(self.spans):
+            self._span, self._filled = self._span + 1, 0
         self._wake()
 
 

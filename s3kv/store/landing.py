@@ -1,71 +1,103 @@
-"""A block received straight into its place in the open segment (large PUTs, file backend).
+"""Blocks received straight into their place in the open segment (large bodies, file backend).
 
 When a large body begins, the gateway asks the store for a landing (``BlockStore.land``): the
-writer takes room for the block in the open segment, and the backend lends a writable window
-onto that room (the file backend: a mapping of the segment's file), which the connection
-receives the body into (gateway/takeover.py). The kernel's copy from the socket is then the
-only copy of those bytes: before, they were received into buffers and written again into the
-file (``pwritev``), ~0.25 CPU-s per GiB here. Once the body is in and verified the block is
-committed (``BlockStore.landed``: its manifest entry, then the index); a body that fails gives
-its room up (:meth:`Landing.abandon`): dead bytes in the segment that no entry points to.
+writer takes room for its blocks in the open segment (one S3 PUT's block, or a native batch
+put's blocks one after another), and the backend lends a writable window onto that room (the
+file backend: a mapping of the segment's file), which the connection receives the body into
+(gateway/takeover.py). The kernel's copy from the socket is then the only copy of those bytes:
+before, they were received into buffers and written again into the file (``pwritev``), ~0.25
+CPU-s per GiB here. Once the body is in and verified the blocks are committed
+(``BlockStore.landed``: their manifest entries, then the index); a body that fails gives its
+room up (:meth:`Landing.abandon`): dead bytes in the segment that no entry points to.
 
-Only blocks stored as they are (no codec) of at least ``LAND_MIN`` bytes land; the rest are
-appended as before. The segment seals once every block landing in it is in or given up.
+Only blocks stored as they are (no codec) land, and only bodies of at least ``LAND_MIN`` bytes
+whose blocks are each at least ``LAND_BLOCK_MIN`` (the socket reads go block by block where
+blocks are not contiguous); the rest are appended as before. A segment seals once every block
+landing in it is in or given up.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from s3kv.errors import TooLarge
-from s3kv.sizes import MiB
+from s3kv.sizes import KiB, MiB
 from s3kv.store import layout
 from s3kv.store.codecs import NONE_ID, CodecSpec
 from s3kv.store.ingest import check_key
-from s3kv.store.open_segment import OpenSegment
+from s3kv.store.open_segment import Room
 from s3kv.store.writer import SegmentWriter
 
-#: smaller blocks are appended (their bodies mostly arrive with the request's head anyway)
+#: smaller bodies are appended (they mostly arrive with the request's head anyway)
 LAND_MIN = 1 * MiB
+#: a batch with a smaller block is appended
+LAND_BLOCK_MIN = 64 * KiB
 
 
 class Landing:
-    """Room for one block in ``segment`` at ``offset``, and the ``window`` to receive it into;
-    ended once, by :meth:`commit` or :meth:`abandon` (a second end is ignored)."""
+    """Room for blocks in the open segment(s), each ended once, by :meth:`commit` or
+    :meth:`abandon` (what is ended already is left alone). ``attrs``: the most attribute
+    bytes a block's entry may carry (its manifest room is held for that many)."""
 
-    def __init__(self, writer: SegmentWriter, namespace: str, key: bytes, segment: OpenSegment,
-                 offset: int, window: memoryview) -> None:
+    def __init__(self, writer: SegmentWriter, namespace: str, rooms: list[Room],
+                 attrs: int) -> None:
         self.writer = writer
         self.namespace = namespace
-        self.key = key
-        self.segment = segment
-        self.offset = offset
-        self.window = window
-        self.ended = False
+        self.rooms = rooms
+        self.attrs = attrs
+        self._left = list(rooms)  # not ended yet, in order
 
-    def commit(self, crc: int, attrs: bytes) -> layout.Entry:
-        """The window holds the block, verified (``crc``: its ``layout.checksum``): its entry,
-        placed. Raises BackendUnavailable if the segment failed meanwhile."""
-        if self.ended:
-            raise RuntimeError("a landing is committed or abandoned once")
-        self.ended = True
-        n = len(self.window)
-        return self.writer.commit(self.segment, layout.Entry(
-            self.namespace, self.key, self.offset, n, n, crc, NONE_ID, 0.0, attrs=attrs))
+    def spans(self) -> list[memoryview]:
+        """The windows to receive the blocks' bytes into, in order (adjacent ones as one)."""
+        spans: list[tuple[memoryview, int, int]] = []
+        for room in self.rooms:
+            start = room.offset - room.run_start
+            end = start + len(room.window)
+            if spans and spans[-1][0] is room.run and spans[-1][2] == start:
+                spans[-1] = (room.run, spans[-1][1], end)
+            elif end > start:
+                spans.append((room.run, start, end))
+        return [run[start:end] for run, start, end in spans]
+
+    def commit(self, crcs: Sequence[int], attrs: bytes,
+               placed: Callable[[Room, layout.Entry], None]) -> None:
+        """The windows hold the blocks, verified (``crcs``: their ``layout.checksum``): their
+        entries are placed, ``placed(room, entry)`` called as each is (the store indexes it).
+        Raises BackendUnavailable if a segment failed meanwhile: the blocks before it are
+        placed, the rest given up."""
+        if len(crcs) != len(self.rooms) or len(self._left) != len(self.rooms):
+            raise RuntimeError("a landing is committed once, whole")
+        for room, crc in zip(self.rooms, crcs, strict=True):
+            self._left.pop(0)
+            n = len(room.window)
+            try:
+                entry = self.writer.commit(room.segment, layout.Entry(
+                    self.namespace, room.key, room.offset, n, n, crc, NONE_ID, 0.0,
+                    attrs=attrs), self.attrs)
+            except BaseException:
+                self.abandon()
+                raise
+            placed(room, entry)
 
     def abandon(self) -> None:
-        if not self.ended:
-            self.ended = True
-            self.writer.abandon(self.segment, self.namespace, self.key)
+        """Give up the blocks not committed."""
+        left, self._left = self._left, []
+        for room in left:
+            self.writer.abandon(room.segment, self.namespace, room.key, self.attrs)
 
 
-async def reserve(writer: SegmentWriter, namespace: str, key: bytes, length: int,
-                  spec: CodecSpec, max_block_size: int) -> Landing | None:
-    """A landing for a block of ``length`` bytes; None: append it instead (a small block, a
-    codec's output, a backend that lends no window). Raises InvalidInput (the key), TooLarge,
+async def reserve(writer: SegmentWriter, namespace: str, blocks: Sequence[tuple[bytes, int]],
+                  spec: CodecSpec, max_block_size: int, attrs: int) -> Landing | None:
+    """A landing for ``blocks`` (key, length); None: append them instead (small blocks, a
+    codec's output, a backend that lends no window). Raises InvalidInput (a key), TooLarge,
     Backpressure (as an append would)."""
-    if spec.name != "none" or length < LAND_MIN:
+    lengths = [n for _, n in blocks]
+    if spec.name != "none" or not blocks or sum(lengths) < LAND_MIN \
+            or (len(blocks) > 1 and min(lengths) < LAND_BLOCK_MIN):
         return None
-    check_key(key)
-    if length > max_block_size:
-        raise TooLarge(f"block of {length} bytes is over max_block_size ({max_block_size})")
-    room = await writer.reserve(namespace, key, length)
-    return None if room is None else Landing(writer, namespace, key, *room)
+    for key, length in blocks:
+        check_key(key)
+        if length > max_block_size:
+            raise TooLarge(f"block of {length} bytes is over max_block_size ({max_block_size})")
+    rooms = await writer.reserve(namespace, blocks, attrs)
+    return None if rooms is None else Landing(writer, namespace, rooms, attrs)

@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import time
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from s3kv.backends.multipart import MultipartUpload
 from s3kv.store import layout
@@ -35,6 +38,19 @@ _ZEROS = memoryview(bytes(1 << 20))
 
 #: a part as queued for upload: its pieces, in order
 Part = tuple[memoryview, ...]
+
+
+class Room(NamedTuple):
+    """A block's place in an open segment, to receive it into (:meth:`OpenSegment.land`):
+    its ``window`` (the bytes at ``offset``) is part of ``run``, the window lent for it and
+    the blocks around it, which starts at ``run_start``."""
+
+    key: bytes
+    segment: OpenSegment
+    offset: int
+    window: memoryview
+    run: memoryview
+    run_start: int
 
 
 class OpenSegment:
@@ -73,25 +89,49 @@ class OpenSegment:
         full part is queued for upload as it is."""
         self._keep(memoryview(data if immutable(data) else bytes(data)))
 
-    def expect_landing(self, namespace: str, key: bytes) -> None:
+    def plan_run(self, namespace: str, blocks: Sequence[tuple[bytes, int]], align: int,
+                 segment_size: int, attrs: int) -> list[int]:
+        """Offsets of the leading ``blocks`` (key, length) that fit here one after another at
+        aligned offsets, with their manifest entries' room held as :meth:`expect_landing`
+        holds it (attributes of up to ``attrs`` bytes each)."""
+        offsets: list[int] = []
+        end, manifest = self.size, self.manifest_bytes
+        for key, length in blocks:
+            start = layout.align_up(end, align)
+            manifest += layout.entry_bytes(namespace, key, attrs)
+            if start + length + manifest + layout.TRAILER_SIZE > segment_size:
+                break
+            offsets.append(start)
+            end = start + length
+        return offsets
+
+    def expect_landing(self, namespace: str, key: bytes, attrs: int) -> None:
         """A block is to be received into the segment (:meth:`land`): it seals only after
-        :meth:`landed`, and the block's manifest entry keeps its room (with attributes of any
-        size) until then."""
+        :meth:`landed`, and the block's manifest entry keeps its room (with attributes of up
+        to ``attrs`` bytes) until then."""
         self.landing += 1
-        self.manifest_bytes += layout.entry_bytes(namespace, key, layout.MAX_ATTRS_BYTES)
+        self.manifest_bytes += layout.entry_bytes(namespace, key, attrs)
 
-    def land(self, window: memoryview) -> int:
+    def land(self, window: memoryview, blocks: Sequence[tuple[bytes, int, int]]) -> list[Room]:
         """Append ``window`` (a writable window the upload lends onto its own bytes here, at
-        an aligned end; :meth:`expect_landing` first) by reference: the block is received
-        into it. Returns its offset."""
-        offset = self.size
+        an aligned end; :meth:`expect_landing` first for each block in it) by reference, for
+        ``blocks`` (key, offset, length) to be received into: their rooms in it (the gaps
+        between them are zeroed)."""
+        start = at = self.size
+        rooms = []
+        for key, offset, length in blocks:
+            window[at - start:offset - start] = bytes(offset - at)  # alignment gaps are zeros
+            rooms.append(Room(key, self, offset,
+                              window[offset - start:offset - start + length], window, start))
+            at = offset + length
         self._keep(window)
-        return offset
+        return rooms
 
-    def landed(self, namespace: str, key: bytes) -> None:
-        """The block expected (:meth:`expect_landing`) is in, its entry added, or given up."""
+    def landed(self, namespace: str, key: bytes, attrs: int) -> None:
+        """The block expected (:meth:`expect_landing`, with the same ``attrs``) is in, its
+        entry added, or given up."""
         self.landing -= 1
-        self.manifest_bytes -= layout.entry_bytes(namespace, key, layout.MAX_ATTRS_BYTES)
+        self.manifest_bytes -= layout.entry_bytes(namespace, key, attrs)
         settle, self._settle = self._settle, None
         if settle is not None and not settle.done():
             settle.set_result(None)
@@ -132,9 +172,25 @@ class OpenSegment:
             n -= take
 
     def finish_last_part(self) -> None:
-        """Queue the partly filled last part (sealing)."""
+        """Queue the partly filled last part."""
         if self.cur_len:
             self._queue_part()
+
+    def close(self, full_size: int | None) -> bytes:
+        """Seal: append the manifest and the trailer (so that the segment ends at exactly
+        ``full_size``, when given), queue the last part and the end of the parts. Returns the
+        manifest (the sidecar's bytes)."""
+        manifest = layout.Manifest(self.info.name, time.time(), 0, self.entries)
+        body = manifest.encode()
+        offset = self.size if full_size is None else full_size - layout.TRAILER_SIZE - len(body)
+        manifest.segment_length = offset + len(body) + layout.TRAILER_SIZE
+        body = manifest.encode()  # same length, now with the segment length filled in
+        self.pad(offset - self.size)
+        self.write(body)
+        self.write(layout.encode_trailer(offset, body))
+        self.finish_last_part()
+        self.queue.put_nowait(None)
+        return body
 
     def append(self, data: Pieces, align: int) -> int:
         self.pad(layout.align_up(self.size, align) - self.size)

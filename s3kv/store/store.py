@@ -22,10 +22,8 @@ from s3kv.errors import (
     BackendError,
     BackendUnavailable,
     Backpressure,
-    ConfigError,
     NamespaceExists,
     NamespaceNotEmpty,
-    S3KVError,
 )
 from s3kv.log import get_logger
 from s3kv.store import layout
@@ -37,7 +35,7 @@ from s3kv.store.fetch import Block, BlockFetcher, as_block
 from s3kv.store.index import BlockIndex, Location
 from s3kv.store.ingest import prepare
 from s3kv.store.landing import Landing, reserve
-from s3kv.store.open_segment import OpenSegment
+from s3kv.store.open_segment import OpenSegment, Room
 from s3kv.store.recovery import Recovery
 from s3kv.store.segments import SegmentInfo, SegmentState, SegmentTable
 from s3kv.store.shared_reads import SharedReads
@@ -60,14 +58,6 @@ class BlockMeta(NamedTuple):
     @property
     def etag(self) -> str:
         return f"{self.crc:08x}{self.size:x}"
-
-
-def check_store_settings(settings: Settings) -> None:
-    """The settings only the store can check (config.py does not know the codecs)."""
-    try:
-        parse_codec_spec(settings.default_codec)
-    except S3KVError as exc:
-        raise ConfigError(f"default_codec: {exc}") from None
 
 
 class BlockStore:
@@ -214,21 +204,29 @@ class BlockStore:
             await seg.done
         return meta
 
-    async def land(self, namespace: str, key: bytes, length: int, *,
-                   codec: CodecSpec | None = None) -> Landing | None:
-        """Room for a block received straight into its segment (landing.py); None: ``put``
-        it. Raises as ``put`` does (NamespaceNotFound, TooLarge, Backpressure, ...)."""
+    async def land(self, namespace: str, blocks: Sequence[tuple[bytes, int]], *,
+                   codec: CodecSpec | None = None, attrs: int = 0) -> Landing | None:
+        """Room for blocks (key, length) received straight into their segment (landing.py),
+        with room for up to ``attrs`` bytes of attributes each; None: ``put`` them. Raises as
+        ``put`` does (NamespaceNotFound, TooLarge, Backpressure, ...)."""
         self.ns_id(namespace)
-        return await reserve(self.writer, namespace, key, length,
+        return await reserve(self.writer, namespace, blocks,
                              codec or self.namespace_codecs[namespace],
-                             self.settings.max_block_size)
+                             self.settings.max_block_size, attrs)
 
-    def landed(self, landing: Landing, *, crc: int, attrs: bytes = b"") -> BlockMeta:
-        """A landing's block is in and verified: into the index, as ``put`` does."""
-        placed = landing.commit(crc, attrs)
-        self.stats.blocks_landed += 1
-        return self._placed(self.ns_id(landing.namespace), landing.window, landing.segment,
-                            placed)
+    def landed(self, landing: Landing, crcs: Sequence[int], attrs: bytes = b""
+               ) -> list[BlockMeta]:
+        """A landing's blocks are in and verified (``crcs``): into the index, as ``put``
+        does. Raises BackendUnavailable as Landing.commit does."""
+        nid = self.ns_id(landing.namespace)
+        metas = []
+
+        def placed(room: Room, entry: layout.Entry) -> None:
+            metas.append(self._placed(nid, room.window, room.segment, entry))
+            self.stats.blocks_landed += 1
+
+        landing.commit(crcs, attrs, placed)
+        return metas
 
     async def put_many(self, namespace: str, items: Sequence[tuple[bytes, Pieces]], *,
                        codec: CodecSpec | None = None) -> int:

@@ -13,7 +13,7 @@ that needs another one waits briefly and then raises Backpressure. When the back
 writer turns unhealthy (writes raise Backpressure at once) and probes until it answers again
 (health.py).
 
-A block can also be received straight into its place (``reserve``, then ``commit`` or
+Blocks can also be received straight into their place (``reserve``, then ``commit`` or
 ``abandon``; landing.py) where the backend lends windows onto its uploads (the file backend).
 """
 
@@ -33,7 +33,7 @@ from s3kv.log import get_logger
 from s3kv.retry import RetryPolicy
 from s3kv.store import layout
 from s3kv.store.health import BackendHealth
-from s3kv.store.open_segment import OpenSegment
+from s3kv.store.open_segment import OpenSegment, Room
 from s3kv.store.pacing import UploadSlots
 from s3kv.store.segments import (
     SegmentInfo,
@@ -44,6 +44,7 @@ from s3kv.store.segments import (
     sidecar_key,
 )
 from s3kv.store.stats import StoreStats
+from s3kv.store.uploading import upload_segment
 from s3kv.wire.body import Pieces, size_of
 
 log = get_logger(__name__)
@@ -169,47 +170,72 @@ class SegmentWriter:
             seg.timer = asyncio.get_running_loop().call_later(
                 self.s.seal_after, self._seal_soon, seg, "deadline")
 
-    async def reserve(self, namespace: str, key: bytes, length: int
-                      ) -> tuple[OpenSegment, int, memoryview] | None:
-        """Room for a block of ``length`` bytes to be received straight into the open segment:
-        the segment, the block's offset and the writable window onto its bytes there; None if
-        the backend lends no window (append the block instead). Its manifest entry's room is
-        held (with attributes of any size) until :meth:`commit` or :meth:`abandon`."""
+    async def reserve(self, namespace: str, blocks: Sequence[tuple[bytes, int]], attrs: int
+                      ) -> list[Room] | None:
+        """Room for ``blocks`` (key, length) to be received straight into the open segment,
+        one after another at aligned offsets (one window per segment they span, its gaps
+        zeroed). None if the backend lends no window (append them instead). Each manifest
+        entry's room (attributes of up to ``attrs`` bytes) is held until :meth:`commit` or
+        :meth:`abandon`."""
         self.health.check()
+        rooms: list[Room] = []
         async with self._lock:
-            self.health.check()
-            seg = await self._segment_for(namespace, key, length, layout.MAX_ATTRS_BYTES)
-            seg.pad(layout.align_up(seg.size, self.s.block_align) - seg.size)
-            seg.expect_landing(namespace, key)
             try:
-                window = await seg.upload.window(seg.size, length)
-            except BackendError as exc:
-                log.warning("writer.window_failed", segment=seg.info.name, error=str(exc))
-                window = None
-            except BaseException:
-                seg.landed(namespace, key)
-                raise
-            if window is None:
-                seg.landed(namespace, key)
-                return None
-            self._started(seg)
-            return seg, seg.land(window), window
+                while len(rooms) < len(blocks):
+                    self.health.check()
+                    run = await self._reserve_run(namespace, blocks[len(rooms):], attrs)
+                    if run is None:
+                        break
+                    rooms += run
+            finally:
+                if len(rooms) < len(blocks):  # failed, or no window: what was taken is given up
+                    for room in rooms:
+                        room.segment.landed(namespace, room.key, attrs)
+        return rooms if len(rooms) == len(blocks) else None
 
-    def commit(self, seg: OpenSegment, entry: layout.Entry) -> layout.Entry:
-        """The block received into ``seg`` at ``entry.offset`` (reserve) is in and verified:
-        its entry (no stamp yet) joins the segment's manifest, stamped now. Raises
-        BackendUnavailable if the segment failed meanwhile (the block is lost with it)."""
+    async def _reserve_run(self, namespace: str, blocks: Sequence[tuple[bytes, int]],
+                           attrs: int) -> list[Room] | None:
+        """The leading ``blocks`` that fit one segment, in one window; the caller holds the
+        lock."""
+        seg = await self._segment_for(namespace, blocks[0][0], blocks[0][1], attrs)
+        offsets = seg.plan_run(namespace, blocks, self.s.block_align, self.s.segment_size, attrs)
+        if not offsets:
+            return None
+        run = [(key, offset, n) for (key, n), offset in zip(blocks, offsets, strict=False)]
+        seg.pad(offsets[0] - seg.size)
+        for key, _, _ in run:  # the segment seals only once they are in or given up
+            seg.expect_landing(namespace, key, attrs)
+        window = None
+        try:
+            window = await seg.upload.window(offsets[0], sum(run[-1][1:]) - offsets[0])
+        except BackendError as exc:
+            log.warning("writer.window_failed", segment=seg.info.name, error=str(exc))
+        finally:
+            if window is None:
+                for key, _, _ in run:
+                    seg.landed(namespace, key, attrs)
+        if window is None:
+            return None
+        rooms = seg.land(window, run)
+        self._started(seg)
+        return rooms
+
+    def commit(self, seg: OpenSegment, entry: layout.Entry, attrs: int) -> layout.Entry:
+        """The block received into ``seg`` at ``entry.offset`` (reserve, with ``attrs``) is in
+        and verified: its entry (no stamp yet) joins the segment's manifest, stamped now.
+        Raises BackendUnavailable if the segment failed meanwhile (the block is lost)."""
         try:
             if seg.done.done() or seg.info.seg_id not in self._in_memory:
                 raise BackendUnavailable(f"segment {seg.info.name} failed while a block was "
                                          "received into it; retry the write")
             return self._enter(seg, entry, entry.offset, entry.length)
         finally:
-            seg.landed(entry.namespace, entry.key)
+            seg.landed(entry.namespace, entry.key, attrs)
 
-    def abandon(self, seg: OpenSegment, namespace: str, key: bytes) -> None:
-        """The block reserved in ``seg`` will not come (its bytes there are dead space)."""
-        seg.landed(namespace, key)
+    def abandon(self, seg: OpenSegment, namespace: str, key: bytes, attrs: int) -> None:
+        """The block reserved in ``seg`` (with ``attrs``) will not come (its bytes there are
+        dead space)."""
+        seg.landed(namespace, key, attrs)
 
     def _stamp(self) -> float:
         """Wall-clock time, strictly increasing within this writer (last writer wins)."""
@@ -282,33 +308,13 @@ class SegmentWriter:
         upload = MultipartUpload(self.backend, segment_key(self.prefix, name), self.s.part_size,
                                  self.retry, self._slots)
         seg = OpenSegment(info, self.s.part_size, upload)
-        seg.uploader = asyncio.create_task(self._upload_loop(seg), context=contextvars.Context())
+        seg.uploader = asyncio.create_task(
+            upload_segment(seg, self.backend, self.prefix, self.retry, self._slots),
+            context=contextvars.Context())
         seg.uploader.add_done_callback(functools.partial(self._uploader_done, seg))
         self._in_memory[info.seg_id] = seg
         self._current = seg
         return seg
-
-    async def _upload_loop(self, seg: OpenSegment) -> None:
-        """Upload the segment's parts as they fill. The multipart upload is created when a
-        second part exists: a segment sealed within its first part (a short one, or any one
-        when part_size == segment_size) goes as one PUT, which saves the Create and Complete
-        round trips and, on servers whose Complete copies the parts, a second pass over the
-        bytes."""
-        first = await seg.queue.get()
-        if first is None:
-            return
-        part = await seg.queue.get()
-        if part is None and seg.upload.upload_id is None:  # no window lent: one PUT
-            key = segment_key(self.prefix, seg.info.name)
-            async with self._slots:
-                await self.retry.run(lambda: self.backend.put_object(key, first))
-            return
-        await seg.upload.start()
-        await seg.upload.add_part(first)
-        while part is not None:
-            await seg.upload.add_part(part)
-            part = await seg.queue.get()
-        await seg.upload.complete()
 
     def _uploader_done(self, seg: OpenSegment, task: asyncio.Task[None]) -> None:
         if task.cancelled() or task.exception() is None:
@@ -336,17 +342,7 @@ class SegmentWriter:
         info.state = SegmentState.SEALING
         try:
             await seg.settled()  # every block being received into it is in, or given up
-            manifest = layout.Manifest(info.name, time.time(), 0, seg.entries)
-            body = manifest.encode()
-            full = reason == "full"
-            offset = (self.s.segment_size - layout.TRAILER_SIZE - len(body)) if full else seg.size
-            manifest.segment_length = offset + len(body) + layout.TRAILER_SIZE
-            body = manifest.encode()  # same length, now with the segment length filled in
-            seg.pad(offset - seg.size)
-            seg.write(body)
-            seg.write(layout.encode_trailer(offset, body))
-            seg.finish_last_part()
-            seg.queue.put_nowait(None)
+            body = seg.close(self.s.segment_size if reason == "full" else None)
             assert seg.uploader is not None
             await seg.uploader
             await self.retry.run(lambda: self.backend.put_object(

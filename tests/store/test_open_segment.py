@@ -58,3 +58,21 @@ def test_any_range_reads_back(sizes: list[int], align: int, data: st.DataObject)
         length = data.draw(st.integers(0, len(expect) - start))
         assert b"".join(seg.read(start, length)) == bytes(expect[start:start + length])
     asyncio.run(run())
+
+
+async def test_land_gives_each_block_its_room_and_zeroes_the_gaps() -> None:
+    seg = new_segment()
+    seg.append([b"x" * 100], 1)
+    seg.pad(28)  # the run starts at an aligned end, as the writer reserves it
+    window = memoryview(bytearray(b"\xff" * 1000))  # what a recycled file held
+    rooms = seg.land(window, [(b"a", 128, 300), (b"b", 512, 200), (b"c", 712, 0),
+                              (b"d", 768, 360)])
+    assert [(r.key, r.offset, len(r.window), r.run_start) for r in rooms] == [
+        (b"a", 128, 300, 128), (b"b", 512, 200, 128), (b"c", 712, 0, 128),
+        (b"d", 768, 360, 128)]
+    assert all(r.run is window and r.segment is seg for r in rooms)
+    for r in rooms:
+        r.window[:] = bytes([r.key[0]]) * len(r.window)
+    assert seg.size == 1128
+    got = b"".join(seg.read(128, 1000))
+    assert got == b"a" * 300 + bytes(84) + b"b" * 200 + bytes(56) + b"d" * 360

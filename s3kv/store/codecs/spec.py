@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from s3kv.errors import InvalidInput
+from s3kv.errors import ConfigError, InvalidInput
 
 #: request headers the gateway accepts to declare a block's codec, dtype and head dimension
 HEADER_CODEC = "x-s3kv-codec"
@@ -186,3 +186,12 @@ def codec_from_headers(headers: Mapping[str, str],
         merged.update(shape)
     params = ",".join(f"{k}={v}" for k, v in merged.items())
     return parse_codec_spec(f"{name}:{params}" if params else name)
+
+
+def check_default_codec(text: str) -> None:
+    """The ``default_codec`` setting, checked here (config.py does not know the codecs):
+    raises ConfigError."""
+    try:
+        parse_codec_spec(text)
+    except InvalidInput as exc:
+        raise ConfigError(f"default_codec: {exc}") from None
