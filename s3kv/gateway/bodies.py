@@ -3,8 +3,9 @@
 A body is kept in the pieces it arrived in (no buffer of its size is allocated, zeroed and
 filled: for a 32 MiB PUT that was half the gateway's CPU, mostly page faults); the store copies
 them into the open segment once. ``Body.data`` joins them for the callers that parse a body.
-A large body can instead land in a window its caller provides (``land``: the block's place in
-its segment, store/landing.py), received into it straight from the socket (takeover.py).
+A large body can instead land where its caller says (``land``: its blocks' places in their
+segment, store/landing.py), received there straight from the socket (takeover.py); the caller
+may read the body's head first (a native batch put's list of blocks).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from s3kv.wire.reads import larger_reads
 
 #: a body that delivers no byte for this long is abandoned (its memory reservation freed)
 BODY_IDLE_TIMEOUT = 20.0
-
 
 
 @dataclass
