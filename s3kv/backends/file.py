@@ -12,6 +12,7 @@ objects instead of new files being allocated (recycle.py).
 from __future__ import annotations
 
 import asyncio
+import mmap
 import os
 import uuid
 from collections.abc import Sequence
@@ -218,13 +219,14 @@ class FileBackend:
     def _complete(self, key: str, upload_id: str, parts: Sequence[tuple[int, str]]) -> None:
         dest = self._path(key)
 
-        def publish(fd: int, length: int, data: Path) -> None:
+        def publish(fd: int, length: int, data: Path, windows: list[mmap.mmap]) -> None:
             os.ftruncate(fd, length)
             if self.fsync:
                 os.fsync(fd)
             dest.parent.mkdir(parents=True, exist_ok=True)
             self._maps.forget(dest)
             os.replace(data, dest)
+            self._maps.adopt(dest, windows)  # recycled only once no view of them is left
 
         self._uploads.complete(upload_id, parts, publish)
 

@@ -19,6 +19,8 @@ view handed out stays valid even if its file is deleted meanwhile (an eviction).
 immutable once published; whoever replaces or deletes one calls ``forget``, or, to write over
 the file later (recycle.py), ``move_if_unmapped``: the file is moved only while no view of it
 is alive, and mapping and moving exclude each other, so no view ever sees the next object.
+The same holds for the writable windows an upload lent onto its data file (blocks received
+straight into a segment, fileuploads.py): published, the file's windows are ``adopt``-ed.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -88,6 +90,15 @@ def _pages(start: int, end: int) -> tuple[int, int]:
     return start // PAGE, -(-end // PAGE)
 
 
+def _closed(m: mmap.mmap) -> bool:
+    """Close ``m`` unless a view of it is alive (then False)."""
+    try:
+        m.close()
+    except BufferError:
+        return False
+    return True
+
+
 class _Cached(NamedTuple):
     mapping: mmap.mmap
     #: one byte per page, 1 once it was populated (changed under the lock)
@@ -102,6 +113,8 @@ class MappedFiles:
         self._maps: OrderedDict[Path, _Cached] = OrderedDict()
         #: every mapping still alive, cached or only held by views handed out
         self._live: weakref.WeakValueDictionary[Path, mmap.mmap] = weakref.WeakValueDictionary()
+        #: mappings of a file made elsewhere (adopt), while any is alive
+        self._adopted: dict[Path, weakref.WeakSet[mmap.mmap]] = {}
         self._lock = threading.Lock()
         self._populate = True  # until the kernel says it has no MADV_POPULATE_READ
         self.fault_ins = 0  # ranges faulted in (a counter, for tests)
@@ -157,6 +170,14 @@ class MappedFiles:
         with self._lock:
             self._maps.pop(path, None)
             self._live.pop(path, None)
+            self._adopted.pop(path, None)
+
+    def adopt(self, path: Path, mappings: Iterable[mmap.mmap]) -> None:
+        """Mappings of the file now at ``path`` made elsewhere (the writable windows an upload
+        lent onto its data file, published there): :meth:`move_if_unmapped` also leaves the
+        file be while a view of one of them is alive."""
+        with self._lock:
+            self._adopted.setdefault(path, weakref.WeakSet()).update(mappings)
 
     def move_if_unmapped(self, path: Path, dest: Path) -> bool:
         """Rename ``path`` to ``dest`` unless a view of its mapping is still alive (then
@@ -164,12 +185,14 @@ class MappedFiles:
         with self._lock:
             self._maps.pop(path, None)
             m = self._live.pop(path, None)
-            if m is not None:
-                try:
-                    m.close()  # BufferError while any view of it exists
-                except BufferError:
-                    self._live[path] = m
-                    return False
+            if m is not None and not _closed(m):
+                self._live[path] = m
+                return False
+            adopted = self._adopted.pop(path, None)
+            in_use = [a for a in adopted or () if not _closed(a)]
+            if in_use:
+                self._adopted[path] = weakref.WeakSet(in_use)
+                return False
             os.rename(path, dest)
             return True
 
@@ -177,6 +200,7 @@ class MappedFiles:
         with self._lock:
             self._maps.clear()
             self._live.clear()
+            self._adopted.clear()
 
     def _mapping(self, path: Path) -> mmap.mmap | None:
         """The file's mapping (cached, or mapped now); the caller holds the lock."""

@@ -175,9 +175,11 @@ class FileUploads:
         return memoryview(lent)[offset - start:]
 
     def complete(self, upload_id: str, parts: Sequence[tuple[int, str]],
-                 publish: Callable[[int, int, Path], None]) -> None:
-        """Check the parts, then ``publish(fd, total, data_path)`` (truncate, sync, rename
-        into place); the upload is gone afterwards."""
+                 publish: Callable[[int, int, Path, list[mmap.mmap]], None]) -> None:
+        """Check the parts, then ``publish(fd, total, data_path, windows)`` (truncate, sync,
+        rename into place; ``windows``: the mappings lent as windows, still alive through
+        their views, which must not see another object's bytes: filemaps.py's ``adopt``); the
+        upload is gone afterwards."""
         up = self._live_upload(upload_id)
         numbers = [n for n, _ in parts]
         if numbers != list(range(1, len(parts) + 1)):
@@ -192,7 +194,8 @@ class FileUploads:
                                    f"{up.part_size}")
             total += size
         with self._writing.held(upload_id):
-            publish(up.fd, total, self._dir(upload_id) / "data")
+            publish(up.fd, total, self._dir(upload_id) / "data",
+                    [lent for lent, _, _ in up.windows.values()])
         self.remove(upload_id)
 
     def remove(self, upload_id: str) -> None:

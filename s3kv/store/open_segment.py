@@ -13,7 +13,9 @@ A block can also be received straight into the segment (:meth:`OpenSegment.land`
 is a writable window the backend lends onto the upload's own bytes (the file backend's
 mapping of the segment's file), kept as a piece like any other, written by the request body
 as it arrives; the segment seals only once every such block is in or given up
-(:meth:`settled`). Reads copy out of a window: a view of it must not outlive the segment.
+(:meth:`settled`). Reads of a landed block are views of its window too: its bytes never change
+once the block is in, and the file backend recycles the segment's file only once no view of a
+window onto it is left (filemaps.py's ``adopt``).
 
 Before, every block was copied into reused part buffers: for a 32 MiB PUT that copy read
 pieces gone cold by the time the whole body was in (~2 GB/s here), the largest cost in the
@@ -207,8 +209,7 @@ class OpenSegment:
 
     def read(self, offset: int, length: int) -> list[memoryview]:
         """Bytes [offset, offset+length) as views of the pieces that hold them (no copy: the
-        pieces never change, and the views keep them alive after the segment is gone), but
-        copied out of a window (land): its file may hold another segment's bytes later."""
+        pieces never change, and the views keep them alive after the segment is gone)."""
         if offset < 0 or length < 0 or offset + length > self.size:
             raise ValueError("read past the end of the open segment")
         out: list[memoryview] = []
@@ -222,7 +223,7 @@ class OpenSegment:
             while left > 0 and j < len(part):
                 take = min(len(part[j]) - inner, left)
                 piece = part[j][inner:inner + take]
-                out.append(piece if piece.readonly else memoryview(bytes(piece)))
+                out.append(piece)
                 left -= take
                 inner = 0
                 j += 1

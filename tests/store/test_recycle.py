@@ -78,6 +78,38 @@ async def test_a_view_handed_out_keeps_its_bytes(tmp_path: Path) -> None:
     assert backend.recycled.bytes == 4 * PART
 
 
+async def windowed(backend: FileBackend, key: str, data: bytes) -> memoryview:
+    """An upload of ``data`` received through a window (as landed blocks are); the window."""
+    upload = await backend.create_multipart(key, PART)
+    window = await backend.upload_window(key, upload, 0, len(data))
+    assert window is not None
+    window[:] = data
+    etags = [await backend.upload_part(key, upload, n + 1, [window[at:at + PART]])
+             for n, at in enumerate(range(0, len(data), PART))]
+    await backend.complete_multipart(key, upload, list(enumerate(etags, 1)))
+    return window
+
+
+async def test_a_view_of_a_window_keeps_its_bytes(tmp_path: Path) -> None:
+    # an open segment's reads of landed blocks are views of the window they landed in
+    backend = await small_pool(tmp_path)
+    old = os.urandom(4 * PART)
+    window = await windowed(backend, "seg/a", old)
+    view = window[PART:2 * PART]
+    window.release()
+    await backend.delete_objects(["seg/a"])
+    assert backend.recycled.bytes == 0  # in use: deleted, not kept
+    await multipart(backend, "seg/b", os.urandom(4 * PART))
+    assert backend.recycled.reused == 0
+    assert bytes(view) == old[PART:2 * PART]
+    view.release()
+    # no view of its windows left: the next one's file is kept
+    (await windowed(backend, "seg/c", os.urandom(4 * PART))).release()
+    gc.collect()
+    await backend.delete_objects(["seg/c"])
+    assert backend.recycled.bytes == 4 * PART
+
+
 async def test_the_pool_keeps_within_its_limit_and_leaves_small_files(tmp_path: Path) -> None:
     backend = await small_pool(tmp_path, limit=5 * PART)
     for name in "abc":
