@@ -90,8 +90,8 @@ def _pages(start: int, end: int) -> tuple[int, int]:
     return start // PAGE, -(-end // PAGE)
 
 
-def _closed(m: mmap.mmap) -> bool:
-    """Close ``m`` unless a view of it is alive (then False)."""
+def _try_close(m: mmap.mmap) -> bool:
+    """Close ``m`` unless a view of it is alive (then False: left open)."""
     try:
         m.close()
     except BufferError:
@@ -185,11 +185,11 @@ class MappedFiles:
         with self._lock:
             self._maps.pop(path, None)
             m = self._live.pop(path, None)
-            if m is not None and not _closed(m):
+            if m is not None and not _try_close(m):
                 self._live[path] = m
                 return False
             adopted = self._adopted.pop(path, None)
-            in_use = [a for a in adopted or () if not _closed(a)]
+            in_use = [a for a in adopted or () if not _try_close(a)]
             if in_use:
                 self._adopted[path] = weakref.WeakSet(in_use)
                 return False

@@ -11,13 +11,14 @@ CPU-s per GiB here. Once the body is in and verified the blocks are committed
 room up (:meth:`Landing.abandon`): dead bytes in the segment that no entry points to.
 
 Only blocks stored as they are (no codec) land, and only bodies of at least ``LAND_MIN`` bytes
-whose blocks are each at least ``LAND_BLOCK_MIN`` (the socket reads go block by block where
-blocks are not contiguous); the rest are appended as before. A segment seals once every block
+whose blocks are each empty or at least ``LAND_BLOCK_MIN`` (the socket reads go block by block
+where blocks are not contiguous); the rest are appended as before. A segment seals once every block
 landing in it is in or given up.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 
 from s3kv.errors import TooLarge
@@ -45,7 +46,7 @@ class Landing:
         self.namespace = namespace
         self.rooms = rooms
         self.attrs = attrs
-        self._left = list(rooms)  # not ended yet, in order
+        self._left = deque(rooms)  # not ended yet, in order
 
     def spans(self) -> list[memoryview]:
         """The windows to receive the blocks' bytes into, in order (adjacent ones as one)."""
@@ -68,7 +69,7 @@ class Landing:
         if len(crcs) != len(self.rooms) or len(self._left) != len(self.rooms):
             raise RuntimeError("a landing is committed once, whole")
         for room, crc in zip(self.rooms, crcs, strict=True):
-            self._left.pop(0)
+            self._left.popleft()
             n = len(room.window)
             try:
                 entry = self.writer.commit(room.segment, layout.Entry(
@@ -81,7 +82,7 @@ class Landing:
 
     def abandon(self) -> None:
         """Give up the blocks not committed."""
-        left, self._left = self._left, []
+        left, self._left = self._left, deque()
         for room in left:
             self.writer.abandon(room.segment, self.namespace, room.key, self.attrs)
 
@@ -91,9 +92,9 @@ async def reserve(writer: SegmentWriter, namespace: str, blocks: Sequence[tuple[
     """A landing for ``blocks`` (key, length); None: append them instead (small blocks, a
     codec's output, a backend that lends no window). Raises InvalidInput (a key), TooLarge,
     Backpressure (as an append would)."""
-    lengths = [n for _, n in blocks]
-    if spec.name != "none" or not blocks or sum(lengths) < LAND_MIN \
-            or (len(blocks) > 1 and min(lengths) < LAND_BLOCK_MIN):
+    lengths = [n for _, n in blocks if n]  # an empty block has no bytes to receive
+    if spec.name != "none" or sum(lengths) < LAND_MIN \
+            or (len(lengths) > 1 and min(lengths) < LAND_BLOCK_MIN):
         return None
     for key, length in blocks:
         check_key(key)
