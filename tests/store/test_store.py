@@ -190,6 +190,28 @@ async def test_eviction_keeps_bucket_under_capacity(backend: Backend) -> None:
         await store.close()
 
 
+async def test_eviction_takes_the_coldest_segment_not_the_oldest(backend: Backend) -> None:
+    store = await open_store(backend, capacity=3 * SEG, seal_after=30, compact_threshold=0)
+    try:
+        await store.create_namespace("kvns")
+        for seg in range(3):  # three sealed segments of 8 MiB: within the capacity
+            for i in range(8):
+                await store.put("kvns", f"s{seg}-{i}".encode(), block(i, MiB))
+            await store.flush()
+        assert await store.evict_now() == 0
+        await asyncio.sleep(0.01)
+        assert await store.get("kvns", b"s0-3") is not None  # the oldest is read: warm
+        for i in range(8):  # a fourth: over the capacity by one segment
+            await store.put("kvns", f"s3-{i}".encode(), block(i, MiB))
+        await store.flush()
+        assert await store.evict_now() == 1
+        assert await store.get("kvns", b"s1-0") is None  # the coldest went
+        for key in (b"s0-0", b"s2-0", b"s3-0"):
+            assert await store.get("kvns", key) is not None
+    finally:
+        await store.close()
+
+
 async def test_compaction_keeps_hot_blocks(backend: Backend) -> None:
     store = await open_store(backend, seal_after=30, compact_threshold=0.5,
                              compact_mode="compact", capacity=50 * SEG)
