@@ -114,24 +114,21 @@ async def read_head(stream: Readable, length: int
     those blocks (None: a head that does not parse or does not add up; :func:`decode_frames`
     of the whole body says what is wrong). Raises RequestError (IncompleteBody) on a body
     that ends before its head does."""
-    read: list[bytes] = []
     try:
-        read.append(await stream.readexactly(_LEN.size))
-        (n,) = _LEN.unpack(read[0])
-        if n > min(HEAD_ALLOWANCE, length - _LEN.size):
-            return read, None
-        read.append(await stream.readexactly(n))
+        prefix, doc = await _read_prefixed(stream, min(HEAD_ALLOWANCE, length - _LEN.size))
     except asyncio.IncompleteReadError:
         raise RequestError("IncompleteBody", "The request body ended before its declared "
                            "length.") from None
+    if doc is None:
+        return [prefix], None
     try:
-        blocks = _head_blocks(read[1])
+        blocks = _head_blocks(doc)
     except (ValueError, KeyError, TypeError):
-        return read, None
+        return [prefix, doc], None
     sizes = [size for _, size in blocks]
-    if any(size < 0 for size in sizes) or _LEN.size + n + sum(sizes) != length:
-        return read, None
-    return read, blocks
+    if any(size < 0 for size in sizes) or _LEN.size + len(doc) + sum(sizes) != length:
+        return [prefix, doc], None
+    return [prefix, doc], blocks
 
 
 # ---- batch-get responses -------------------------------------------------------------------
@@ -154,10 +151,18 @@ async def read_doc(stream: Readable, limit: int = MAX_HEADER) -> Any:
     """One length-prefixed JSON document off the stream: a batch-get record's header, or a
     batch-put body's head (``frames_head``). Raises ValueError if it declares more than
     ``limit`` bytes or is not JSON, asyncio.IncompleteReadError on a truncated stream."""
-    (n,) = _LEN.unpack(await stream.readexactly(_LEN.size))
-    if n > limit:
-        raise ValueError(f"record header of {n} bytes")
-    return json.loads(await stream.readexactly(n))
+    prefix, doc = await _read_prefixed(stream, limit)
+    if doc is None:
+        raise ValueError(f"record header of {_LEN.unpack(prefix)[0]} bytes")
+    return json.loads(doc)
+
+
+async def _read_prefixed(stream: Readable, limit: int) -> tuple[bytes, bytes | None]:
+    """A length prefix off the stream, then the document it announces (None, left unread: it
+    declares more than ``limit`` bytes). asyncio.IncompleteReadError on a truncated stream."""
+    prefix = await stream.readexactly(_LEN.size)
+    (n,) = _LEN.unpack(prefix)
+    return prefix, (None if n > limit else await stream.readexactly(n))
 
 
 async def read_records(stream: Readable, keys: Sequence[str]

@@ -50,7 +50,7 @@ class Body:
     pieces: list[bytes | memoryview]
     result: BodyResult
     reserved: int
-    #: the body was received into the window ``land`` gave (the pieces are views of it)
+    #: the body was received where ``land`` said (the pieces are views of its windows)
     landed: bool = False
     _joined: Buffer | None = field(default=None, repr=False)
 

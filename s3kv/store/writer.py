@@ -190,7 +190,7 @@ class SegmentWriter:
             finally:
                 if len(rooms) < len(blocks):  # failed, or no window: what was taken is given up
                     for room in rooms:
-                        room.segment.landed(namespace, room.key, attrs)
+                        self.abandon(room.segment, namespace, room.key, attrs)
         return rooms if len(rooms) == len(blocks) else None
 
     async def _reserve_run(self, namespace: str, blocks: Sequence[tuple[bytes, int]],
