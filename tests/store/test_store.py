@@ -204,7 +204,8 @@ async def test_eviction_takes_the_coldest_segment_not_the_oldest(backend: Backen
         for i in range(8):  # a fourth: over the capacity by one segment
             await store.put("kvns", f"s3-{i}".encode(), block(i, MiB))
         await store.flush()
-        assert await store.evict_now() == 1
+        await store.evict_now()  # or the background round got there first
+        assert store.stats.evictions == 1
         assert await store.get("kvns", b"s1-0") is None  # the coldest went
         for key in (b"s0-0", b"s2-0", b"s3-0"):
             assert await store.get("kvns", key) is not None
