@@ -40,6 +40,17 @@ class BackendHealth:
         if self._probe is None or self._probe.done():
             self._probe = asyncio.create_task(self._probe_loop())
 
+    def mark_up(self) -> None:
+        """A write reached the backend (a segment sealed): it is up, whatever failed before.
+        Segments opened during an outage can fail after it ends (their bucket gone, a stale
+        connection); one sealed since then proves the backend takes writes again."""
+        if not self.healthy:
+            self.healthy = True
+            log.info("backend.recovered", by="upload")
+        if self._probe is not None:
+            self._probe.cancel()
+            self._probe = None
+
     async def _probe_loop(self) -> None:
         delay = 0.25
         while not self.healthy:
@@ -47,7 +58,7 @@ class BackendHealth:
             with contextlib.suppress(BackendError):
                 await self.backend.check()
                 self.healthy = True
-                log.info("backend.recovered")
+                log.info("backend.recovered", by="probe")
                 return
             delay = min(2.0, delay * 2)
 

@@ -358,6 +358,7 @@ class SegmentWriter:
         info.sealed_at = info.last_access = time.time()
         info.state = SegmentState.SEALED
         self.stats.segments_sealed += 1
+        self.health.mark_up()
         self.stats.backend_bytes_written += seg.size + len(body)
         log.info("segment.sealed", segment=info.name, reason=reason, bytes=seg.size,
                  blocks=len(seg.entries))

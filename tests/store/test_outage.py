@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
+from s3kv.backends import FileBackend
 from s3kv.errors import BackendError, Backpressure
 from s3kv.sizes import KiB
 from s3kv.store.store import BlockStore
@@ -93,5 +95,31 @@ async def test_hung_server_gives_backpressure(private_s3_server: MotoServer) -> 
         assert await store.get("kvns", b"again") == b"z" * 100
     finally:
         server.resume()
+        await store.close()
+        await backend.close()
+
+
+async def test_a_segment_sealed_after_a_failure_marks_the_backend_up(tmp_path: Path) -> None:
+    """A segment opened during an outage can fail after the backend is back (moto restarts
+    empty: its uploads meet NoSuchBucket); a segment sealed since then proves the backend takes
+    writes, so writes are not refused until the next probe. The failure is marked by hand here:
+    the outage test above meets it only when its timing falls that way."""
+    backend = await FileBackend(tmp_path / "store").open()
+    store = await open_store(backend, seal_after=60)
+    try:
+        await store.create_namespace("kvns")
+        await store.put("kvns", b"open", b"x" * 1000)  # its segment is open, not yet sealed
+        store.writer.health.mark_down("a segment opened during an outage failed")
+        try:
+            await store.put("kvns", b"refused", b"x")
+            raise AssertionError("a write was accepted while the backend is marked down")
+        except Backpressure:
+            pass
+        await store.flush()  # the open segment seals: the backend took a write
+        assert store.writer.health.healthy
+        await store.put("kvns", b"after", b"y" * 100, durable=True)
+        assert await store.get("kvns", b"after") == b"y" * 100
+        assert await store.get("kvns", b"open") == b"x" * 1000
+    finally:
         await store.close()
         await backend.close()
