@@ -1,7 +1,10 @@
 """Eviction: whole segments go, never single blocks (no small overwrites reach the backend).
 
 - capacity: while sealed + in-memory segment bytes exceed ``capacity``, delete the coldest
-  segment (least recently read or sealed: oldest and coldest first);
+  segment (least recently read or sealed: oldest and coldest first). The segment taking
+  writes counts at its full size, and a round runs as soon as one opens: its space is freed
+  ahead of it (on the file backend, the freed file is the next one written over,
+  backends/recycle.py), not up to a round interval after it was overrun;
 - TTL: segments sealed more than ``ttl`` seconds ago;
 - dead: a segment none of whose blocks is live any more (all deleted or overwritten);
 - low live ratio (only with a capacity budget): a segment whose live bytes fell below
@@ -13,6 +16,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import time
 from collections.abc import Sequence
@@ -58,14 +62,29 @@ class Evictor:
         # of returning before that round has forgotten them, and no two rounds compact the
         # same segment twice.
         self._round = asyncio.Lock()
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """A segment opened: run a round soon (the writer's ``on_opened``)."""
+        self._wake.set()
 
     async def loop(self) -> None:
+        """A round every INTERVAL, and one soon after each wake; woken rounds keep a spacing
+        of nine times the last round's time, so that they take at most ~10 % of a core however
+        many segments a round looks at."""
+        spacing = 0.0
         while True:
-            await asyncio.sleep(INTERVAL)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(INTERVAL):
+                    await self._wake.wait()
+                await asyncio.sleep(spacing)
+            self._wake.clear()
+            start = time.monotonic()
             try:
                 await self.run_once()
             except BackendError as exc:
                 log.warning("eviction.failed", error=str(exc))
+            spacing = min(INTERVAL, 9 * (time.monotonic() - start))
 
     def _choose(self) -> list[tuple[SegmentInfo, str]]:
         """The segments to evict now and why: past their TTL, then dead or mostly dead, then
@@ -81,7 +100,7 @@ class Evictor:
         expired: list[tuple[SegmentInfo, str]] = []
         reclaim: list[tuple[SegmentInfo, str]] = []
         kept: list[SegmentInfo] = []
-        total = self.writer.memory_bytes()
+        total = self.writer.committed_bytes()
         for seg in self.catalog.segments.sealed():
             if s.ttl > 0 and now - seg.sealed_at > s.ttl:
                 expired.append((seg, "ttl"))

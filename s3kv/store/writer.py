@@ -2,16 +2,14 @@
 
 One segment is open at a time. Blocks are appended at ``block_align`` boundaries; every
 ``part_size`` bytes become one multipart part, queued for upload at once (a segment that ends
-within its first part is written with one PUT instead). A segment is sealed
-when the next block would not fit (then it is *full* and ends exactly at ``segment_size``), when
-``seal_after`` seconds have passed since its first block, or on flush/close (then it is simply
-shorter). Sealing appends the manifest and trailer, completes the upload and writes the sidecar
+within its first part is written with one PUT instead). A segment is sealed when the next block
+would not fit (then it is *full* and ends exactly at ``segment_size``), when ``seal_after``
+seconds have passed since its first block, or on flush/close (then it is simply shorter). Sealing appends the manifest and trailer, completes the upload and writes the sidecar
 manifest. Until then the segment's bytes stay in memory and reads are served from there.
 
 Memory is bounded: at most ``max_open_segments`` segments (open + sealing) are held; a write
-that needs another one waits briefly and then raises Backpressure. When the backend fails, the
-writer turns unhealthy (writes raise Backpressure at once) and probes until it answers again
-(health.py).
+that needs another one waits briefly and then raises Backpressure. When the backend fails,
+writes raise Backpressure at once until a probe or an upload finds it up again (health.py).
 
 Blocks can also be received straight into their place (``reserve``, then ``commit`` or
 ``abandon``; landing.py) where the backend lends windows onto its uploads (the file backend).
@@ -76,6 +74,7 @@ class SegmentWriter:
                                   settings.parts_in_flight_reading, reads_waiting)
         self._tasks: set[asyncio.Task[None]] = set()
         self.health = BackendHealth(backend, stats)
+        self.on_opened: Callable[[], None] = lambda: None  # the store's evictor looks ahead
 
     # ---- public -------------------------------------------------------------------------
     @property
@@ -89,6 +88,13 @@ class SegmentWriter:
 
     def memory_bytes(self) -> int:
         return sum(seg.size for seg in self._in_memory.values())
+
+    def committed_bytes(self) -> int:
+        """Backend bytes the segments in memory stand for: the one taking writes at its full
+        size (it fills before another opens), those sealing at their own."""
+        full = self.s.segment_size
+        return sum(seg.size if seg.sealing else max(seg.size, full)
+                   for seg in self._in_memory.values())
 
     def holds(self, seg_id: int) -> bool:
         """Whether the segment's bytes are still in memory (open, or sealing)."""
@@ -314,6 +320,7 @@ class SegmentWriter:
         seg.uploader.add_done_callback(functools.partial(self._uploader_done, seg))
         self._in_memory[info.seg_id] = seg
         self._current = seg
+        self.on_opened()
         return seg
 
     def _uploader_done(self, seg: OpenSegment, task: asyncio.Task[None]) -> None:
