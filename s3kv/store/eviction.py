@@ -2,9 +2,10 @@
 
 - capacity: while sealed + in-memory segment bytes exceed ``capacity``, delete the coldest
   segment (least recently read or sealed: oldest and coldest first). The segment taking
-  writes counts at its full size, and a round runs as soon as one opens: its space is freed
-  ahead of it (on the file backend, the freed file is the next one written over,
-  backends/recycle.py), not up to a round interval after it was overrun;
+  writes counts at its full size, and a segment about to open has its room freed first
+  (``make_room``): on the file backend it is then written over the file of the segment
+  evicted for it (backends/recycle.py), not onto fresh pages while the round that frees a
+  file for it waits for its interval;
 - TTL: segments sealed more than ``ttl`` seconds ago;
 - dead: a segment none of whose blocks is live any more (all deleted or overwritten);
 - low live ratio (only with a capacity budget): a segment whose live bytes fell below
@@ -36,6 +37,11 @@ from s3kv.store.writer import SegmentWriter
 log = get_logger(__name__)
 
 INTERVAL = 0.5
+#: a segment about to open waits for a round of its own while rounds choose within this
+#: (a few thousand segments); a store holding more wakes the loop's round instead
+CHEAP_ROUND = 0.005
+#: and for at most this long (a slow delete is finished in the background)
+ROOM_WAIT = 0.25
 
 
 class Rewriter(Protocol):
@@ -63,34 +69,50 @@ class Evictor:
         # same segment twice.
         self._round = asyncio.Lock()
         self._wake = asyncio.Event()
+        self._choice_time = 0.0  # seconds the last round took to choose
+        self._tasks: set[asyncio.Task[int]] = set()
 
-    def wake(self) -> None:
-        """A segment opened: run a round soon (the writer's ``on_opened``)."""
-        self._wake.set()
+    async def make_room(self) -> None:
+        """A segment is about to open (the writer's ``make_room``): with a capacity budget,
+        a round that counts it at its full size runs first, and the writer waits for it
+        (at most ROOM_WAIT) while rounds are cheap; else the loop's next round is woken."""
+        if self.settings.capacity <= 0:
+            return
+        if self._choice_time > CHEAP_ROUND or self._round.locked():
+            self._wake.set()
+            return
+        task = asyncio.create_task(self.run_once(opening=self.settings.segment_size))
+        self._tasks.add(task)
+        task.add_done_callback(self._round_done)
+        with contextlib.suppress(TimeoutError, BackendError):
+            await asyncio.wait_for(asyncio.shield(task), ROOM_WAIT)
+
+    def _round_done(self, task: asyncio.Task[int]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and isinstance(task.exception(), BackendError):
+            log.warning("eviction.failed", error=str(task.exception()))
 
     async def loop(self) -> None:
-        """A round every INTERVAL, and one soon after each wake; woken rounds keep a spacing
-        of nine times the last round's time, so that they take at most ~10 % of a core however
-        many segments a round looks at."""
-        spacing = 0.0
+        """A round every INTERVAL, and one soon after a wake (a segment opened while rounds
+        are dear), spaced at nine times the last round's choice: rounds take at most ~10 % of
+        a core however many segments they look at."""
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(INTERVAL):
                     await self._wake.wait()
-                await asyncio.sleep(spacing)
+                await asyncio.sleep(min(INTERVAL, 9 * self._choice_time))
             self._wake.clear()
-            start = time.monotonic()
             try:
                 await self.run_once()
             except BackendError as exc:
                 log.warning("eviction.failed", error=str(exc))
-            spacing = min(INTERVAL, 9 * (time.monotonic() - start))
 
-    def _choose(self) -> list[tuple[SegmentInfo, str]]:
+    def _choose(self, opening: int) -> list[tuple[SegmentInfo, str]]:
         """The segments to evict now and why: past their TTL, then dead or mostly dead, then
         the coldest (least recently read) while the rest is over the capacity. One pass over
         the sealed segments, and a heap of them only when over the capacity: a sort of every
-        sealed segment each round took 0.54 s at 400,000 segments (100 TiB of 256 MiB ones)."""
+        sealed segment each round took 0.54 s at 400,000 segments (100 TiB of 256 MiB ones).
+        ``opening``: the bytes of a segment about to open, counted in."""
         s = self.settings
         now = time.time()
         # Without a capacity budget there is no space to win back at the price of live
@@ -100,7 +122,7 @@ class Evictor:
         expired: list[tuple[SegmentInfo, str]] = []
         reclaim: list[tuple[SegmentInfo, str]] = []
         kept: list[SegmentInfo] = []
-        total = self.writer.committed_bytes()
+        total = self.writer.committed_bytes() + opening
         for seg in self.catalog.segments.sealed():
             if s.ttl > 0 and now - seg.sealed_at > s.ttl:
                 expired.append((seg, "ttl"))
@@ -121,14 +143,17 @@ class Evictor:
                 total -= seg.length
         return expired + reclaim + coldest
 
-    async def run_once(self) -> int:
+    async def run_once(self, opening: int = 0) -> int:
         """Evict what the policy picks now; returns the number of segments deleted."""
         async with self._round:
-            return await self._run_round()
+            return await self._run_round(opening)
 
-    async def _run_round(self) -> int:
+    async def _run_round(self, opening: int) -> int:
         done = 0
-        for seg, reason in self._choose():
+        start = time.monotonic()
+        chosen = self._choose(opening)
+        self._choice_time = time.monotonic() - start
+        for seg, reason in chosen:
             if reason == "low_live_ratio" and self.settings.compact_mode == "compact" \
                     and not await self._compact(seg):
                 continue  # the rewrite could not finish (backpressure): keep it, try later

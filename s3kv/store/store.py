@@ -81,7 +81,7 @@ class BlockStore:
                                   settings.sync_interval)
         self._evictor = Evictor(settings, backend, prefix, self.catalog, self.writer,
                                 self.stats, self)
-        self.writer.on_opened = self._evictor.wake
+        self.writer.make_room = self._evictor.make_room
         self.shared_reads = SharedReads(settings.max_request_memory // 4)  # ranged GETs
         self._background: list[asyncio.Task[None]] = []
         self._owns_backend = owns_backend

@@ -4,8 +4,9 @@ One segment is open at a time. Blocks are appended at ``block_align`` boundaries
 ``part_size`` bytes become one multipart part, queued for upload at once (a segment that ends
 within its first part is written with one PUT instead). A segment is sealed when the next block
 would not fit (then it is *full* and ends exactly at ``segment_size``), when ``seal_after``
-seconds have passed since its first block, or on flush/close (then it is simply shorter). Sealing appends the manifest and trailer, completes the upload and writes the sidecar
-manifest. Until then the segment's bytes stay in memory and reads are served from there.
+seconds have passed since its first block, or on flush/close (then it is simply shorter).
+Sealing appends the manifest and trailer, completes the upload and writes the sidecar manifest.
+Until then the segment's bytes stay in memory and reads are served from there.
 
 Memory is bounded: at most ``max_open_segments`` segments (open + sealing) are held; a write
 that needs another one waits briefly and then raises Backpressure. When the backend fails,
@@ -21,7 +22,7 @@ import asyncio
 import contextvars
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from s3kv.backends.base import Backend
 from s3kv.backends.multipart import MultipartUpload
@@ -53,8 +54,7 @@ class SegmentWriter:
                  stats: StoreStats, on_failed: Callable[[SegmentInfo], None],
                  retry: RetryPolicy | None = None,
                  reads_waiting: Callable[[], bool] = lambda: False) -> None:
-        """``reads_waiting``: whether reads of this store wait on the backend now (part
-        uploads then give way, pacing.py)."""
+        """``reads_waiting``: whether reads wait on the backend now (uploads yield: pacing.py)."""
         self.backend = backend
         self.prefix = prefix
         self.s = settings
@@ -74,7 +74,7 @@ class SegmentWriter:
                                   settings.parts_in_flight_reading, reads_waiting)
         self._tasks: set[asyncio.Task[None]] = set()
         self.health = BackendHealth(backend, stats)
-        self.on_opened: Callable[[], None] = lambda: None  # the store's evictor looks ahead
+        self.make_room: Callable[[], Awaitable[None]] | None = None  # the store's evictor
 
     # ---- public -------------------------------------------------------------------------
     @property
@@ -290,6 +290,8 @@ class SegmentWriter:
         if seg is not None:
             self._seal_soon(seg, "full")
         await self._wait_for_room()
+        if self.make_room is not None:  # freed first: on the file backend, the file written over
+            await self.make_room()
         return self._open_segment()
 
     async def _wait_for_room(self) -> None:
@@ -320,7 +322,6 @@ class SegmentWriter:
         seg.uploader.add_done_callback(functools.partial(self._uploader_done, seg))
         self._in_memory[info.seg_id] = seg
         self._current = seg
-        self.on_opened()
         return seg
 
     def _uploader_done(self, seg: OpenSegment, task: asyncio.Task[None]) -> None:
@@ -391,8 +392,7 @@ class SegmentWriter:
 
     async def _release(self, seg: OpenSegment) -> None:
         """Forget a segment's bytes (uploaded, or failed: no longer read). On the loop: in a
-        worker thread, the unmap of the windows blocks landed in costs more CPU (measured:
-        +3 % per GiB of 32 MiB PUTs; its TLB flushes then reach the loop's core too)."""
+        worker thread, unmapping the windows costs +3 % CPU per GiB of 32 MiB PUTs."""
         self._in_memory.pop(seg.info.seg_id, None)
         seg.release()
         async with self._room:

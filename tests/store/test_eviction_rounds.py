@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 from s3kv.backends import FileBackend
@@ -60,30 +59,30 @@ async def test_a_round_waits_for_the_round_in_flight(tmp_path: Path) -> None:
 
 
 async def test_the_segment_taking_writes_counts_at_its_full_size(tmp_path: Path) -> None:
-    """Space is freed ahead of the segment taking writes: when a segment opens it counts as
-    full, a round runs at once, and on the file backend the next segment is written over the
-    evicted one's file instead of fresh pages. (Counted at what it held, 1 MiB, the store
-    would be at 21 of its 25 MiB here, and nothing would be evicted until it had overrun.)"""
+    """Space is freed ahead of the segment taking writes: before a segment opens, a round
+    counting it at its full size runs and the write waits for it, and on the file backend the
+    segment is written over the evicted one's file instead of fresh pages. (Counted at what
+    it held, 1 MiB, the store would be at 21 of its 25 MiB here, and nothing would be evicted
+    until it had overrun.)"""
     backend = await FileBackend(tmp_path / "store").open()
     store = await open_store(backend, capacity=25 * MiB, seal_after=60, compact_threshold=0)
     try:
         await store.create_namespace("kvns")
-        for i in range(19):  # 9 + 9 blocks fill two segments; the 19th opens a third
+        for i in range(18):  # 9 + 9 blocks: two segments, both sealed by the flush
             await store.put("kvns", f"r{i}".encode(), block(i, MiB))
-        deadline = time.monotonic() + 5
-        while store.stats.evictions < 1:
-            assert time.monotonic() < deadline, "no eviction ahead of the open segment"
-            await asyncio.sleep(0.02)
-        assert store.stats.evictions == 1
-        assert backend.recycled.reused == 0
+        await store.flush()
+        assert store.stats.evictions == 0  # 19 of 25 MiB
+        await store.put("kvns", b"r18", block(18, MiB))  # opens a third
+        assert store.stats.evictions == 1  # before that put returned
+        assert backend.recycled.reused == 0  # the third segment's file is not made yet
         nid = store.ns_id("kvns")
         # one of the two sealed segments went (the colder: whichever sealed first)
         assert [store.index.get(nid, k) is None for k in (b"r0", b"r9")].count(True) == 1
         assert store.index.get(nid, b"r18") is not None  # not the one taking writes
-        for i in range(19, 28):  # fill the third segment; the 28th opens a fourth
+        for i in range(19, 27):  # the third segment's second part: its file is made
             await store.put("kvns", f"r{i}".encode(), block(i, MiB))
         await store.flush()
-        assert backend.recycled.reused >= 1
+        assert backend.recycled.reused == 1
     finally:
         await store.close()
         await backend.close()
