@@ -87,7 +87,11 @@ class BodyTake:
         ``(b"", False)`` never; ``(b"", True)`` once every byte was read."""
         while not self._pieces:
             if self._error is not None:
-                raise self._error
+                # a new error, caused by the one kept: raised itself, the kept one would hold
+                # this frame, and through it this take (and a landing's windows onto its
+                # segment's file), in its traceback: a cycle only the collector breaks
+                raise ConnectionResetError(f"the body was cut short: {self._error}") \
+                    from self._error
             if self.remaining == 0 or self._dropping:
                 return b"", True
             self._waiter = asyncio.get_running_loop().create_future()

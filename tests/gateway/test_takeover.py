@@ -10,20 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hashlib
 import json
 import os
+import weakref
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
-from aiohttp import web
+from aiohttp import StreamReader, web
 
 from s3kv.errors import RequestError
 from s3kv.gateway.bodies import read_body
 from s3kv.gateway.protocol import front_runner
 from s3kv.gateway.state import MemoryBudget
-from s3kv.gateway.takeover import TAKE_MIN
+from s3kv.gateway.takeover import TAKE_MIN, BodyTake
 from s3kv.sizes import KiB, MiB
 
 Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -166,3 +168,28 @@ async def test_a_connection_lost_inside_a_taken_body_frees_it() -> None:
                 break
             await asyncio.sleep(0.05)
         assert gate.budget.used == 0
+
+
+
+async def test_a_body_cut_short_is_freed_without_the_garbage_collector() -> None:
+    """What a cut-short body held (a landed one: windows onto its segment's file, which keep
+    the file from being written over once evicted) goes when its reader lets go of it, not
+    when the cyclic garbage collector next runs: the error the reader gets must not hang the
+    take on that error's own traceback (the take keeps the connection's error, and raising
+    that very error put this frame, which holds the take, in its traceback)."""
+    gc.collect()
+    gc.disable()
+    try:
+        take = BodyTake(cast(StreamReader, None), [b"first"], 1000)
+        take.fail(ConnectionResetError("the connection closed inside the body"))
+        assert await take.readchunk() == (b"first", False)
+        try:
+            await take.readchunk()
+            raise AssertionError("a cut-short body read on")
+        except ConnectionResetError as exc:
+            assert "closed inside the body" in str(exc)
+        gone = weakref.ref(take)
+        del take
+        assert gone() is None, "a cut-short body is kept alive by a reference cycle"
+    finally:
+        gc.enable()
