@@ -70,18 +70,21 @@ class Evictor:
         self._round = asyncio.Lock()
         self._wake = asyncio.Event()
         self._choice_time = 0.0  # seconds the last round took to choose
-        self._tasks: set[asyncio.Task[int]] = set()
+        self._tasks: set[asyncio.Task[int]] = set()  # make_room's rounds in flight
+        self._closed = False
 
     async def make_room(self) -> None:
         """A segment is about to open (the writer's ``make_room``): with a capacity budget,
         a round that counts it at its full size runs first, and the writer waits for it
         (at most ROOM_WAIT) while rounds are cheap; else the loop's next round is woken."""
-        if self.settings.capacity <= 0:
+        if self.settings.capacity <= 0 or self._closed:
             return
         if self._choice_time > CHEAP_ROUND or self._round.locked():
             self._wake.set()
             return
-        task = asyncio.create_task(self.run_once(opening=self.settings.segment_size))
+        # no compaction in it: its rewrites would wait for the writer, which waits for it
+        task = asyncio.create_task(self.run_once(opening=self.settings.segment_size,
+                                                 compact=False))
         self._tasks.add(task)
         task.add_done_callback(self._round_done)
         with contextlib.suppress(TimeoutError, BackendError):
@@ -89,8 +92,14 @@ class Evictor:
 
     def _round_done(self, task: asyncio.Task[int]) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and isinstance(task.exception(), BackendError):
-            log.warning("eviction.failed", error=str(task.exception()))
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None:
+            log.warning("eviction.failed", error=repr(exc))
+
+    def close(self) -> list[asyncio.Task[int]]:
+        """No more rounds for segments opening; the ones in flight, to cancel and await."""
+        self._closed = True
+        return list(self._tasks)
 
     async def loop(self) -> None:
         """A round every INTERVAL, and one soon after a wake (a segment opened while rounds
@@ -143,19 +152,20 @@ class Evictor:
                 total -= seg.length
         return expired + reclaim + coldest
 
-    async def run_once(self, opening: int = 0) -> int:
-        """Evict what the policy picks now; returns the number of segments deleted."""
+    async def run_once(self, opening: int = 0, compact: bool = True) -> int:
+        """Evict what the policy picks now; returns the number of segments deleted.
+        ``compact`` False: segments to compact are left for a later round."""
         async with self._round:
-            return await self._run_round(opening)
+            return await self._run_round(opening, compact)
 
-    async def _run_round(self, opening: int) -> int:
+    async def _run_round(self, opening: int, compact: bool) -> int:
         done = 0
         start = time.monotonic()
         chosen = self._choose(opening)
         self._choice_time = time.monotonic() - start
         for seg, reason in chosen:
             if reason == "low_live_ratio" and self.settings.compact_mode == "compact" \
-                    and not await self._compact(seg):
+                    and not (compact and await self._compact(seg)):
                 continue  # the rewrite could not finish (backpressure): keep it, try later
             await self._delete(seg, reason)
             done += 1

@@ -131,7 +131,7 @@ class BlockStore:
 
     async def close(self) -> None:
         """Seal and upload everything in memory, stop background work, close the backend."""
-        pending = [*self._background, *self.fetcher.readahead.close()]
+        pending = [*self._background, *self.fetcher.readahead.close(), *self._evictor.close()]
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
