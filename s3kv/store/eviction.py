@@ -2,10 +2,10 @@
 
 - capacity: while sealed + in-memory segment bytes exceed ``capacity``, delete the coldest
   segment (least recently read or sealed: oldest and coldest first). The segment taking
-  writes counts at its full size, and a segment about to open has its room freed first
-  (``make_room``): on the file backend it is then written over the file of the segment
-  evicted for it (backends/recycle.py), not onto fresh pages while the round that frees a
-  file for it waits for its interval;
+  writes counts at its full size, and a segment about to open has a round run for it
+  (``make_room``); on the file backend the writer waits for that round, so the segment is
+  written over the file of the one evicted for it (backends/recycle.py), not onto fresh
+  pages while the round that frees a file waits for its interval;
 - TTL: segments sealed more than ``ttl`` seconds ago;
 - dead: a segment none of whose blocks is live any more (all deleted or overwritten);
 - low live ratio (only with a capacity budget): a segment whose live bytes fell below
@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
-from s3kv.backends.base import Backend
+from s3kv.backends.base import Backend, lends_windows
 from s3kv.config import Settings
 from s3kv.errors import BackendError
 from s3kv.log import get_logger
@@ -72,14 +72,18 @@ class Evictor:
         self._choice_time = 0.0  # seconds the last round took to choose
         self._tasks: set[asyncio.Task[int]] = set()  # make_room's rounds in flight
         self._closed = False
+        # the file backend: a segment opening takes a file, the one just freed if a round ran
+        # first (backends/recycle.py); elsewhere a write need not wait for a delete
+        self._reuses_files = lends_windows(type(backend))
 
     async def make_room(self) -> None:
         """A segment is about to open (the writer's ``make_room``): with a capacity budget,
-        a round that counts it at its full size runs first, and the writer waits for it
-        (at most ROOM_WAIT) while rounds are cheap; else the loop's next round is woken."""
+        a round that counts it at its full size runs first, and the writer waits for it (at
+        most ROOM_WAIT) on the file backend while rounds are cheap; else the loop's next
+        round is woken."""
         if self.settings.capacity <= 0 or self._closed:
             return
-        if self._choice_time > CHEAP_ROUND or self._round.locked():
+        if self._choice_time > CHEAP_ROUND or self._round.locked() or not self._reuses_files:
             self._wake.set()
             return
         # no compaction in it: its rewrites would wait for the writer, which waits for it
