@@ -1,18 +1,25 @@
-"""Eviction rounds do not overlap: a round asked for while another deletes waits for it."""
+"""Eviction rounds: they do not overlap (a round asked for while another deletes waits for
+it), and a segment about to open has one run for it, counting it at its full size (waited
+for on the file backend, whose next segment reuses the file freed; only woken on S3)."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from s3kv.backends import FileBackend
 from s3kv.backends.base import Backend
 from s3kv.sizes import MiB
+from s3kv.store import eviction
+from tests.store.conftest import open_s3
 from tests.store.helpers import SEG, block, dangling, open_store, segments_on_backend
+from tests.support.s3server import MotoServer
 
 
 class _HeldDeletes:
-    """The real file backend underneath; ``delete_objects`` waits until ``release`` is set."""
+    """The real backend underneath; ``delete_objects`` waits until ``release`` is set."""
 
     def __init__(self, inner: Backend) -> None:
         self._inner = inner
@@ -86,3 +93,31 @@ async def test_the_segment_taking_writes_counts_at_its_full_size(tmp_path: Path)
     finally:
         await store.close()
         await backend.close()
+
+
+async def test_on_s3_a_write_does_not_wait_for_the_round_it_wakes(
+        s3_server: MotoServer, bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an S3 backend the space a delete frees is not what the next segment is written
+    into, so a write opening a segment at the capacity wakes the round and goes on: here the
+    round's delete is held, and the write returns all the same, well before the longest a
+    write would wait for it (raised to 5 s here)."""
+    monkeypatch.setattr(eviction, "ROOM_WAIT", 5.0)
+    inner = await open_s3(s3_server.endpoint, bucket)
+    held = _HeldDeletes(inner)
+    store = await open_store(held, capacity=25 * MiB, seal_after=60,  # type: ignore[arg-type]
+                             compact_threshold=0)
+    try:
+        await store.create_namespace("kvns")
+        for i in range(18):  # two segments, sealed by the flush: 19 of 25 MiB
+            await store.put("kvns", f"r{i}".encode(), block(i, MiB))
+        await store.flush()
+        await asyncio.wait_for(store.put("kvns", b"r18", block(18, MiB)), 2)  # opens a third
+        await asyncio.wait_for(held.deleting.wait(), 5)  # its round is deleting, held
+        assert store.stats.evictions == 0
+        held.release.set()
+        await asyncio.wait_for(store.evict_now(), 5)  # waits for that round
+        assert store.stats.evictions == 1
+    finally:
+        held.release.set()
+        await store.close()
+        await inner.close()
