@@ -170,7 +170,6 @@ async def test_a_connection_lost_inside_a_taken_body_frees_it() -> None:
         assert gate.budget.used == 0
 
 
-
 async def test_a_body_cut_short_is_freed_without_the_garbage_collector() -> None:
     """What a cut-short body held (a landed one: windows onto its segment's file, which keep
     the file from being written over once evicted) goes when its reader lets go of it, not
