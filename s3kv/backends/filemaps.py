@@ -31,58 +31,18 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
+from s3kv.backends.pages import MADV_POPULATE_READ, address_of, advise, in_memory
 
-#: Linux's MADV_POPULATE_READ (not in Python 3.11's mmap module)
-MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
 PAGE = mmap.PAGESIZE
 #: files mapped at once (a 256 MiB segment costs address space and page tables, no memory)
 MAX_MAPS = 64
 #: pages of the answer buffer view_now reuses: 1 MiB, the file backend's NOW_MAX, plus one
 #: for a range that does not start on a page
 ANSWER_PAGES = 257
-#: mincore's answer per page -> 1 if resident (its low bit), else 0
-_RESIDENT_BIT = bytes(i & 1 for i in range(256))
-
-
-def _find_mincore() -> Callable[[int, int, ctypes.Array[ctypes.c_char]], int] | None:
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).mincore
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_MINCORE = _find_mincore()
-
-
-def address_of(m: mmap.mmap) -> int:
-    """Where the mapping starts in memory (fixed for its lifetime)."""
-    return int(np.frombuffer(m, dtype=np.uint8).ctypes.data)  # the array (an export) is dropped
-
-
-def in_memory(m: mmap.mmap, start: int, end: int, base: int | None = None,
-              vec: ctypes.Array[ctypes.c_char] | None = None) -> bool:
-    """Whether every page of bytes [start, end) of the mapping is in memory (no disk read to
-    touch them). False when the system cannot tell. ``base``: the mapping's ``address_of``,
-    ``vec``: a buffer to reuse for mincore's answer (each costs a few us to make per call)."""
-    if _MINCORE is None or end <= start:
-        return False
-    first = start - start % PAGE
-    pages = -(-(end - first) // PAGE)
-    if base is None:
-        base = address_of(m)
-    if vec is None or len(vec) < pages:
-        vec = ctypes.create_string_buffer(pages)
-    if _MINCORE(base + first, end - first, vec) != 0:
-        return False
-    return ctypes.string_at(vec, pages).translate(_RESIDENT_BIT).find(0) < 0
 
 
 def _pages(start: int, end: int) -> tuple[int, int]:
@@ -228,7 +188,7 @@ class MappedFiles:
         first = start - start % PAGE
         if self._populate:
             try:
-                m.madvise(MADV_POPULATE_READ, first, end - first)
+                advise(m, MADV_POPULATE_READ, first, end - first)
                 return
             except OSError:
                 self._populate = False  # an older kernel: read ahead, then touch each page

@@ -34,10 +34,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from s3kv.backends.base import Pieces, UploadInfo
 from s3kv.backends.filelocks import FileLocks
+from s3kv.backends.pages import MADV_POPULATE_WRITE, address_of, advise
 from s3kv.errors import InvalidInput, ObjectMissing
 from s3kv.wire.body import Buffer, pieces_of, size_of
 
@@ -45,8 +44,6 @@ from s3kv.wire.body import Buffer, pieces_of, size_of
 UPLOADS = ".uploads"
 #: buffers per pwritev call (Linux's IOV_MAX is 1024)
 _IOV_MAX = 1024
-#: Linux's MADV_POPULATE_WRITE (5.14+; not in Python 3.11's mmap module)
-MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 
 
 def write_at(fd: int, data: Pieces, offset: int) -> None:
@@ -63,11 +60,6 @@ def write_at(fd: int, data: Pieces, offset: int) -> None:
             else:
                 views[i] = views[i][n:]
                 n = 0
-
-
-def address_of(buf: Buffer) -> int:
-    """Where ``buf``'s first byte is in this process's memory."""
-    return int(np.frombuffer(buf, np.uint8).__array_interface__["data"][0])
 
 
 @dataclass
@@ -167,7 +159,7 @@ class FileUploads:
                 os.ftruncate(up.fd, end)
             lent = mmap.mmap(up.fd, end - start, offset=start)
         try:
-            lent.madvise(MADV_POPULATE_WRITE)
+            advise(lent, MADV_POPULATE_WRITE)
         except OSError:
             lent.close()
             return None
