@@ -21,6 +21,7 @@ from pathlib import Path
 from s3kv.backends.base import ObjectInfo, Pieces, UploadInfo
 from s3kv.backends.filemaps import MappedFiles
 from s3kv.backends.fileuploads import UPLOADS, FileUploads, write_at
+from s3kv.backends.pages import drop_pages
 from s3kv.backends.recycle import RECYCLE_BYTES, RecycledFiles
 from s3kv.errors import BackendError, BackendUnavailable, InvalidInput, ObjectMissing
 from s3kv.wire.body import size_of
@@ -227,6 +228,8 @@ class FileBackend:
             self._maps.forget(dest)
             os.replace(data, dest)
             self._maps.adopt(dest, windows)  # recycled only once no view of them is left
+            for window in windows:  # unmapped with their last views, on the loop: cheaply
+                drop_pages(window)
 
         self._uploads.complete(upload_id, parts, publish)
 

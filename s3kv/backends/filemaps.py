@@ -35,7 +35,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-from s3kv.backends.pages import MADV_POPULATE_READ, address_of, advise, in_memory
+from s3kv.backends.pages import (
+    MADV_POPULATE_READ,
+    address_of,
+    advise,
+    close_mapping,
+    in_memory,
+)
 
 PAGE = mmap.PAGESIZE
 #: files mapped at once (a 256 MiB segment costs address space and page tables, no memory)
@@ -48,15 +54,6 @@ ANSWER_PAGES = 257
 def _pages(start: int, end: int) -> tuple[int, int]:
     """The pages [first, last) that bytes [start, end) touch."""
     return start // PAGE, -(-end // PAGE)
-
-
-def _try_close(m: mmap.mmap) -> bool:
-    """Close ``m`` unless a view of it is alive (then False: left open)."""
-    try:
-        m.close()
-    except BufferError:
-        return False
-    return True
 
 
 class _Cached(NamedTuple):
@@ -145,11 +142,11 @@ class MappedFiles:
         with self._lock:
             self._maps.pop(path, None)
             m = self._live.pop(path, None)
-            if m is not None and not _try_close(m):
+            if m is not None and not close_mapping(m):
                 self._live[path] = m
                 return False
             adopted = self._adopted.pop(path, None)
-            in_use = [a for a in adopted or () if not _try_close(a)]
+            in_use = [a for a in adopted or () if not close_mapping(a)]
             if in_use:
                 self._adopted[path] = weakref.WeakSet(in_use)
                 return False

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from s3kv.backends.pages import MADV_POPULATE_WRITE, PAGE, advise, in_memory
+from s3kv.backends.pages import (
+    MADV_POPULATE_WRITE,
+    PAGE,
+    advise,
+    close_mapping,
+    drop_pages,
+    in_memory,
+)
 
 SIZE = 128 << 20
 
@@ -32,7 +39,8 @@ def mapping(tmp_path: Path) -> Iterator[mmap.mmap]:
         os.close(fd)
         path.unlink()
     yield m
-    m.close()
+    if not m.closed:
+        m.close()
 
 
 def test_advise_populates(mapping: mmap.mmap) -> None:
@@ -47,6 +55,24 @@ def test_advise_failure_is_an_os_error(mapping: mmap.mmap) -> None:
         advise(mapping, 12345)  # no such advice: EINVAL
     with pytest.raises(OSError):
         advise(mapping, MADV_POPULATE_WRITE, 1, PAGE)  # not on a page boundary
+
+
+def test_drop_pages_keeps_the_data(mapping: mmap.mmap) -> None:
+    mapping[:8] = b"s3kv-kv!"
+    mapping[5 * PAGE:5 * PAGE + 4] = b"tail"
+    drop_pages(mapping)
+    assert mapping[:8] == b"s3kv-kv!"  # faulted back in from the file
+    assert mapping[5 * PAGE:5 * PAGE + 4] == b"tail"
+
+
+def test_close_mapping_only_without_views(mapping: mmap.mmap) -> None:
+    view = memoryview(mapping)[:PAGE]
+    assert not close_mapping(mapping)  # a view is alive: left open, still readable
+    assert bytes(view[:4]) == b"\0\0\0\0"
+    view.release()
+    assert close_mapping(mapping)
+    assert mapping.closed
+    drop_pages(mapping)  # closed: nothing to do
 
 
 def test_advise_lets_other_threads_run(mapping: mmap.mmap) -> None:
