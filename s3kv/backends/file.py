@@ -12,7 +12,6 @@ objects instead of new files being allocated (recycle.py).
 from __future__ import annotations
 
 import asyncio
-import mmap
 import os
 import uuid
 from collections.abc import Sequence
@@ -21,7 +20,7 @@ from pathlib import Path
 from s3kv.backends.base import ObjectInfo, Pieces, UploadInfo
 from s3kv.backends.filemaps import MappedFiles
 from s3kv.backends.fileuploads import UPLOADS, FileUploads, write_at
-from s3kv.backends.pages import drop_pages
+from s3kv.backends.filewindows import FileMap
 from s3kv.backends.recycle import RECYCLE_BYTES, RecycledFiles
 from s3kv.errors import BackendError, BackendUnavailable, InvalidInput, ObjectMissing
 from s3kv.wire.body import size_of
@@ -50,7 +49,7 @@ class FileBackend:
         self._paths: dict[str, Path] = {}
         self.recycled = RecycledFiles(self.root / _RECYCLED, self._maps,
                                       limit_bytes=recycle_bytes)
-        self._uploads = FileUploads(self.root, self.recycled.take)
+        self._uploads = FileUploads(self.root, self.recycled.take, self.recycled.take_map)
 
     async def open(self) -> FileBackend:
         await asyncio.to_thread(self._mkdirs)
@@ -100,6 +99,9 @@ class FileBackend:
             reused = size >= self.recycled.min_bytes and self.recycled.take(tmp)
             fd = os.open(tmp, os.O_WRONLY | (0 if reused else os.O_CREAT | os.O_TRUNC), 0o644)
             try:
+                kept = self.recycled.take_map(fd) if reused else None
+                if kept is not None:  # written here, not through it
+                    kept.close()
                 write_at(fd, data, 0)
                 if reused:
                     os.ftruncate(fd, size)
@@ -220,16 +222,16 @@ class FileBackend:
     def _complete(self, key: str, upload_id: str, parts: Sequence[tuple[int, str]]) -> None:
         dest = self._path(key)
 
-        def publish(fd: int, length: int, data: Path, windows: list[mmap.mmap]) -> None:
+        def publish(fd: int, length: int, data: Path, maps: list[FileMap]) -> None:
             os.ftruncate(fd, length)
+            for fm in maps:
+                fm.truncated(length)
             if self.fsync:
                 os.fsync(fd)
             dest.parent.mkdir(parents=True, exist_ok=True)
             self._maps.forget(dest)
             os.replace(data, dest)
-            self._maps.adopt(dest, windows)  # recycled only once no view of them is left
-            for window in windows:  # unmapped with their last views, on the loop: cheaply
-                drop_pages(window)
+            self._maps.adopt(dest, maps)  # recycled only once no view of them is left
 
         self._uploads.complete(upload_id, parts, publish)
 
@@ -266,3 +268,4 @@ class FileBackend:
 
     async def close(self) -> None:
         self._maps.clear()
+        self.recycled.drop_maps()

@@ -20,7 +20,10 @@ immutable once published; whoever replaces or deletes one calls ``forget``, or, 
 the file later (recycle.py), ``move_if_unmapped``: the file is moved only while no view of it
 is alive, and mapping and moving exclude each other, so no view ever sees the next object.
 The same holds for the writable windows an upload lent onto its data file (blocks received
-straight into a segment, fileuploads.py): published, the file's windows are ``adopt``-ed.
+straight into a segment, fileuploads.py): published, the file's mappings are ``adopt``-ed.
+The last ``MAX_KEPT`` files' mappings are also kept (filewindows.py): when such a file is
+moved to be recycled with none of its windows alive, its mapping goes with it, for the next
+upload to lend windows from without new page tables.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
+from s3kv.backends.filewindows import FileMap
 from s3kv.backends.pages import (
     MADV_POPULATE_READ,
     address_of,
@@ -46,6 +50,9 @@ from s3kv.backends.pages import (
 PAGE = mmap.PAGESIZE
 #: files mapped at once (a 256 MiB segment costs address space and page tables, no memory)
 MAX_MAPS = 64
+#: files whose writable mappings are kept for reuse once recycled (each holds a descriptor,
+#: and page tables for what it populated: 0.5 MiB per 256 MiB segment)
+MAX_KEPT = 64
 #: pages of the answer buffer view_now reuses: 1 MiB, the file backend's NOW_MAX, plus one
 #: for a range that does not start on a page
 ANSWER_PAGES = 257
@@ -72,6 +79,8 @@ class MappedFiles:
         self._live: weakref.WeakValueDictionary[Path, mmap.mmap] = weakref.WeakValueDictionary()
         #: mappings of a file made elsewhere (adopt), while any is alive
         self._adopted: dict[Path, weakref.WeakSet[mmap.mmap]] = {}
+        #: the writable mappings of the last files adopted, kept to be reused
+        self._kept: OrderedDict[Path, list[FileMap]] = OrderedDict()
         self._lock = threading.Lock()
         self._populate = True  # until the kernel says it has no MADV_POPULATE_READ
         self.fault_ins = 0  # ranges faulted in (a counter, for tests)
@@ -128,36 +137,57 @@ class MappedFiles:
             self._maps.pop(path, None)
             self._live.pop(path, None)
             self._adopted.pop(path, None)
+            kept = self._kept.pop(path, [])
+        for fm in kept:
+            fm.close()
 
-    def adopt(self, path: Path, mappings: Iterable[mmap.mmap]) -> None:
-        """Mappings of the file now at ``path`` made elsewhere (the writable windows an upload
-        lent onto its data file, published there): :meth:`move_if_unmapped` also leaves the
-        file be while a view of one of them is alive."""
+    def adopt(self, path: Path, maps: Iterable[FileMap]) -> None:
+        """The writable mappings of the file now at ``path``, made elsewhere (an upload lent
+        windows from them, published there): :meth:`move_if_unmapped` leaves the file be
+        while a view of one of them is alive, and hands them over with it otherwise."""
+        maps = list(maps)
+        dropped: list[FileMap] = []
         with self._lock:
-            self._adopted.setdefault(path, weakref.WeakSet()).update(mappings)
+            self._adopted.setdefault(path, weakref.WeakSet()).update(fm.mapping for fm in maps)
+            if maps:
+                self._kept[path] = maps
+            while len(self._kept) > MAX_KEPT:
+                dropped += self._kept.popitem(last=False)[1]
+        for fm in dropped:  # still watched through _adopted while a window is alive
+            fm.close()
 
-    def move_if_unmapped(self, path: Path, dest: Path) -> bool:
+    def move_if_unmapped(self, path: Path, dest: Path) -> list[FileMap] | None:
         """Rename ``path`` to ``dest`` unless a view of its mapping is still alive (then
-        False: leave it be). OSError from the rename. Blocking."""
+        None: leave it be); the file's kept writable mappings (:meth:`adopt`), for it to be
+        written over through them. OSError from the rename. Blocking."""
         with self._lock:
             self._maps.pop(path, None)
             m = self._live.pop(path, None)
             if m is not None and not close_mapping(m):
                 self._live[path] = m
-                return False
+                return None
+            kept = self._kept.pop(path, [])
             adopted = self._adopted.pop(path, None)
-            in_use = [a for a in adopted or () if not close_mapping(a)]
+            reusable = {id(fm.mapping) for fm in kept if not fm.in_use}
+            in_use = [a for a in adopted or () if id(a) not in reusable and not close_mapping(a)]
             if in_use:
-                self._adopted[path] = weakref.WeakSet(in_use)
-                return False
+                self._adopted[path] = weakref.WeakSet(
+                    in_use + [fm.mapping for fm in kept if id(fm.mapping) in reusable])
+                if kept:
+                    self._kept[path] = kept
+                return None
             os.rename(path, dest)
-            return True
+            return [fm for fm in kept if id(fm.mapping) in reusable]
 
     def clear(self) -> None:
         with self._lock:
             self._maps.clear()
             self._live.clear()
             self._adopted.clear()
+            kept, self._kept = self._kept, OrderedDict()
+        for maps in kept.values():
+            for fm in maps:
+                fm.close()
 
     def _mapping(self, path: Path) -> mmap.mmap | None:
         """The file's mapping (cached, or mapped now); the caller holds the lock."""

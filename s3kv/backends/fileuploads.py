@@ -15,7 +15,8 @@ live upload needs. On tmpfs the CPU it saves is within this machine's spread
 by one that stopped) is an orphan: it is listed, and aborted, never continued.
 
 A range of the data file can also be lent as a writable window (:meth:`FileUploads.window`: a
-shared mapping, its pages allocated up front), into which the gateway receives a request body
+slice of the file's one shared mapping, filewindows.py, its pages allocated up front; a
+recycled file comes with its mapping), into which the gateway receives a request body
 straight from the socket: one copy of those bytes (the kernel's) instead of two (the kernel's
 into a buffer, then ``pwritev``'s into the file). A part whose pieces include the window, at
 the place it maps, skips those bytes (they are there already); anything else is written.
@@ -26,7 +27,6 @@ Called from worker threads (the backend's ``_run``), never on the event loop.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import time
 import uuid
@@ -34,9 +34,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
 from s3kv.backends.base import Pieces, UploadInfo
 from s3kv.backends.filelocks import FileLocks
-from s3kv.backends.pages import MADV_POPULATE_WRITE, address_of, advise
+from s3kv.backends.filewindows import MAP_MIN, FileMap
+from s3kv.backends.pages import address_of
 from s3kv.errors import InvalidInput, ObjectMissing
 from s3kv.wire.body import Buffer, pieces_of, size_of
 
@@ -67,12 +71,16 @@ class _Upload:
     part_size: int
     fd: int  # the data file, open for reading and writing (windows map it)
     sizes: dict[int, int] = field(default_factory=dict)  # part number -> bytes written
-    #: windows lent: id(mapping) -> (mapping, file offset it starts at, its address)
-    windows: dict[int, tuple[mmap.mmap, int, int]] = field(default_factory=dict)
+    #: windows lent: id(array) -> (the array over the mapping, file offset it starts at, its
+    #: address)
+    windows: dict[int, tuple[npt.NDArray[np.uint8], int, int]] = field(default_factory=dict)
+    #: the data file's mappings (the last one lends; an earlier, shorter one lives on with
+    #: the windows it lent)
+    maps: list[FileMap] = field(default_factory=list)
 
     def in_place(self, piece: Buffer, offset: int) -> bool:
         """Whether ``piece`` is part of a window of this file, at ``offset`` in it."""
-        obj = piece.obj if isinstance(piece, memoryview) else None
+        obj: object = piece.obj if isinstance(piece, memoryview) else None
         lent = self.windows.get(id(obj)) if obj is not None else None
         return lent is not None and lent[0] is obj \
             and lent[1] + address_of(piece) - lent[2] == offset
@@ -98,10 +106,13 @@ class _Upload:
 
 
 class FileUploads:
-    def __init__(self, root: Path, take_recycled: Callable[[Path], bool]) -> None:
-        """``take_recycled(path)``: put a recycled file at ``path`` (False: none to take)."""
+    def __init__(self, root: Path, take_recycled: Callable[[Path], bool],
+                 take_map: Callable[[int], FileMap | None]) -> None:
+        """``take_recycled(path)``: put a recycled file at ``path`` (False: none to take);
+        ``take_map(fd)``: the mapping kept with the recycled file open as ``fd``, if any."""
         self.directory = root / UPLOADS
         self._take_recycled = take_recycled
+        self._take_map = take_map
         self._live: dict[str, _Upload] = {}
         self._writing = FileLocks()  # parts of one upload are written one at a time
 
@@ -125,14 +136,15 @@ class FileUploads:
             (d / "meta.json").write_text(json.dumps(
                 {"key": key, "part_size": part_size, "initiated": time.time()}))
             data = d / "data"
-            fd = os.open(data, os.O_RDWR | (0 if self._take_recycled(data) else os.O_CREAT),
-                         0o644)
+            recycled = self._take_recycled(data)
+            fd = os.open(data, os.O_RDWR | (0 if recycled else os.O_CREAT), 0o644)
         except OSError:
             # disk full, I/O error: no caller will ever know this upload id, and an empty
             # meta.json is skipped by listings, so nothing would ever remove it
             self.remove(upload_id)
             raise
-        self._live[upload_id] = _Upload(part_size, fd)
+        kept = self._take_map(fd) if recycled else None
+        self._live[upload_id] = _Upload(part_size, fd, maps=[kept] if kept is not None else [])
         return upload_id
 
     def write_part(self, upload_id: str, number: int, data: Pieces) -> str:
@@ -151,27 +163,32 @@ class FileUploads:
         allocated (so writing it never faults for want of space); None where the kernel
         cannot allocate them up front (before Linux 5.14) or the filesystem is full."""
         up = self._live_upload(upload_id)
-        start = offset - offset % mmap.PAGESIZE
         end = offset + length
         with self._writing.held(upload_id):
             self._live_upload(upload_id)  # not aborted while this waited
-            if os.fstat(up.fd).st_size < end:
+            size = os.fstat(up.fd).st_size
+            fm = up.maps[-1] if up.maps and len(up.maps[-1]) >= end else None
+            if fm is None:  # mapped afresh, the file grown to it (sparse) first
+                grown = max(end, size, MAP_MIN, 2 * len(up.maps[-1]) if up.maps else 0)
+                os.ftruncate(up.fd, grown)
+                fm = FileMap(up.fd, grown)
+                up.maps.append(fm)
+            elif size < end:  # a recycled file shorter than its mapping
                 os.ftruncate(up.fd, end)
-            lent = mmap.mmap(up.fd, end - start, offset=start)
         try:
-            advise(lent, MADV_POPULATE_WRITE)
+            arr = fm.window(offset, length)
         except OSError:
-            lent.close()
             return None
-        up.windows[id(lent)] = (lent, start, address_of(memoryview(lent)))
-        return memoryview(lent)[offset - start:]
+        view = arr.data
+        up.windows[id(arr)] = (arr, offset, address_of(view))
+        return view
 
     def complete(self, upload_id: str, parts: Sequence[tuple[int, str]],
-                 publish: Callable[[int, int, Path, list[mmap.mmap]], None]) -> None:
-        """Check the parts, then ``publish(fd, total, data_path, windows)`` (truncate, sync,
-        rename into place; ``windows``: the mappings lent as windows, still alive through
-        their views, which must not see another object's bytes: filemaps.py's ``adopt``); the
-        upload is gone afterwards."""
+                 publish: Callable[[int, int, Path, list[FileMap]], None]) -> None:
+        """Check the parts, then ``publish(fd, total, data_path, maps)`` (truncate, sync,
+        rename into place; ``maps``: the data file's mappings, whose windows may still be
+        alive and must not see another object's bytes: filemaps.py's ``adopt``); the upload
+        is gone afterwards."""
         up = self._live_upload(upload_id)
         numbers = [n for n, _ in parts]
         if numbers != list(range(1, len(parts) + 1)):
@@ -186,8 +203,8 @@ class FileUploads:
                                    f"{up.part_size}")
             total += size
         with self._writing.held(upload_id):
-            publish(up.fd, total, self._dir(upload_id) / "data",
-                    [lent for lent, _, _ in up.windows.values()])
+            publish(up.fd, total, self._dir(upload_id) / "data", up.maps)
+            up.maps = []  # the published file's now
         self.remove(upload_id)
 
     def remove(self, upload_id: str) -> None:
@@ -198,6 +215,8 @@ class FileUploads:
             with self._writing.held(upload_id):  # no write is using the descriptor
                 if self._live.pop(upload_id, None) is not None:
                     os.close(up.fd)
+                    for fm in up.maps:  # aborted: its file is deleted
+                        fm.close()
         if not d.exists():
             return
         for f in list(d.iterdir()):

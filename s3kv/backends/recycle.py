@@ -12,8 +12,10 @@ A deleted object's file of at least ``min_bytes`` is moved here (a rename) inste
 unlinked, while the pool holds at most ``limit_bytes``; a new large object (a multipart
 upload's data file, a large PUT) takes one and is written over it, then truncated to its own
 length. A file is only taken while no memory map of it is in use (``MappedFiles.move_if_unmapped``):
-a reader's view of a deleted segment keeps the old bytes, never the next object's. Files left
-here by an earlier process are reused. Thread-safe: the backend calls it from worker threads.
+a reader's view of a deleted segment keeps the old bytes, never the next object's. A file
+comes with its writable mapping when one was kept (filewindows.py), for the next upload to
+lend windows from: ``take_map``. Files left here by an earlier process are reused.
+Thread-safe: the backend calls it from worker threads.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import threading
 from pathlib import Path
 
 from s3kv.backends.filemaps import MappedFiles
+from s3kv.backends.filewindows import FileMap
 from s3kv.sizes import GiB, MiB
 
 #: bytes of deleted files kept for reuse (four 256 MiB segments)
@@ -40,10 +43,12 @@ class RecycledFiles:
         self.min_bytes = min_bytes
         self._maps = maps
         self._files: dict[Path, int] = {}  # pooled file -> its size
+        self._mapped: dict[int, FileMap] = {}  # pooled file's inode -> its kept mapping
         self._bytes = 0
         self._lock = threading.Lock()
         self._names = itertools.count()
         self.reused = 0  # files taken for a new object since start
+        self.maps_reused = 0  # of them, taken with their writable mapping
 
     @property
     def bytes(self) -> int:
@@ -76,8 +81,15 @@ class RecycledFiles:
             if self._bytes + size > self.limit_bytes:
                 return False
             dest = self.directory / f"{os.getpid()}-{next(self._names)}"
-            if not self._maps.move_if_unmapped(path, dest):
+            maps = self._maps.move_if_unmapped(path, dest)
+            if maps is None:
                 return False
+            if maps:  # the longest one lends
+                maps.sort(key=len)
+                lender = maps.pop()
+                self._mapped[lender.ino] = lender
+                for fm in maps:
+                    fm.close()
             self._files[dest] = size
             self._bytes += size
         return True
@@ -97,3 +109,19 @@ class RecycledFiles:
                 return False
             self.reused += 1
         return True
+
+    def drop_maps(self) -> None:
+        """Let go of the mappings kept with pooled files (the backend closes)."""
+        with self._lock:
+            maps, self._mapped = list(self._mapped.values()), {}
+        for fm in maps:
+            fm.close()
+
+    def take_map(self, fd: int) -> FileMap | None:
+        """The mapping kept with the recycled file now open as ``fd`` (:meth:`take`), if any:
+        the caller's to lend from, or to close."""
+        ino = os.fstat(fd).st_ino
+        with self._lock:
+            fm = self._mapped.pop(ino, None)
+            self.maps_reused += fm is not None
+        return fm

@@ -42,9 +42,9 @@ def test_view_now_only_for_mapped_files_in_memory(tmp_path: Path) -> None:
     assert maps.view_now(path, 6 * PAGE, 4 * PAGE) is None  # reaches into the hole
     # a view handed out on the loop pins the file like any other
     first.release()
-    assert not maps.move_if_unmapped(path, tmp_path / "moved")
+    assert maps.move_if_unmapped(path, tmp_path / "moved") is None
     now.release()
-    assert maps.move_if_unmapped(path, tmp_path / "moved")
+    assert maps.move_if_unmapped(path, tmp_path / "moved") == []  # moved; no mapping kept
     assert maps.view_now(path, 0, PAGE) is None
 
 

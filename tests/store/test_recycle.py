@@ -9,7 +9,9 @@ import gc
 import os
 from pathlib import Path
 
-from s3kv.backends import FileBackend
+import pytest
+
+from s3kv.backends import FileBackend, filemaps
 from s3kv.backends.multipart import MultipartUpload
 from s3kv.retry import RetryPolicy
 from s3kv.sizes import KiB
@@ -146,3 +148,42 @@ async def test_no_recycling_when_disabled(tmp_path: Path) -> None:
     await backend.delete_objects(["seg/a"])
     assert backend.recycled.bytes == 0
     assert not list((tmp_path / ".recycled").iterdir())
+
+
+async def test_a_recycled_file_comes_with_its_mapping(tmp_path: Path) -> None:
+    """Windows onto a recycled file are lent from the mapping its last object's windows came
+    from (its page tables kept): no new mapping, no page populated again."""
+    backend = await small_pool(tmp_path)
+    (await windowed(backend, "seg/a", os.urandom(4 * PART))).release()
+    gc.collect()
+    await backend.delete_objects(["seg/a"])
+    assert backend.recycled.bytes == 4 * PART
+    new = os.urandom(3 * PART)
+    (await windowed(backend, "seg/b", new)).release()
+    assert backend.recycled.reused == 1 and backend.recycled.maps_reused == 1
+    assert await backend.get_object("seg/b") == new
+
+
+async def test_a_recycled_mapping_lends_past_a_shorter_object(tmp_path: Path) -> None:
+    """A short object truncates the file under its mapping; the next, longer one is lent
+    pages allocated afresh past that length, and reads back exactly."""
+    backend = await small_pool(tmp_path)
+    for key, size in (("seg/a", 4 * PART), ("seg/b", PART), ("seg/c", 5 * PART)):
+        data = os.urandom(size)
+        (await windowed(backend, key, data)).release()
+        assert await backend.get_object(key) == data
+        gc.collect()
+        await backend.delete_objects([key])
+    assert backend.recycled.maps_reused == 2
+
+
+async def test_only_the_last_files_keep_their_mappings(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(filemaps, "MAX_KEPT", 1)
+    backend = await small_pool(tmp_path)
+    for key in ("seg/a", "seg/b"):
+        (await windowed(backend, key, os.urandom(4 * PART))).release()
+    gc.collect()
+    await backend.delete_objects(["seg/a"])  # its mapping was let go when seg/b's was kept
+    (await windowed(backend, "seg/c", os.urandom(4 * PART))).release()
+    assert backend.recycled.reused == 1 and backend.recycled.maps_reused == 0
