@@ -114,7 +114,8 @@ def run_once(case: Case, side: Side, load: Load) -> dict[str, Any]:
     figures: dict[str, Any] = {"MiB_s": round(nbytes / MiB / seconds, 1),
                                "ops_s": round(ops / seconds, 1), "ops": ops,
                                "seconds": round(seconds, 3),
-                               "peak_rss_MiB": round((peak or sampler.max_rss["server"]) / MiB)}
+                               "peak_rss_MiB": round((peak or sampler.max_rss["server"]) / MiB),
+                               "peak_anon_MiB": round(sampler.max_anon["server"] / MiB)}
     for name, used in cpu.items():
         figures[f"{name}_cpu_s_per_GiB"] = round(used * GiB / nbytes, 3)
         figures[f"{name}_cpu_ms_per_op"] = round(used * 1000 / ops, 4)

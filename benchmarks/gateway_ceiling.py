@@ -22,9 +22,11 @@ run of a case grows its memory to the case's request sizes), then each repeat ru
 md5 in turn; ratios are gateway / bare
 throughput within a repeat, and every figure is the median over ``--repeats``. Each process's
 CPU (client, gateway, bare server; psutil, over the timed window only) is reported per GiB and
-per op (an op is an object, or a block in the batch cases), with the gateway's peak RSS; the
-server's main thread, its event loop, also on its own (``server_loop_cpu_...``: the rest of
-the server's CPU is its worker threads, the gateway's file writes above all).
+per op (an op is an object, or a block in the batch cases), with the gateway's peak RSS (which
+counts the store's segment files it maps: they are in /dev/shm either way) and its largest
+anonymous RSS (``peak_anon_MiB``: its own memory); the server's main thread, its event loop,
+also on its own (``server_loop_cpu_...``: the rest of the server's CPU is its worker threads,
+the gateway's file writes above all).
 
 ``--json`` prints one object: ``put_ratio_<size>``, ``get_ratio_<size>``,
 ``batch_put_ratio_<block>``, ``batch_get_ratio_<block>``, ``gateway_cpu_s_per_gib_put_<size>``
@@ -200,7 +202,7 @@ def table(detail: dict[str, Any], args: argparse.Namespace) -> str:
              "(object, or block in batches) and per GiB",
              f"{'case':<20}{'side':<6}{'MiB/s':>9}{'op/s':>10}{'ratio':>7}"
              f"{'srv ms/op':>11}{'loop ms/op':>11}{'srv s/GiB':>11}{'cli ms/op':>11}"
-             f"{'cli s/GiB':>11}{'peak RSS':>10}"]
+             f"{'cli s/GiB':>11}{'peak RSS':>10}{'(anon)':>10}"]
     for label, entry in detail.items():
         for name in ("bare", *MODES):
             f = entry[name]
@@ -209,7 +211,8 @@ def table(detail: dict[str, Any], args: argparse.Namespace) -> str:
                          f"{f['ops_s']:>10.1f}{ratio:>7}{f['server_cpu_ms_per_op']:>11.3f}"
                          f"{f['server_loop_cpu_ms_per_op']:>11.3f}"
                          f"{f['server_cpu_s_per_GiB']:>11.3f}{f['client_cpu_ms_per_op']:>11.3f}"
-                         f"{f['client_cpu_s_per_GiB']:>11.3f}{f['peak_rss_MiB']:>7} MiB")
+                         f"{f['client_cpu_s_per_GiB']:>11.3f}{f['peak_rss_MiB']:>7} MiB"
+                         f"{f['peak_anon_MiB']:>7} MiB")
     return "\n".join(lines)
 
 

@@ -12,7 +12,10 @@ gateway's event loop, apart from its worker threads (file writes, checksums of l
 page population).
 
 Peak RSS: :func:`reset_peak_rss` and :func:`peak_rss` use Linux's ``VmHWM`` (exact, reset by
-``clear_refs``); elsewhere the sampler's own largest RSS seen stands in.
+``clear_refs``); elsewhere the sampler's own largest RSS seen stands in. RSS counts the pages
+of files a process maps: a gateway on a ``file://`` store in tmpfs maps its segment files, so
+its RSS includes store pages that exist whether mapped or not. ``max_anon`` is the largest
+``RssAnon`` sampled (Linux): the process's own memory (heap, buffers), apart from those.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ class Sampler:
         self._series: dict[str, tuple[list[int], list[float]]] = {
             n: ([], []) for n in [*procs, *(f"{name}_loop" for name in loops)]}
         self.max_rss: dict[str, int] = dict.fromkeys(procs, 0)
+        #: the largest RssAnon seen per process (0 where the system does not say)
+        self.max_anon: dict[str, int] = dict.fromkeys(procs, 0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="proc-sampler", daemon=True)
 
@@ -74,6 +79,7 @@ class Sampler:
             stamps.append(now)
             values.append(t.user + t.system)
             self.max_rss[name] = max(self.max_rss[name], rss)
+            self.max_anon[name] = max(self.max_anon[name], anon_rss(proc.pid))
             if name in self._loops:
                 self._sample_loop(name, proc, now)
 
@@ -106,6 +112,15 @@ def _at(series: tuple[list[int], list[float]], t_ns: int) -> float:
         return values[-1]
     t0, t1, v0, v1 = stamps[i - 1], stamps[i], values[i - 1], values[i]
     return v0 + (v1 - v0) * (t_ns - t0) / (t1 - t0) if t1 > t0 else v1
+
+
+def anon_rss(pid: int) -> int:
+    """The process's resident anonymous memory in bytes (Linux ``RssAnon``; 0 elsewhere)."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def reset_peak_rss(pid: int) -> bool:

@@ -85,6 +85,8 @@ def test_gateway_ceiling_tiny_run_json() -> None:
             for name in ("MiB_s", "ops_s", "client_cpu_s_per_GiB", "server_cpu_ms_per_op",
                          "peak_rss_MiB"):
                 assert figures[name] > 0, (label, side, name)
+            # the process's own memory, apart from the store's mapped pages, is part of it
+            assert 0 < figures["peak_anon_MiB"] <= figures["peak_rss_MiB"], (label, side)
             # the event loop's share (the main thread's CPU) is part of the process's, to
             # within /proc's resolution: both counters are whole clock ticks (10 ms), so over
             # a window of a few hundred ops each can be a tick off (CI read 0.630 ms per op on
