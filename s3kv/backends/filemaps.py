@@ -168,16 +168,16 @@ class MappedFiles:
                 return None
             kept = self._kept.pop(path, [])
             adopted = self._adopted.pop(path, None)
-            reusable = {id(fm.mapping) for fm in kept if not fm.in_use}
-            in_use = [a for a in adopted or () if id(a) not in reusable and not close_mapping(a)]
+            ours = {id(fm.mapping) for fm in kept}  # asked whether in use, never closed here
+            in_use = [fm.mapping for fm in kept if fm.in_use] + [
+                a for a in adopted or () if id(a) not in ours and not close_mapping(a)]
             if in_use:
-                self._adopted[path] = weakref.WeakSet(
-                    in_use + [fm.mapping for fm in kept if id(fm.mapping) in reusable])
+                self._adopted[path] = weakref.WeakSet([*in_use, *(fm.mapping for fm in kept)])
                 if kept:
                     self._kept[path] = kept
                 return None
             os.rename(path, dest)
-            return [fm for fm in kept if id(fm.mapping) in reusable]
+            return kept
 
     def clear(self) -> None:
         with self._lock:

@@ -175,7 +175,7 @@ class FileUploads:
                 up.maps.append(fm)
             elif size < end:  # a recycled file shorter than its mapping
                 os.ftruncate(up.fd, end)
-        try:
+        try:  # populated outside the upload's lock, as parts may be written meanwhile
             arr = fm.window(offset, length)
         except OSError:
             return None
