@@ -41,13 +41,14 @@ from typing import NamedTuple
 from s3kv.backends.filewindows import FileMap
 from s3kv.backends.pages import (
     MADV_POPULATE_READ,
+    PAGE,
     address_of,
     advise,
     close_mapping,
     in_memory,
+    page_span,
 )
 
-PAGE = mmap.PAGESIZE
 #: files mapped at once (a 256 MiB segment costs address space and page tables, no memory)
 MAX_MAPS = 64
 #: files whose writable mappings are kept for reuse once recycled (each holds a descriptor,
@@ -56,11 +57,6 @@ MAX_KEPT = 64
 #: pages of the answer buffer view_now reuses: 1 MiB, the file backend's NOW_MAX, plus one
 #: for a range that does not start on a page
 ANSWER_PAGES = 257
-
-
-def _pages(start: int, end: int) -> tuple[int, int]:
-    """The pages [first, last) that bytes [start, end) touch."""
-    return start // PAGE, -(-end // PAGE)
 
 
 class _Cached(NamedTuple):
@@ -117,14 +113,14 @@ class MappedFiles:
                 return None
             self._maps.move_to_end(path)
             view = memoryview(m)[start:end]
-            todo = cached.populated.find(0, *_pages(start, end)) >= 0
+            todo = cached.populated.find(0, *page_span(start, end)) >= 0
         if todo:
             self._fault_in(m, start, end)  # no disk read: page tables only
             self._mark_populated(path, m, start, end)
         return view
 
     def _mark_populated(self, path: Path, m: mmap.mmap, start: int, end: int) -> None:
-        first, last = _pages(start, end)
+        first, last = page_span(start, end)
         with self._lock:
             cached = self._maps.get(path)
             if cached is not None and cached.mapping is m:  # else forgotten or mapped afresh
@@ -205,7 +201,7 @@ class MappedFiles:
             finally:
                 os.close(fd)
             self._live[path] = m
-        self._maps[path] = _Cached(m, bytearray(-(-len(m) // PAGE)), address_of(m))
+        self._maps[path] = _Cached(m, bytearray(page_span(0, len(m))[1]), address_of(m))
         while len(self._maps) > self.limit:
             self._maps.popitem(last=False)
         return m

@@ -28,15 +28,10 @@ import weakref
 import numpy as np
 import numpy.typing as npt
 
-from s3kv.backends.pages import MADV_POPULATE_WRITE, PAGE, advise, close_mapping
+from s3kv.backends.pages import MADV_POPULATE_WRITE, PAGE, advise, close_mapping, page_span
 
 #: the least a data file is mapped at (a fresh file grows to it, sparse, when first lent)
 MAP_MIN = 64 * 1024 * 1024
-
-
-def _pages(start: int, end: int) -> tuple[int, int]:
-    """The pages [first, last) that bytes [start, end) touch."""
-    return start // PAGE, -(-end // PAGE)
 
 
 class FileMap:
@@ -47,7 +42,7 @@ class FileMap:
         self.mapping = mmap.mmap(fd, length)
         self.ino = os.fstat(fd).st_ino
         #: one byte per page: 1 once its page-table entry was populated (the page allocated)
-        self.populated = bytearray(-(-length // PAGE))
+        self.populated = bytearray(page_span(0, length)[1])
         #: the windows lent and alive (id -> array; arrays are not hashable)
         self._lent: weakref.WeakValueDictionary[int, npt.NDArray[np.uint8]] = \
             weakref.WeakValueDictionary()
@@ -60,7 +55,7 @@ class FileMap:
         is the window), their pages populated first (blocking, without the GIL). The caller
         has made the file at least ``offset + length`` bytes long. OSError: the kernel could
         not allocate them (a full filesystem) or has no MADV_POPULATE_WRITE."""
-        first, last = _pages(offset, offset + length)
+        first, last = page_span(offset, offset + length)
         todo = self.populated.find(0, first, last)
         if todo >= 0:
             upto = self.populated.rfind(0, first, last) + 1
@@ -72,7 +67,7 @@ class FileMap:
 
     def truncated(self, length: int) -> None:
         """The file was cut to ``length`` bytes: the kernel unmapped the pages past it."""
-        first = -(-length // PAGE)
+        first = page_span(0, length)[1]
         if first < len(self.populated):
             self.populated[first:] = bytes(len(self.populated) - first)
 

@@ -32,6 +32,11 @@ MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 _RESIDENT_BIT = bytes(i & 1 for i in range(256))
 
 
+def page_span(start: int, end: int) -> tuple[int, int]:
+    """The pages [first, last) that bytes [start, end) touch."""
+    return start // PAGE, -(-end // PAGE)
+
+
 def _libc_call(name: str, argtypes: list[type]) -> Callable[..., int] | None:
     """``name`` from the process's C library, errno kept (None where it has none)."""
     try:
