@@ -36,14 +36,14 @@ from s3kv.frames import (
 from s3kv.gateway import ops
 from s3kv.gateway.access import check_namespace, require_unrestricted
 from s3kv.gateway.bodies import Body, Destination, read_body, read_small
+from s3kv.gateway.chunked import ChunkSender
 from s3kv.gateway.requests import codec_of, durability, validate_key
 from s3kv.gateway.s3_buckets import RESERVED
-from s3kv.gateway.s3_objects import write_sliced
 from s3kv.gateway.state import GatewayState, state_of
 from s3kv.store.codecs import HEADER_CODEC, CodecSpec
 from s3kv.store.fetch import checksums_async
 from s3kv.store.landing import Landing
-from s3kv.wire.body import size_of
+from s3kv.wire.body import pieces_of, size_of
 from s3kv.wire.headers import index_headers
 
 MAX_BATCH_KEYS = 4096
@@ -97,6 +97,8 @@ async def batch_get(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": STREAM})
     resp.enable_chunked_encoding()  # the length is known only once every block is verified
     await resp.prepare(request)
+    sender = ChunkSender(request, resp)
+    await sender.start()
     sent = 0
     async with aclosing(blocks):
         names_left = iter(names)
@@ -104,11 +106,11 @@ async def batch_get(request: web.Request) -> web.StreamResponse:
             size = None if block is None else size_of(block)
             record = block_record(next(names_left), size)
             if block is not None and size:
-                await write_sliced(resp, block, head=record)
+                await sender.write(record, pieces_of(block))
                 sent += size
             else:
-                await resp.write(record)
-    await resp.write(end_record(len(names)))
+                await sender.write(record)
+    await sender.write(end_record(len(names)))
     await resp.write_eof()
     st.metrics.bytes_out.inc(sent)
     return resp

@@ -17,12 +17,8 @@ from s3kv.gateway.requests import Target, codec_of, durability, parse_range, val
 from s3kv.gateway.state import GatewayState
 from s3kv.store import layout
 from s3kv.store.landing import Landing
-from s3kv.wire.body import SLICE, Pieces, joined, pieces_of, size_of, slices, views_of
+from s3kv.wire.body import SLICE, Pieces, joined, pieces_of, slices, views_of
 from s3kv.wire.headers import index_headers
-
-#: up to this many bytes, a record's head and its block go as one write (joined: a copy);
-#: beyond it the copy costs more than a second send
-JOIN_MAX = 64 * 1024
 
 
 async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
@@ -202,23 +198,9 @@ def _keep_content_type(resp: web.StreamResponse, headers: dict[str, str]) -> Non
         resp.headers["Content-Type"] = headers["Content-Type"]
 
 
-async def write_sliced(resp: web.StreamResponse, data: Pieces, head: bytes = b"") -> None:
-    """Write ``head`` then ``data`` (one buffer or pieces) in views of at most SLICE bytes:
-    what one socket write leaves unsent, Python 3.11's transport copies and then trims send by
-    send (see s3kv/wire/body.py). Each write is a send, and a chunk of its own when the
-    response is chunked, which aiohttp joins with its framing on Python 3.11 (a copy): so a
-    small head and body go as one joined write, a large body's head goes alone (a joined head
-    would copy the body once more: 10-13 % of the gateway's CPU per 256 KiB block of a batch
-    get), and a body of several pieces up to SLICE is joined into one write."""
-    parts = pieces_of(data)
-    size = size_of(parts)
-    if len(head) + size <= JOIN_MAX:
-        await resp.write(joined([head, *parts] if head else parts))
-        return
-    if head:
-        await resp.write(head)
-    if len(parts) > 1 and size <= SLICE:
-        await resp.write(joined(parts))
-        return
-    for view in slices(parts):
+async def write_sliced(resp: web.StreamResponse, data: Pieces) -> None:
+    """Write ``data`` (one buffer or pieces) in views of at most SLICE bytes: what one socket
+    write leaves unsent, Python 3.11's transport copies and then trims send by send (see
+    s3kv/wire/body.py)."""
+    for view in slices(pieces_of(data)):
         await resp.write(view)

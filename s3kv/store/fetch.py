@@ -138,6 +138,7 @@ class BlockFetcher:
         locs: list[Location | None] = []
         cached: dict[int, Pieces] = {}  # DRAM tier hits (verified when they were stored)
         in_memory: set[int] = set()  # in a segment the writer still holds: copied when due
+        lent: dict[int, memoryview] = {}  # lent at once by the backend: no task, no thread
         wanted: list[tuple[int, Location]] = []
         for pos, key in enumerate(keys):
             self.stats.gets += 1
@@ -157,7 +158,14 @@ class BlockFetcher:
             else:
                 wanted.append((pos, loc))
         since = time.monotonic()  # the reads of one request share its age (readbudget.py)
-        runs = [RunRead(r, since) for r in plan_reads(wanted)]
+        runs: list[RunRead] = []
+        for plan in plan_reads(wanted):
+            view = self._view_now(plan.segment, plan.start, plan.end - plan.start)
+            if view is None or len(view) < plan.end - plan.start:  # short: a run's misses
+                runs.append(RunRead(plan, since))
+            else:
+                lent.update((pos, view[loc.offset - plan.start:][:loc.length])
+                            for pos, loc in plan.members)
         runs.sort(key=lambda r: min(p for p, _ in r.plan.members))
         run_of = {pos: i for i, run in enumerate(runs) for pos, _ in run.plan.members}
         ends = list(itertools.accumulate(r.size for r in runs))  # run i ends at byte ends[i]
@@ -173,6 +181,8 @@ class BlockFetcher:
                     pass
                 elif pos in cached:
                     block = cached.pop(pos)
+                elif pos in lent:
+                    raw = lent.pop(pos)
                 elif pos in in_memory:
                     raw = self.writer.read(loc.segment, loc.offset, loc.length)
                     if raw is None:  # sealed and let go since the plan
@@ -224,7 +234,7 @@ class BlockFetcher:
                 self._count(nid, key, True)
                 return hit
             raw: Pieces | None = (self.writer.read(loc.segment, loc.offset, loc.length)
-                                  or self._view_now(loc))
+                                  or self._view_now(loc.segment, loc.offset, loc.length))
             if raw is None:
                 raw = await self._ahead(loc)
             if raw is not None:
@@ -257,14 +267,15 @@ class BlockFetcher:
                            b if isinstance(b, NowViewer) else None)
         return self._kinds[1], self._kinds[2]
 
-    def _view_now(self, loc: Location) -> memoryview | None:
-        """The block's bytes lent at once by the backend, if it can (in memory, and small
-        enough for the loop: the backend's call); else None."""
-        info = self.segments.get(loc.segment)
+    def _view_now(self, segment: int, start: int, length: int) -> memoryview | None:
+        """The segment's bytes [start, start + length) lent at once by the backend, if it can
+        (in memory, and small enough for the loop: the backend's call; shorter at the end of
+        its file); else None."""
+        info = self.segments.get(segment)
         now = self._viewers()[1]
         if now is None or info is None or info.state is not SegmentState.SEALED:
             return None
-        view = now.view_now(segment_key(self.prefix, info.name), loc.offset, loc.length)
+        view = now.view_now(segment_key(self.prefix, info.name), start, length)
         if view is not None:
             self.stats.backend_reads += 1
             self.stats.backend_read_bytes += len(view)

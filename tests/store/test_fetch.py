@@ -191,3 +191,40 @@ async def test_a_block_at_hand_is_read_without_a_worker_thread(tmp_path: Any) ->
     finally:
         await store.close()
         await backend.close()
+
+
+async def test_blocks_at_hand_in_a_batch_are_read_without_a_task_or_thread(
+        tmp_path: Any) -> None:
+    """``iter_many`` (the native batch get) takes each coalesced run of a sealed segment whose
+    mapped pages are in memory from the backend at once, on the event loop: one backend read
+    for the run, no worker thread, no read task; a corrupt block is still a miss."""
+    from s3kv.backends import FileBackend
+
+    backend = await FileBackend(tmp_path / "store").open()
+    store, keys, blocks = await _chain(backend, 8, 64 * KiB)
+    try:
+        assert await store.read("kvns", keys[0]) is not None  # maps the segment file
+        threads: list[object] = []
+
+        async def no_thread(*args: object) -> memoryview:
+            threads.append(args)
+            raise AssertionError("the worker-thread path was taken")
+
+        backend.view_range = no_thread  # type: ignore[method-assign]
+        loc = store.index.get(store.ns_id("kvns"), keys[6])
+        info = store.segments.get(loc.segment) if loc is not None else None
+        assert loc is not None and info is not None
+        _flip(tmp_path / "store" / "segments" / f"{info.name}.seg", loc.offset + 5)
+        wanted = [keys[1], keys[2], keys[5], keys[6], keys[3]]  # one run: 1-6 (gap: 4)
+        reads, tasks = store.stats.backend_reads, len(asyncio.all_tasks())
+        got = []
+        async with aclosing(store.iter_many("kvns", wanted)) as it:
+            async for b in it:
+                assert len(asyncio.all_tasks()) == tasks  # no read task was started
+                got.append(None if b is None else b"".join(pieces_of(b)))
+        assert got == [blocks[1], blocks[2], blocks[5], None, blocks[3]] and not threads
+        assert store.stats.backend_reads == reads + 1
+        assert store.stats.checksum_failures == 1
+    finally:
+        await store.close()
+        await backend.close()

@@ -1,0 +1,202 @@
+"""A chunked body written as vectors (``gateway/chunked.py``), through a real aiohttp server
+and a raw socket client: the framing decodes to exactly what was written, in order, also when
+the client reads late and the socket's buffer fills (the rest queued by the transport); a
+record and its block go out in one ``writev`` of the block's own buffer (no copy); a block
+larger than SLICE goes in chunks of at most SLICE; a client that leaves ends the writes with
+an error, not a hang."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+from aiohttp import web
+
+from s3kv.gateway.chunked import ChunkSender
+from s3kv.wire.body import SLICE, Buffer
+
+Items = Sequence[tuple[bytes, Sequence[Buffer]]]
+
+
+async def _serve(items: Items, done: asyncio.Future[BaseException | None]
+                 ) -> tuple[web.AppRunner, int]:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        sender = ChunkSender(request, resp)
+        try:
+            await sender.start()
+            for head, pieces in items:
+                await sender.write(head, pieces)
+            await resp.write_eof()
+        except (ConnectionError, OSError) as exc:
+            done.set_result(exc)
+            raise
+        done.set_result(None)
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, port
+
+
+def _dechunk(raw: bytes) -> tuple[bytes, list[int]]:
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    assert b"chunked" in head.lower()
+    body, sizes = bytearray(), list[int]()
+    while True:
+        line, _, rest = rest.partition(b"\r\n")
+        size = int(line, 16)
+        if size == 0:
+            return bytes(body), sizes
+        sizes.append(size)
+        body += rest[:size]
+        assert rest[size:size + 2] == b"\r\n"
+        rest = rest[size + 2:]
+
+
+def _fetch(items: Items, delay: float = 0.0, dribble: bool = False) -> tuple[bytes, list[int]]:
+    async def main() -> tuple[bytes, list[int]]:
+        done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        runner, port = await _serve(items, done)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            await asyncio.sleep(delay)  # the server's socket fills meanwhile
+            if dribble:  # small reads, paused: the socket is full, then has room, again
+                raw = b""
+                while part := await reader.read(16384):
+                    raw += part
+                    await asyncio.sleep(0.0002)
+            else:
+                raw = await reader.read()
+            writer.close()
+            assert await asyncio.wait_for(done, 10) is None
+            return _dechunk(raw)
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(main())
+
+
+def _items(sizes: Sequence[int]) -> list[tuple[bytes, list[Buffer]]]:
+    return [(b"record-%d;" % i, [os.urandom(n)]) for i, n in enumerate(sizes)]
+
+
+def _flat(items: Items) -> bytes:
+    return b"".join(head + b"".join(bytes(p) for p in pieces) for head, pieces in items)
+
+
+def test_the_chunks_decode_to_what_was_written() -> None:
+    items: list[tuple[bytes, Sequence[Buffer]]] = [
+        *_items([0, 1, 4096, 256 * 1024]),
+        (b"pieces;", [os.urandom(1000), bytearray(os.urandom(70000)), memoryview(b"x" * 9)]),
+        (b"end", ()),
+    ]
+    body, sizes = _fetch(items)
+    assert body == _flat(items)
+    assert all(s <= SLICE for s in sizes)
+
+
+def test_a_late_reader_gets_everything_in_order() -> None:
+    items = _items([256 * 1024] * 48 + [3 * SLICE + 5])  # ~15 MiB: more than the socket holds
+    body, sizes = _fetch(items, delay=0.3)
+    assert body == _flat(items)
+    assert max(sizes) <= SLICE  # the large block went in slices
+
+
+def test_a_slow_reader_gets_everything_in_order() -> None:
+    items = _items([100_000, 7, 250_000, 33] * 12)
+    body, _ = _fetch(items, dribble=True)
+    assert body == _flat(items)
+
+
+def test_a_record_and_its_block_go_in_one_writev_of_the_block_itself(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[Any]] = []
+    real = os.writev
+
+    def writev(fd: int, bufs: list[Buffer]) -> int:
+        calls.append(list(bufs))
+        return real(fd, bufs)
+
+    monkeypatch.setattr(os, "writev", writev)
+    items = _items([64 * 1024])
+    body, sizes = _fetch(items)
+    assert body == _flat(items) and sizes == [len(body)]
+    (call,) = [c for c in calls if any(memoryview(b).obj is items[0][1][0] for b in c)]
+    assert bytes(call[1]) == items[0][0]  # framing, the record, the block, CRLF
+    assert memoryview(call[2]).obj is items[0][1][0]
+
+
+def test_a_client_that_leaves_ends_the_writes() -> None:
+    async def main() -> BaseException | None:
+        done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        runner, port = await _serve(_items([SLICE] * 256), done)  # 256 MiB: never all sent
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            await reader.read(65536)
+            writer.transport.abort()
+            return await asyncio.wait_for(done, 10)
+        finally:
+            await runner.cleanup()
+
+    assert isinstance(asyncio.run(main()), (ConnectionError, OSError))
+
+
+class _QueuedTransport:
+    """A transport with bytes still queued (its socket, one end of a pair, has room)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.queued: list[bytes] = [b"queued earlier"]
+
+    def get_extra_info(self, name: str) -> Any:
+        return self.sock if name == "socket" else None
+
+    def get_write_buffer_size(self) -> int:
+        return sum(map(len, self.queued))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def writelines(self, bufs: Sequence[Buffer]) -> None:
+        self.queued.append(b"".join(bufs))
+
+
+class _Ready:
+    async def write(self, data: bytes) -> None:
+        pass
+
+    async def drain(self) -> None:
+        pass
+
+
+def test_a_chunk_never_goes_ahead_of_bytes_the_transport_holds() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        transport = _QueuedTransport(a)
+        request = SimpleNamespace(writer=_Ready(), transport=transport)
+        sender = ChunkSender(cast(web.Request, request), cast(web.StreamResponse, _Ready()))
+
+        async def main() -> None:
+            await sender.start()
+            await sender.write(b"rec;", [b"block"])
+
+        asyncio.run(main())
+        b.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            b.recv(1)  # nothing went straight to the socket
+        assert transport.queued == [b"queued earlier", b"9\r\nrec;block\r\n"]
