@@ -49,7 +49,7 @@ class FileBackend:
         self._paths: dict[str, Path] = {}
         self.recycled = RecycledFiles(self.root / _RECYCLED, self._maps,
                                       limit_bytes=recycle_bytes)
-        self._uploads = FileUploads(self.root, self.recycled.take, self.recycled.take_map)
+        self._uploads = FileUploads(self.root, self.recycled.take)
 
     async def open(self) -> FileBackend:
         await asyncio.to_thread(self._mkdirs)
@@ -96,12 +96,12 @@ class FileBackend:
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         size = size_of(data)
         try:
-            reused = size >= self.recycled.min_bytes and self.recycled.take(tmp)
+            reused, kept = (self.recycled.take(tmp) if size >= self.recycled.min_bytes
+                            else (False, None))
+            if kept is not None:  # written here, not through it
+                kept.close()
             fd = os.open(tmp, os.O_WRONLY | (0 if reused else os.O_CREAT | os.O_TRUNC), 0o644)
             try:
-                kept = self.recycled.take_map(fd) if reused else None
-                if kept is not None:  # written here, not through it
-                    kept.close()
                 write_at(fd, data, 0)
                 if reused:
                     os.ftruncate(fd, size)

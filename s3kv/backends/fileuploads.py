@@ -106,13 +106,12 @@ class _Upload:
 
 
 class FileUploads:
-    def __init__(self, root: Path, take_recycled: Callable[[Path], bool],
-                 take_map: Callable[[int], FileMap | None]) -> None:
-        """``take_recycled(path)``: put a recycled file at ``path`` (False: none to take);
-        ``take_map(fd)``: the mapping kept with the recycled file open as ``fd``, if any."""
+    def __init__(self, root: Path,
+                 take_recycled: Callable[[Path], tuple[bool, FileMap | None]]) -> None:
+        """``take_recycled(path)``: put a recycled file at ``path`` and say so, with the
+        mapping kept with it, if any ((False, None): none to take)."""
         self.directory = root / UPLOADS
         self._take_recycled = take_recycled
-        self._take_map = take_map
         self._live: dict[str, _Upload] = {}
         self._writing = FileLocks()  # parts of one upload are written one at a time
 
@@ -132,18 +131,20 @@ class FileUploads:
         upload_id = uuid.uuid4().hex
         d = self._dir(upload_id)
         d.mkdir(parents=True)
+        kept: FileMap | None = None
         try:
             (d / "meta.json").write_text(json.dumps(
                 {"key": key, "part_size": part_size, "initiated": time.time()}))
             data = d / "data"
-            recycled = self._take_recycled(data)
+            recycled, kept = self._take_recycled(data)
             fd = os.open(data, os.O_RDWR | (0 if recycled else os.O_CREAT), 0o644)
         except OSError:
             # disk full, I/O error: no caller will ever know this upload id, and an empty
             # meta.json is skipped by listings, so nothing would ever remove it
+            if kept is not None:
+                kept.close()
             self.remove(upload_id)
             raise
-        kept = self._take_map(fd) if recycled else None
         self._live[upload_id] = _Upload(part_size, fd, maps=[kept] if kept is not None else [])
         return upload_id
 

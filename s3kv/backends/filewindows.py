@@ -22,7 +22,6 @@ its pages allocated (a write into it never faults for want of space).
 from __future__ import annotations
 
 import mmap
-import os
 import weakref
 
 import numpy as np
@@ -40,7 +39,6 @@ class FileMap:
 
     def __init__(self, fd: int, length: int) -> None:
         self.mapping = mmap.mmap(fd, length)
-        self.ino = os.fstat(fd).st_ino
         #: one byte per page: 1 once its page-table entry was populated (the page allocated)
         self.populated = bytearray(page_span(0, length)[1])
         #: the windows lent and alive (id -> array; arrays are not hashable)

@@ -14,7 +14,7 @@ upload's data file, a large PUT) takes one and is written over it, then truncate
 length. A file is only taken while no memory map of it is in use (``MappedFiles.move_if_unmapped``):
 a reader's view of a deleted segment keeps the old bytes, never the next object's. A file
 comes with its writable mapping when one was kept (filewindows.py), for the next upload to
-lend windows from: ``take_map``. Files left here by an earlier process are reused.
+lend windows from: ``take`` hands both over. Files left here by an earlier process are reused.
 Thread-safe: the backend calls it from worker threads.
 """
 
@@ -43,7 +43,7 @@ class RecycledFiles:
         self.min_bytes = min_bytes
         self._maps = maps
         self._files: dict[Path, int] = {}  # pooled file -> its size
-        self._mapped: dict[int, FileMap] = {}  # pooled file's inode -> its kept mapping
+        self._mapped: dict[Path, FileMap] = {}  # pooled file -> its kept mapping
         self._bytes = 0
         self._lock = threading.Lock()
         self._names = itertools.count()
@@ -87,28 +87,34 @@ class RecycledFiles:
             if maps:  # the longest one lends
                 maps.sort(key=len)
                 lender = maps.pop()
-                self._mapped[lender.ino] = lender
+                self._mapped[dest] = lender
                 for fm in maps:
                     fm.close()
             self._files[dest] = size
             self._bytes += size
         return True
 
-    def take(self, dest: Path) -> bool:
+    def take(self, dest: Path) -> tuple[bool, FileMap | None]:
         """Move the largest pooled file to ``dest`` to be written over (the writer truncates
-        it to its own length). False: none pooled; create a new file. Blocking."""
+        it to its own length), with the writable mapping kept with it, if any: the caller's
+        to lend windows from, or to close (also when it cannot use the file after all).
+        (False, None): none pooled; create a new file. Blocking."""
         with self._lock:
             if not self._files:
-                return False
+                return False, None
             path = max(self._files, key=self._files.__getitem__)
             size = self._files.pop(path)
             self._bytes -= size
+            kept = self._mapped.pop(path, None)
             try:
                 os.replace(path, dest)
             except FileNotFoundError:  # removed behind our back: nothing to reuse
-                return False
+                if kept is not None:
+                    kept.close()
+                return False, None
             self.reused += 1
-        return True
+            self.maps_reused += kept is not None
+        return True, kept
 
     def drop_maps(self) -> None:
         """Let go of the mappings kept with pooled files (the backend closes)."""
@@ -116,12 +122,3 @@ class RecycledFiles:
             maps, self._mapped = list(self._mapped.values()), {}
         for fm in maps:
             fm.close()
-
-    def take_map(self, fd: int) -> FileMap | None:
-        """The mapping kept with the recycled file now open as ``fd`` (:meth:`take`), if any:
-        the caller's to lend from, or to close."""
-        ino = os.fstat(fd).st_ino
-        with self._lock:
-            fm = self._mapped.pop(ino, None)
-            self.maps_reused += fm is not None
-        return fm

@@ -5,14 +5,16 @@ the pool stays within its limit and is never listed."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import os
 from pathlib import Path
 
 import pytest
 
-from s3kv.backends import FileBackend, filemaps
+from s3kv.backends import FileBackend, filemaps, fileuploads, filewindows
 from s3kv.backends.multipart import MultipartUpload
+from s3kv.errors import BackendError
 from s3kv.retry import RetryPolicy
 from s3kv.sizes import KiB
 
@@ -187,3 +189,33 @@ async def test_only_the_last_files_keep_their_mappings(tmp_path: Path,
     await backend.delete_objects(["seg/a"])  # its mapping was let go when seg/b's was kept
     (await windowed(backend, "seg/c", os.urandom(4 * PART))).release()
     assert backend.recycled.reused == 1 and backend.recycled.maps_reused == 0
+
+
+async def test_a_recycled_file_that_cannot_be_opened_lets_its_mapping_go(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mapping kept with a pooled file goes to whoever takes the file: an upload that
+    takes it and then fails to open it (disk full, I/O error) unmaps it at once (it was left
+    in the pool, mapping a file that no longer existed, until the backend closed)."""
+    backend = await small_pool(tmp_path)
+    (await windowed(backend, "seg/a", os.urandom(4 * PART))).release()
+    gc.collect()
+    await backend.delete_objects(["seg/a"])
+    closed: list[filewindows.FileMap] = []
+    close = filewindows.FileMap.close
+
+    def recording_close(self: filewindows.FileMap) -> bool:
+        closed.append(self)
+        return close(self)
+
+    def failing_open(path: object, flags: int, mode: int = 0o777) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(filewindows.FileMap, "close", recording_close)
+    with monkeypatch.context() as m:
+        m.setattr(fileuploads.os, "open", failing_open)
+        with pytest.raises(BackendError):
+            await backend.create_multipart("seg/b", PART)
+    assert len(closed) == 1 and closed[0].mapping.closed
+    assert backend.recycled.bytes == 0
+    await backend.close()
+    assert len(closed) == 1  # nothing was left for the backend's close
