@@ -28,7 +28,7 @@ from s3kv.store.dram import DramCache, frozen_copy
 from s3kv.store.index import BlockIndex, Location
 from s3kv.store.readahead import ReadAhead
 from s3kv.store.readbudget import ReadBudget
-from s3kv.store.reader import MAX_RUN, plan_reads
+from s3kv.store.reader import MAX_RUN, ReadRun, plan_reads
 from s3kv.store.runread import RunRead
 from s3kv.store.segments import SegmentState, SegmentTable, segment_key
 from s3kv.store.stats import StoreStats
@@ -138,7 +138,7 @@ class BlockFetcher:
         locs: list[Location | None] = []
         cached: dict[int, Pieces] = {}  # DRAM tier hits (verified when they were stored)
         in_memory: set[int] = set()  # in a segment the writer still holds: copied when due
-        lent: dict[int, memoryview] = {}  # lent at once by the backend: no task, no thread
+        lent: dict[int, memoryview] = {}  # lent at once by the backend (``_start``)
         wanted: list[tuple[int, Location]] = []
         for pos, key in enumerate(keys):
             self.stats.gets += 1
@@ -158,17 +158,10 @@ class BlockFetcher:
             else:
                 wanted.append((pos, loc))
         since = time.monotonic()  # the reads of one request share its age (readbudget.py)
-        runs: list[RunRead] = []
-        for plan in plan_reads(wanted):
-            view = self._view_now(plan.segment, plan.start, plan.end - plan.start)
-            if view is None or len(view) < plan.end - plan.start:  # short: a run's misses
-                runs.append(RunRead(plan, since))
-            else:
-                lent.update((pos, view[loc.offset - plan.start:][:loc.length])
-                            for pos, loc in plan.members)
-        runs.sort(key=lambda r: min(p for p, _ in r.plan.members))
-        run_of = {pos: i for i, run in enumerate(runs) for pos, _ in run.plan.members}
-        ends = list(itertools.accumulate(r.size for r in runs))  # run i ends at byte ends[i]
+        plans = sorted(plan_reads(wanted), key=lambda p: min(q for q, _ in p.members))
+        run_of = {pos: i for i, plan in enumerate(plans) for pos, _ in plan.members}
+        ends = list(itertools.accumulate(p.end - p.start for p in plans))  # plan i ends there
+        runs: dict[int, RunRead] = {}  # plan index -> its read, once started (unless lent)
         started = 0
         late_runs: list[RunRead] = []
         late_of: dict[int, RunRead] = {}
@@ -194,18 +187,35 @@ class BlockFetcher:
                     raw = await late_of[pos].block(loc)
                 else:
                     i = run_of[pos]
-                    while started < len(runs) and (
+                    while started < len(plans) and (
                             started <= i or ends[started] - ends[i] <= read_ahead):
-                        runs[started].task = asyncio.create_task(self._read_run(runs[started]))
+                        reading = self._start(plans[started], since, lent)
+                        if reading is not None:
+                            runs[started] = reading
                         started += 1
-                    raw = await runs[i].block(loc)
+                    raw = lent.pop(pos) if pos in lent else await runs[i].block(loc)
                 if loc is not None and raw is not None and block is None:
                     block = await self._verified(nid, key, loc, raw, decode)
                 self._count(nid, key, block is not None)
                 yield block
         finally:
-            for run in runs + late_runs:
+            for run in [*runs.values(), *late_runs]:
                 run.cancel()
+
+    def _start(self, plan: ReadRun, since: float, lent: dict[int, memoryview]
+               ) -> RunRead | None:
+        """Start reading ``plan``: lent at once by the backend (mapped, in memory), its
+        members' views put in ``lent``, with no task and no worker thread (None); else read by
+        a task (the run)."""
+        size = plan.end - plan.start
+        view = self._view_now(plan.segment, plan.start, size)
+        if view is not None and len(view) == size:  # short: read, the rest are misses
+            lent.update((pos, view[loc.offset - plan.start:][:loc.length])
+                        for pos, loc in plan.members)
+            return None
+        run = RunRead(plan, since)
+        run.task = asyncio.create_task(self._read_run(run))
+        return run
 
     def _replan(self, segment: int, pos: int, locs: Sequence[Location | None],
                 in_memory: set[int], since: float) -> list[RunRead]:
