@@ -10,6 +10,7 @@ import itertools
 import logging
 import os
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -153,6 +154,7 @@ async def _handle(request: web.Request, handler: Handler,
         if isinstance(exc, ConnectionError) and _client_gone(request):
             log.info("http.client_gone", method=request.method, path=request.path,
                      error=type(exc).__name__)
+            _let_go(exc)
             resp = web.Response(status=CLIENT_CLOSED)
         else:
             log.exception("http.unhandled", method=request.method, path=request.path)
@@ -170,6 +172,21 @@ async def _handle(request: web.Request, handler: Handler,
     finally:
         structlog.contextvars.unbind_contextvars("request_id")
     return resp
+
+
+def _let_go(exc: BaseException) -> None:
+    """Clear the locals of the finished frames ``exc`` (and what caused it) went through.
+    aiohttp raises "Connection lost" into a write from the future its drain waits on, which
+    keeps the exception, whose traceback keeps the frame that holds the future: a cycle, and
+    with it every frame the exception left, their views of a segment's mapping included. Left
+    to the collector (rare full collections here: server.tune_gc), those views kept evicted
+    segment files from being recycled: the next segments were written on new files' pages."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        traceback.clear_frames(cause.__traceback__)
+        cause = cause.__cause__ or cause.__context__
 
 
 def _client_gone(request: web.Request) -> bool:
