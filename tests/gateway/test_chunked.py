@@ -19,6 +19,7 @@ from aiohttp import web
 
 from s3kv.gateway.chunked import ChunkSender
 from s3kv.wire.body import SLICE, Buffer
+from tests.support.localapp import serve_locally
 
 Items = Sequence[tuple[bytes, Sequence[Buffer]]]
 
@@ -43,12 +44,7 @@ async def _serve(items: Items, done: asyncio.Future[BaseException | None]
 
     app = web.Application()
     app.router.add_get("/", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    return runner, port
+    return await serve_locally(app)
 
 
 def _dechunk(raw: bytes) -> tuple[bytes, list[int]]:

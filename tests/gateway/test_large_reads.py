@@ -20,6 +20,7 @@ from s3kv.gateway.bodies import read_body
 from s3kv.gateway.state import MemoryBudget
 from s3kv.sizes import KiB, MiB
 from s3kv.wire.reads import READ_SIZE, larger_reads
+from tests.support.localapp import serve_locally
 
 
 def _read_size(transport: Any) -> int:
@@ -93,11 +94,7 @@ async def _served(body_size: int) -> dict[str, Any]:
 
     app = web.Application()
     app.router.add_put("/b", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
+    runner, port = await serve_locally(app)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         half = body_size // 2
