@@ -98,8 +98,8 @@ def in_memory(m: mmap.mmap, start: int, end: int, base: int | None = None,
     ``vec``: a buffer to reuse for mincore's answer (each costs a few us to make per call)."""
     if _MINCORE is None or end <= start:
         return False
-    first = start - start % PAGE
-    pages = -(-(end - first) // PAGE)
+    first_page, last_page = page_span(start, end)
+    first, pages = first_page * PAGE, last_page - first_page
     if base is None:
         base = address_of(m)
     if vec is None or len(vec) < pages:
