@@ -229,6 +229,10 @@ async def expect_continue(request: web.Request) -> None:
         request.writer.output_size = 0
 
 
+async def _close_sums(app: web.Application) -> None:
+    app[STATE].sums.close()
+
+
 def make_app(store: BlockStore, settings: Settings) -> web.Application:
     creds = credential_table(settings.access_key, settings.secret_key, settings.credentials_file)
     secrets = {k: c.secret_key for k, c in creds.items()}
@@ -241,6 +245,7 @@ def make_app(store: BlockStore, settings: Settings) -> web.Application:
     app = web.Application(middlewares=[gateway_middleware],
                           client_max_size=settings.max_block_size + 1024 * 1024)
     app[STATE] = state
+    app.on_cleanup.append(_close_sums)
     app.router.add_get("/healthz", ops.healthz, expect_handler=expect_continue)
     app.router.add_get("/readyz", ops.readyz, expect_handler=expect_continue)
     app.router.add_get("/metrics", ops.metrics, expect_handler=expect_continue)

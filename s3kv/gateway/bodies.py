@@ -35,10 +35,12 @@ BODY_IDLE_TIMEOUT = 20.0
 class Destination:
     """Where a body goes (:data:`Land`): ``head``, its first bytes, which the caller read
     already through the request's stream, then ``spans``, the windows the rest lands in, in
-    order (none: the rest is read as usual)."""
+    order (none: the rest is read as usual); ``watch``, if given, is called with each piece of
+    the spans as it is filled (takeover.BodyLanding)."""
 
     head: list[bytes]
     spans: list[memoryview]
+    watch: Callable[[memoryview], None] | None = None
 
 
 #: asked, given the body's length, where it goes (None: read it as usual)
@@ -117,7 +119,7 @@ async def _take_body(request: web.Request, reader: BodyReader, heads: HeaderValu
     head = dest.head if dest is not None else []
     take: BodyTake | None = None
     if dest is not None and dest.spans:
-        take = handler.land_body(request.content, length, dest.spans, head)
+        take = handler.land_body(request.content, length, dest.spans, head, dest.watch)
     if take is None:
         take = handler.take_body(request.content, length, head)
     if take is not None:

@@ -40,8 +40,8 @@ from s3kv.gateway.chunked import ChunkSender
 from s3kv.gateway.requests import codec_of, durability, validate_key
 from s3kv.gateway.s3_buckets import RESERVED
 from s3kv.gateway.state import GatewayState, state_of
+from s3kv.store.blocksums import RunningSums
 from s3kv.store.codecs import HEADER_CODEC, CodecSpec
-from s3kv.store.fetch import checksums_async
 from s3kv.store.landing import Landing
 from s3kv.wire.body import pieces_of, size_of
 from s3kv.wire.headers import index_headers
@@ -127,11 +127,12 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
     limit = min(st.settings.max_request_memory // 2,
                 64 * st.settings.max_block_size + HEAD_ALLOWANCE)
     landing: Landing | None = None
+    sums: RunningSums | None = None
 
     async def land(length: int) -> Destination:
         """Once the body's head says what its blocks are: their room in the open segment, to
-        receive them straight into (store/landing.py)."""
-        nonlocal landing
+        receive them straight into, checksummed as they arrive (store/landing.py)."""
+        nonlocal landing, sums
         head, blocks = await read_head(request.content, length)
         if blocks is not None:
             try:
@@ -139,15 +140,17 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
                                               codec=codec)
             except S3KVError:  # the whole body is read, then refused or pushed back as usual
                 landing = None
-        return Destination(head, [] if landing is None else landing.spans())
+        if landing is None:
+            return Destination(head, [])
+        sums = st.sums.start(landing.lengths())
+        return Destination(head, landing.spans(), sums.feed)
 
     try:
         body = await read_body(request, st, limit, heads=heads, land=land)
         try:
-            if landing is not None and body.landed:
+            if landing is not None and sums is not None and body.landed:
                 keys = [room.key for room in landing.rooms]
-                crcs = await checksums_async([room.window for room in landing.rooms])
-                stored = len(st.store.landed(landing, crcs))
+                stored = len(st.store.landed(landing, await sums.values()))
             else:
                 keys, stored = await _put_framed(st, ns, body, codec)
         finally:

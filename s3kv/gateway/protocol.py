@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web, web_protocol
@@ -115,13 +115,14 @@ class S3RequestHandler(RequestHandler):
         return self._take
 
     def land_body(self, content: StreamReader, length: int, spans: list[memoryview],
-                  head: Sequence[bytes] = ()) -> BodyLanding | None:
+                  head: Sequence[bytes] = (),
+                  watch: Callable[[memoryview], None] | None = None) -> BodyLanding | None:
         """Receive the current request's body (``length`` bytes by its Content-Length) straight
         into ``spans`` (writable windows), but for ``head``, bytes of it its caller read
         already through the parser: its bytes received so far are copied in, then the
         transport reads into them up to the body's last byte. None: not possible (spans that
         are not the rest of the body, a broken body, a connection that cannot land: read it
-        as usual)."""
+        as usual). ``watch``: called with each piece of the spans as it is filled."""
         transport = self.transport
         if transport is None or not self.can_land() or not self._takeable(content) \
                 or sum(map(len, head)) + sum(map(len, spans)) != length:
@@ -129,7 +130,7 @@ class S3RequestHandler(RequestHandler):
         first = drain(content)
         if content.exception() is not None:  # broken framing: the reader gets the error
             return None
-        landing = BodyLanding(content, list(head), first, spans)
+        landing = BodyLanding(content, list(head), first, spans, watch)
         if landing.remaining and not content.is_eof():
             self._take = landing
             transport.set_protocol(LandingReads(self, landing, self._end_landing))

@@ -107,12 +107,15 @@ class BodyLanding(BodyTake):
     """The rest of one request body, received into ``spans`` (writable windows, in order,
     whose lengths add up to what is left of the body) through :class:`LandingReads`.
     ``head``: the body's bytes its caller read already, its first pieces as they are;
-    ``first``: the bytes received since (copied in)."""
+    ``first``: the bytes received since (copied in); ``watch``: called with each piece of the
+    spans as it is filled, in order (while the bytes are still in the CPU's cache)."""
 
     def __init__(self, content: StreamReader, head: list[bytes], first: list[bytes],
-                 spans: list[memoryview]) -> None:
+                 spans: list[memoryview],
+                 watch: Callable[[memoryview], None] | None = None) -> None:
         super().__init__(content, head, sum(map(len, spans)))
         self.spans = spans
+        self._watch = watch
         self._span = 0  # the span being filled
         self._filled = 0  # bytes of it filled
         self._scratch: memoryview | None = None
@@ -141,7 +144,10 @@ class BodyLanding(BodyTake):
         if self._dropping:
             return
         span = self.spans[self._span]
-        self._pieces.append(span[self._filled:self._filled + n])
+        piece = span[self._filled:self._filled + n]
+        self._pieces.append(piece)
+        if self._watch is not None:
+            self._watch(piece)
         self._filled += n
         if self._filled == len(span) and self._span + 1 < len(self.spans):
             self._span, self._filled = self._span + 1, 0

@@ -33,7 +33,7 @@ from s3kv.store.runread import RunRead
 from s3kv.store.segments import SegmentState, SegmentTable, segment_key
 from s3kv.store.stats import StoreStats
 from s3kv.store.writer import SegmentWriter
-from s3kv.wire.body import Buffer, Pieces, joined, pieces_of, size_of
+from s3kv.wire.body import Pieces, joined, pieces_of, size_of
 
 log = get_logger(__name__)
 
@@ -69,13 +69,6 @@ async def checksum_async(data: Pieces) -> int:
     if size_of(parts) > THREAD_THRESHOLD:
         return await asyncio.to_thread(layout.checksum_pieces, parts)
     return layout.checksum_pieces(parts)
-
-
-async def checksums_async(blocks: Sequence[Buffer]) -> list[int]:
-    """Each block's CRC (``layout.checksum``), off the loop in one go if they are large."""
-    if sum(map(len, blocks)) > THREAD_THRESHOLD:
-        return await asyncio.to_thread(lambda: [layout.checksum(b) for b in blocks])
-    return [layout.checksum(b) for b in blocks]
 
 
 class _RunSink:

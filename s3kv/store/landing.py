@@ -9,6 +9,8 @@ before, they were received into buffers and written again into the file (``pwrit
 CPU-s per GiB here. Once the body is in and verified the blocks are committed
 (``BlockStore.landed``: their manifest entries, then the index); a body that fails gives its
 room up (:meth:`Landing.abandon`): dead bytes in the segment that no entry points to.
+The blocks' checksums can be worked out as their bytes arrive (:meth:`Landing.sums`,
+store/blocksums.py).
 
 Only blocks stored as they are (no codec) land, and only bodies of at least ``LAND_MIN`` bytes
 whose blocks are each empty or at least ``LAND_BLOCK_MIN`` (the socket reads go block by block
@@ -59,6 +61,11 @@ class Landing:
             elif end > start:
                 spans.append((room.run, start, end))
         return [run[start:end] for run, start, end in spans]
+
+    def lengths(self) -> list[int]:
+        """The blocks' lengths, in order: what the bytes received into :meth:`spans` add up
+        to, block by block (``blocksums.SumWorker.start``)."""
+        return [len(room.window) for room in self.rooms]
 
     def commit(self, crcs: Sequence[int], attrs: bytes,
                placed: Callable[[Room, layout.Entry], None]) -> None:

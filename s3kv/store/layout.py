@@ -56,6 +56,11 @@ def checksum(data: bytes | bytearray | memoryview) -> int:
     return zlib_ng.crc32(data) & 0xFFFFFFFF
 
 
+def checksum_more(crc: int, data: bytes | bytearray | memoryview) -> int:
+    """:func:`checksum` of what ``crc`` was the checksum of, followed by ``data``."""
+    return zlib_ng.crc32(data, crc) & 0xFFFFFFFF
+
+
 def checksum_pieces(pieces: Sequence[bytes | bytearray | memoryview]) -> int:
     """:func:`checksum` of the pieces' concatenation, without joining them."""
     crc = 0

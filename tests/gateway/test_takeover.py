@@ -20,12 +20,13 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from aiohttp import StreamReader, web
+from aiohttp.base_protocol import BaseProtocol
 
 from s3kv.errors import RequestError
 from s3kv.gateway.bodies import read_body
 from s3kv.gateway.protocol import front_runner
 from s3kv.gateway.state import MemoryBudget
-from s3kv.gateway.takeover import TAKE_MIN, BodyTake
+from s3kv.gateway.takeover import TAKE_MIN, BodyLanding, BodyTake
 from s3kv.sizes import KiB, MiB
 
 Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -192,3 +193,35 @@ async def test_a_body_cut_short_is_freed_without_the_garbage_collector() -> None
         assert gone() is None, "a cut-short body is kept alive by a reference cycle"
     finally:
         gc.enable()
+
+
+async def test_a_landing_shows_its_watch_each_piece_of_its_spans_once_in_order() -> None:
+    """BodyLanding's watch (how a batch put's blocks are checksummed as they arrive) sees the
+    bytes copied in from what the parser had, then each read, as the spans hold them; nothing
+    once the landing is given up (its later bytes go to a scratch buffer)."""
+    loop = asyncio.get_running_loop()
+    content = StreamReader(BaseProtocol(loop), 2**16, loop=loop)
+    spans = [memoryview(bytearray(100)), memoryview(bytearray(57))]
+    seen: list[bytes] = []
+    landing = BodyLanding(content, [b"head"], [b"x" * 30], spans,
+                          lambda piece: seen.append(bytes(piece)))
+    data, at = os.urandom(127), 0
+    while at < len(data):
+        buf = landing.buffer()
+        n = min(len(buf), 37, len(data) - at)
+        buf[:n] = data[at:at + n]
+        landing.received(n)
+        at += n
+    assert landing.remaining == 0
+    assert b"".join(seen) == b"x" * 30 + data == b"".join(bytes(s) for s in spans)
+    assert max(map(len, seen)) <= 37
+
+    seen.clear()
+    dropped = BodyLanding(content, [], [], [memoryview(bytearray(64))],
+                          lambda piece: seen.append(bytes(piece)))
+    dropped.buffer()[:16] = b"y" * 16
+    dropped.received(16)
+    dropped.drop()
+    dropped.buffer()[:48] = b"z" * 48
+    dropped.received(48)
+    assert seen == [b"y" * 16] and dropped.remaining == 0

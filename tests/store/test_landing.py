@@ -1,8 +1,9 @@
 """Blocks received straight into the open segment (store/landing.py) on the file backend: a
 batch's blocks get aligned rooms one after another, adjacent ones received as one span, a
 batch that does not fit the open segment lands in two; committed blocks read back and are
-indexed; given-up blocks leave nothing behind and do not hold their segment's seal; and what
-does not land (small blocks, a codec) says so."""
+indexed; given-up blocks leave nothing behind and do not hold their segment's seal; what
+does not land (small blocks, a codec) says so; and the blocks' checksums, worked out from the
+spans' bytes as they arrive, are each block's."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from s3kv.backends import FileBackend
 from s3kv.sizes import KiB, MiB
 from s3kv.store import layout
+from s3kv.store.blocksums import BlockSums
 from s3kv.store.codecs import parse_codec_spec
 from s3kv.store.landing import Landing
 from s3kv.store.store import BlockStore
@@ -97,4 +99,19 @@ async def test_what_does_not_land(tmp_path: Path) -> None:
     assert await store.land(NS, [(b"a", 2 * MiB), (b"b", 64 * KiB - 1)]) is None  # a small block
     zstd = parse_codec_spec("zstd")
     assert await store.land(NS, [(b"z", 2 * MiB)], codec=zstd) is None  # a codec's output
+    await store.close()
+
+
+async def test_a_landing_s_sums_are_its_blocks_in_span_order(tmp_path: Path) -> None:
+    store = await _store(tmp_path)
+    sizes = [1 * MiB, 100 * KiB + 1, 0, 256 * KiB]
+    blobs = [os.urandom(n) for n in sizes]
+    landing = await store.land(NS, [(f"s{i}".encode(), n) for i, n in enumerate(sizes)])
+    assert landing is not None and len(landing.spans()) == 2  # an aligned gap between them
+    sums = BlockSums(landing.lengths())
+    _fill(landing, blobs)
+    for span in landing.spans():
+        sums.feed(span)
+    assert sums.values() == [layout.checksum(b) for b in blobs]
+    landing.abandon()
     await store.close()
