@@ -1,19 +1,21 @@
-"""A chunked response's body written as vectors: each chunk's framing, its record and the
-block's views go to the socket in one ``writev``, with no copy in user space.
+"""A response's body written as vectors: each chunk (its framing, a record and the block's
+views, for a chunked body; up to SLICE bytes of the body's own buffers, for a body of a known
+length) goes to the socket in one ``writev``, with no copy in user space.
 
-On Python 3.11 aiohttp joins every chunk with its framing (``b"".join``: a copy of the whole
-block) before the transport sends it, so a native batch get copied every block once on the
-event loop before the kernel's own copy. :class:`ChunkSender` writes a chunk straight to the
-socket (``os.writev``, which releases the GIL) while the transport has nothing queued, and
-hands only what the socket did not take to the transport, which queues it (a copy of that
-rest only) and sends it before anything written later, so the order holds. The next chunk
-goes straight out again once the transport's queue is empty; until then it is queued too.
-Measured in a batch get of random 256 KiB blocks: 96 % of the chunks went out whole in
-their ``writev``, 3 % in part, 0.5 % were queued.
+On Python 3.11 aiohttp joins what it writes (``b"".join``: a copy of the whole block) before
+the transport sends it: every chunk with its framing, and a response's head with its body (a
+GET of a 256 KiB object copied it once on the event loop before the kernel's own copy).
+:class:`ChunkSender` and :class:`BodySender` write straight to the socket (``os.writev``,
+which releases the GIL) while the transport has nothing queued, and hand only what the
+socket did not take to the transport, which queues it (a copy of that rest only) and sends it
+before anything written later, so the order holds. The next chunk goes straight out again
+once the transport's queue is empty; until then it is queued too. Measured in a batch get of
+random 256 KiB blocks: 96 % of the chunks went out whole in their ``writev``, 3 % in part,
+0.5 % were queued; a 256 KiB GET: ~7 % less of the gateway's CPU (docs/performance.md).
 
-The response's head goes out through aiohttp first (:meth:`start`), its end through
-``write_eof``. A transport that is not a plain socket (TLS) gets every chunk through the
-transport, joined.
+The response's head goes out through aiohttp first (:meth:`VectorSender.start`), its end
+through ``write_eof``. A transport that is not a plain socket (TLS) gets every chunk through
+the transport.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from s3kv.wire.body import SLICE, Buffer, slices
 CRLF = b"\r\n"
 
 
-class ChunkSender:
+class VectorSender:
+    """Writes a prepared response's body (see the module's docstring); subclasses frame."""
+
     def __init__(self, request: web.Request, resp: web.StreamResponse) -> None:
         self._resp = resp
         self._writer = request.writer
@@ -44,22 +48,24 @@ class ChunkSender:
             self._fd = -1 if sock is None else sock.fileno()
 
     async def write(self, head: bytes, pieces: Sequence[Buffer] = ()) -> None:
-        """``head`` then ``pieces``, in chunks of at most SLICE bytes (one for a record and
-        its block up to that size): a block larger than what the socket takes at once is
-        not queued whole (the transport would copy all it did not send)."""
+        """``head`` then ``pieces``, in chunks of at most SLICE bytes (one for a head and its
+        block up to that size): a block larger than what the socket takes at once is not
+        queued whole (the transport would copy all it did not send)."""
         group: list[Buffer] = [head] if head else []
         size = len(head)
         for view in slices(pieces):
             if group and size + len(view) > SLICE:
-                await self._chunk(group, size)
+                await self._send(self._frame(group, size))
                 group, size = [], 0
             group.append(view)
             size += len(view)
         if size:
-            await self._chunk(group, size)
+            await self._send(self._frame(group, size))
 
-    async def _chunk(self, group: list[Buffer], size: int) -> None:
-        bufs: list[Buffer] = [b"%x\r\n" % size, *group, CRLF]
+    def _frame(self, group: list[Buffer], size: int) -> list[Buffer]:
+        return group
+
+    async def _send(self, bufs: list[Buffer]) -> None:
         transport = self._transport
         if transport is None or transport.is_closing():
             raise ConnectionResetError("the client closed the connection")
@@ -73,6 +79,17 @@ class ChunkSender:
                 return
         transport.writelines(bufs)
         await self._writer.drain()
+
+
+class ChunkSender(VectorSender):
+    """A chunked body: each chunk framed with its size."""
+
+    def _frame(self, group: list[Buffer], size: int) -> list[Buffer]:
+        return [b"%x\r\n" % size, *group, CRLF]
+
+
+class BodySender(VectorSender):
+    """A body of a known length (the response's Content-Length): its bytes as they are."""
 
 
 def _after(bufs: list[Buffer], n: int) -> list[Buffer]:

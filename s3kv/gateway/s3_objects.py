@@ -10,6 +10,7 @@ from aiohttp import web
 from s3kv.errors import RequestError
 from s3kv.gateway import copy, multipart, multipart_listing, objattrs
 from s3kv.gateway.bodies import Destination, read_body
+from s3kv.gateway.chunked import BodySender
 from s3kv.gateway.conditions import NOT_MODIFIED, check_read, check_write, is_conditional_write
 from s3kv.gateway.objattrs import Checksum, ObjectAttrs, attrs_of, object_etag
 from s3kv.gateway.payload import BodyResult
@@ -17,7 +18,7 @@ from s3kv.gateway.requests import Target, codec_of, durability, parse_range, val
 from s3kv.gateway.state import GatewayState
 from s3kv.store import layout
 from s3kv.store.landing import Landing
-from s3kv.wire.body import SLICE, Pieces, joined, pieces_of, slices, views_of
+from s3kv.wire.body import pieces_of, views_of
 from s3kv.wire.headers import index_headers
 
 
@@ -178,16 +179,13 @@ async def get_object(request: web.Request, st: GatewayState, t: Target, *,
         raise RequestError("NoSuchKey", "The specified key does not exist.", 404)
     views = views_of(data, start, end)
     st.metrics.bytes_out.inc(end - start)
-    if end - start <= SLICE:  # head and body in one send (a block kept in the pieces its
-        # PUT arrived in is joined: a copy of at most SLICE, cheaper than a send per piece)
-        small = web.Response(status=status, body=joined(views), headers=headers)
-        _keep_content_type(small, headers)
-        return small
     resp = web.StreamResponse(status=status, headers=headers)
     _keep_content_type(resp, headers)
     resp.content_length = end - start
     await resp.prepare(request)
-    await write_sliced(resp, views)
+    sender = BodySender(request, resp)  # the body's own buffers to the socket, in slices
+    await sender.start()
+    await sender.write(b"", pieces_of(views))
     await resp.write_eof()
     return resp
 
@@ -196,11 +194,3 @@ def _keep_content_type(resp: web.StreamResponse, headers: dict[str, str]) -> Non
     """aiohttp sets Content-Type from its own default for a body; the object's stands."""
     if "Content-Type" in headers:
         resp.headers["Content-Type"] = headers["Content-Type"]
-
-
-async def write_sliced(resp: web.StreamResponse, data: Pieces) -> None:
-    """Write ``data`` (one buffer or pieces) in views of at most SLICE bytes: what one socket
-    write leaves unsent, Python 3.11's transport copies and then trims send by send (see
-    s3kv/wire/body.py)."""
-    for view in slices(pieces_of(data)):
-        await resp.write(view)

@@ -1,9 +1,10 @@
-"""A chunked body written as vectors (``gateway/chunked.py``), through a real aiohttp server
+"""A response body written as vectors (``gateway/chunked.py``), through a real aiohttp server
 and a raw socket client: the framing decodes to exactly what was written, in order, also when
 the client reads late and the socket's buffer fills (the rest queued by the transport); a
 record and its block go out in one ``writev`` of the block's own buffer (no copy); a block
 larger than SLICE goes in chunks of at most SLICE; a client that leaves ends the writes with
-an error, not a hang."""
+an error, not a hang. The same for a body of a known length (``BodySender``, an S3 GET's):
+its bytes as they are after the head, in ``writev``s of at most SLICE of its own buffers."""
 
 from __future__ import annotations
 
@@ -17,20 +18,25 @@ from typing import Any, cast
 import pytest
 from aiohttp import web
 
-from s3kv.gateway.chunked import ChunkSender
+from s3kv.gateway.chunked import BodySender, ChunkSender
 from s3kv.wire.body import SLICE, Buffer
 from tests.support.localapp import serve_locally
 
 Items = Sequence[tuple[bytes, Sequence[Buffer]]]
 
 
-async def _serve(items: Items, done: asyncio.Future[BaseException | None]
+async def _serve(items: Items, done: asyncio.Future[BaseException | None], plain: bool = False
                  ) -> tuple[web.AppRunner, int]:
+    """Serve ``items`` chunked (ChunkSender) or, ``plain``, as a body of a known length
+    (BodySender)."""
     async def handler(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse()
-        resp.enable_chunked_encoding()
+        if plain:
+            resp.content_length = len(_flat(items))
+        else:
+            resp.enable_chunked_encoding()
         await resp.prepare(request)
-        sender = ChunkSender(request, resp)
+        sender = (BodySender if plain else ChunkSender)(request, resp)
         try:
             await sender.start()
             for head, pieces in items:
@@ -62,10 +68,20 @@ def _dechunk(raw: bytes) -> tuple[bytes, list[int]]:
         rest = rest[size + 2:]
 
 
-def _fetch(items: Items, delay: float = 0.0, dribble: bool = False) -> tuple[bytes, list[int]]:
+def _unframed(raw: bytes) -> tuple[bytes, list[int]]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"chunked" not in head.lower()
+    assert f"content-length: {len(body)}\r\n".encode() in head.lower() + b"\r\n"
+    return body, []
+
+
+def _fetch(items: Items, delay: float = 0.0, dribble: bool = False, plain: bool = False
+           ) -> tuple[bytes, list[int]]:
+    """The body and its chunks' sizes (``plain``: the body after the head, checked against
+    its Content-Length, and no sizes)."""
     async def main() -> tuple[bytes, list[int]]:
         done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
-        runner, port = await _serve(items, done)
+        runner, port = await _serve(items, done, plain)
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
@@ -79,7 +95,7 @@ def _fetch(items: Items, delay: float = 0.0, dribble: bool = False) -> tuple[byt
                 raw = await reader.read()
             writer.close()
             assert await asyncio.wait_for(done, 10) is None
-            return _dechunk(raw)
+            return _unframed(raw) if plain else _dechunk(raw)
         finally:
             await runner.cleanup()
 
@@ -196,3 +212,56 @@ def test_a_chunk_never_goes_ahead_of_bytes_the_transport_holds() -> None:
         with pytest.raises(BlockingIOError):
             b.recv(1)  # nothing went straight to the socket
         assert transport.queued == [b"queued earlier", b"9\r\nrec;block\r\n"]
+
+
+@pytest.mark.parametrize("delay,dribble", [(0.0, False), (0.3, False), (0.0, True)])
+def test_a_plain_body_arrives_whole_and_in_order(delay: float, dribble: bool) -> None:
+    items: list[tuple[bytes, Sequence[Buffer]]] = [
+        *_items([0, 1, 4096, 256 * 1024, 3 * SLICE + 5]),
+        (b"pieces;", [os.urandom(1000), bytearray(os.urandom(70000)), memoryview(b"x" * 9)]),
+        *_items([256 * 1024] * 40),  # ~14 MiB in all: more than the socket holds
+    ]
+    body, _ = _fetch(items, delay=delay, dribble=dribble, plain=True)
+    assert body == _flat(items)
+
+
+def test_a_plain_body_goes_in_writevs_of_its_own_buffers_of_at_most_slice(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[Any]] = []
+    real = os.writev
+
+    def writev(fd: int, bufs: list[Buffer]) -> int:
+        calls.append(list(bufs))
+        return real(fd, bufs)
+
+    monkeypatch.setattr(os, "writev", writev)
+    small, large = os.urandom(256 * 1024), os.urandom(SLICE + 7)
+    items: list[tuple[bytes, Sequence[Buffer]]] = [(b"", [small])]
+    body, _ = _fetch(items, plain=True)
+    assert body == small
+    # the whole 256 KiB object in one writev of its own buffer (aiohttp would join it with
+    # the head: a copy)
+    assert [[memoryview(b).obj for b in c] for c in calls] == [[small]]
+    calls.clear()
+    body, _ = _fetch([(b"", [large])], plain=True, delay=0.1)
+    assert body == large
+    assert all(sum(map(len, c)) <= SLICE for c in calls)
+    assert all(memoryview(b).obj is large for c in calls for b in c)  # views, no copy
+
+
+def test_a_plain_body_never_goes_ahead_of_bytes_the_transport_holds() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        transport = _QueuedTransport(a)
+        request = SimpleNamespace(writer=_Ready(), transport=transport)
+        sender = BodySender(cast(web.Request, request), cast(web.StreamResponse, _Ready()))
+
+        async def main() -> None:
+            await sender.start()
+            await sender.write(b"", [b"block"])
+
+        asyncio.run(main())
+        b.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            b.recv(1)  # nothing went straight to the socket
+        assert transport.queued == [b"queued earlier", b"block"]
