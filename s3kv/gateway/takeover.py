@@ -108,7 +108,8 @@ class BodyLanding(BodyTake):
     whose lengths add up to what is left of the body) through :class:`LandingReads`.
     ``head``: the body's bytes its caller read already, its first pieces as they are;
     ``first``: the bytes received since (copied in); ``watch``: called with each piece of the
-    spans as it is filled, in order (while the bytes are still in the CPU's cache)."""
+    spans as it is filled, in order (a native batch put's blocks are checksummed from them as
+    they arrive)."""
 
     def __init__(self, content: StreamReader, head: list[bytes], first: list[bytes],
                  spans: list[memoryview],

@@ -7,8 +7,8 @@ busier per block (a read of several MiB leaves little of it in the CPU's cache).
 piece is queued as it arrives to one worker thread (:class:`SumWorker`) that keeps a running
 CRC per block (:class:`BlockSums`): the loop only queues, the checksums run beside the
 receive, and the request waits at the end for its last piece's share only (session 34 in
-docs/performance.md: the same gateway CPU per block, a quarter less of it on the loop, +3-5 %
-blocks per second with the same client).
+docs/performance.md: about the gateway CPU per block of the hop after the body, +2-5 % blocks
+per second with the same client).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ before, they were received into buffers and written again into the file (``pwrit
 CPU-s per GiB here. Once the body is in and verified the blocks are committed
 (``BlockStore.landed``: their manifest entries, then the index); a body that fails gives its
 room up (:meth:`Landing.abandon`): dead bytes in the segment that no entry points to.
-The blocks' checksums can be worked out as their bytes arrive (:meth:`Landing.sums`,
+The blocks' checksums can be worked out as their bytes arrive (:meth:`Landing.lengths` for
 store/blocksums.py).
 
 Only blocks stored as they are (no codec) land, and only bodies of at least ``LAND_MIN`` bytes
