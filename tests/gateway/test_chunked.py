@@ -134,8 +134,9 @@ def test_a_slow_reader_gets_everything_in_order() -> None:
     assert body == _flat(items)
 
 
-def test_a_record_and_its_block_go_in_one_writev_of_the_block_itself(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def writevs(monkeypatch: pytest.MonkeyPatch) -> list[list[Any]]:
+    """The buffers of every ``os.writev`` made while the test runs (which still writes)."""
     calls: list[list[Any]] = []
     real = os.writev
 
@@ -144,6 +145,12 @@ def test_a_record_and_its_block_go_in_one_writev_of_the_block_itself(
         return real(fd, bufs)
 
     monkeypatch.setattr(os, "writev", writev)
+    return calls
+
+
+def test_a_record_and_its_block_go_in_one_writev_of_the_block_itself(
+        writevs: list[list[Any]]) -> None:
+    calls = writevs
     items = _items([64 * 1024])
     body, sizes = _fetch(items)
     assert body == _flat(items) and sizes == [len(body)]
@@ -196,12 +203,17 @@ class _Ready:
         pass
 
 
-def test_a_chunk_never_goes_ahead_of_bytes_the_transport_holds() -> None:
+@pytest.mark.parametrize("sender_class,sent", [
+    (ChunkSender, b"9\r\nrec;block\r\n"),  # a chunk: framing, record, block
+    (BodySender, b"rec;block"),  # a plain body's bytes as they are
+])
+def test_a_chunk_never_goes_ahead_of_bytes_the_transport_holds(
+        sender_class: type[ChunkSender] | type[BodySender], sent: bytes) -> None:
     a, b = socket.socketpair()
     with a, b:
         transport = _QueuedTransport(a)
         request = SimpleNamespace(writer=_Ready(), transport=transport)
-        sender = ChunkSender(cast(web.Request, request), cast(web.StreamResponse, _Ready()))
+        sender = sender_class(cast(web.Request, request), cast(web.StreamResponse, _Ready()))
 
         async def main() -> None:
             await sender.start()
@@ -211,7 +223,7 @@ def test_a_chunk_never_goes_ahead_of_bytes_the_transport_holds() -> None:
         b.setblocking(False)
         with pytest.raises(BlockingIOError):
             b.recv(1)  # nothing went straight to the socket
-        assert transport.queued == [b"queued earlier", b"9\r\nrec;block\r\n"]
+        assert transport.queued == [b"queued earlier", sent]
 
 
 @pytest.mark.parametrize("delay,dribble", [(0.0, False), (0.3, False), (0.0, True)])
@@ -226,15 +238,8 @@ def test_a_plain_body_arrives_whole_and_in_order(delay: float, dribble: bool) ->
 
 
 def test_a_plain_body_goes_in_writevs_of_its_own_buffers_of_at_most_slice(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[list[Any]] = []
-    real = os.writev
-
-    def writev(fd: int, bufs: list[Buffer]) -> int:
-        calls.append(list(bufs))
-        return real(fd, bufs)
-
-    monkeypatch.setattr(os, "writev", writev)
+        writevs: list[list[Any]]) -> None:
+    calls = writevs
     small, large = os.urandom(256 * 1024), os.urandom(SLICE + 7)
     items: list[tuple[bytes, Sequence[Buffer]]] = [(b"", [small])]
     body, _ = _fetch(items, plain=True)
@@ -248,20 +253,3 @@ def test_a_plain_body_goes_in_writevs_of_its_own_buffers_of_at_most_slice(
     assert all(sum(map(len, c)) <= SLICE for c in calls)
     assert all(memoryview(b).obj is large for c in calls for b in c)  # views, no copy
 
-
-def test_a_plain_body_never_goes_ahead_of_bytes_the_transport_holds() -> None:
-    a, b = socket.socketpair()
-    with a, b:
-        transport = _QueuedTransport(a)
-        request = SimpleNamespace(writer=_Ready(), transport=transport)
-        sender = BodySender(cast(web.Request, request), cast(web.StreamResponse, _Ready()))
-
-        async def main() -> None:
-            await sender.start()
-            await sender.write(b"", [b"block"])
-
-        asyncio.run(main())
-        b.setblocking(False)
-        with pytest.raises(BlockingIOError):
-            b.recv(1)  # nothing went straight to the socket
-        assert transport.queued == [b"queued earlier", b"block"]
