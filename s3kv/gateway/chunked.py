@@ -13,7 +13,7 @@ once the transport's queue is empty; until then it is queued too. Measured in a 
 random 256 KiB blocks: 96 % of the chunks went out whole in their ``writev``, 3 % in part,
 0.5 % were queued; a 256 KiB GET: ~7 % less of the gateway's CPU (docs/performance.md).
 
-The response's head goes out through aiohttp first (:meth:`VectorSender.start`), its end
+The response's head goes out through aiohttp first (:meth:`BodySender.start`), its end
 through ``write_eof``. A transport that is not a plain socket (TLS) gets every chunk through
 the transport.
 """
@@ -30,8 +30,9 @@ from s3kv.wire.body import SLICE, Buffer, slices
 CRLF = b"\r\n"
 
 
-class VectorSender:
-    """Writes a prepared response's body (see the module's docstring); subclasses frame."""
+class BodySender:
+    """Writes a prepared response's body of a known length (its Content-Length): its bytes as
+    they are (see the module's docstring)."""
 
     def __init__(self, request: web.Request, resp: web.StreamResponse) -> None:
         self._resp = resp
@@ -81,15 +82,11 @@ class VectorSender:
         await self._writer.drain()
 
 
-class ChunkSender(VectorSender):
+class ChunkSender(BodySender):
     """A chunked body: each chunk framed with its size."""
 
     def _frame(self, group: list[Buffer], size: int) -> list[Buffer]:
         return [b"%x\r\n" % size, *group, CRLF]
-
-
-class BodySender(VectorSender):
-    """A body of a known length (the response's Content-Length): its bytes as they are."""
 
 
 def _after(bufs: list[Buffer], n: int) -> list[Buffer]:

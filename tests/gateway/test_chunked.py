@@ -208,7 +208,7 @@ class _Ready:
     (BodySender, b"rec;block"),  # a plain body's bytes as they are
 ])
 def test_a_chunk_never_goes_ahead_of_bytes_the_transport_holds(
-        sender_class: type[ChunkSender] | type[BodySender], sent: bytes) -> None:
+        sender_class: type[BodySender], sent: bytes) -> None:
     a, b = socket.socketpair()
     with a, b:
         transport = _QueuedTransport(a)
