@@ -37,6 +37,31 @@ class FileLocks:
         return len(self._entries)
 
     @contextmanager
+    def held_if_free(self, name: str) -> Iterator[bool]:
+        """Hold ``name``'s lock if it is free (for the event loop, which must not wait for a
+        writer): yields whether it is held."""
+        if not self._guard.acquire(blocking=False):
+            yield False
+            return
+        try:
+            entry = self._entries.get(name)
+            if entry is None:
+                entry = self._entries[name] = _Entry()
+            entry.users += 1
+        finally:
+            self._guard.release()
+        got = entry.lock.acquire(blocking=False)
+        try:
+            yield got
+        finally:
+            if got:
+                entry.lock.release()
+            with self._guard:  # held for a dict update only, by any thread
+                entry.users -= 1
+                if not entry.users:
+                    del self._entries[name]
+
+    @contextmanager
     def held(self, name: str) -> Iterator[None]:
         """Hold ``name``'s lock (blocking: from worker threads only)."""
         with self._guard:

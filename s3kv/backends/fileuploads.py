@@ -159,6 +159,37 @@ class FileUploads:
         up.sizes[number] = size
         return f"{number}-{size}"
 
+    def part_in_place(self, upload_id: str, number: int, data: Pieces) -> str | None:
+        """:meth:`write_part` for a part whose every byte is in a window at its place already
+        (received there: nothing to write, no thread needed); None: not so, write it."""
+        up = self._live_upload(upload_id)
+        size = size_of(data)
+        offset = (number - 1) * up.part_size
+        if size > up.part_size or not up.windows:
+            return None
+        for piece in pieces_of(data):
+            if not up.in_place(piece, offset):
+                return None
+            offset += len(piece)
+        up.sizes[number] = size
+        return f"{number}-{size}"
+
+    def window_now(self, upload_id: str, offset: int, length: int) -> memoryview | None:
+        """:meth:`window`, when it needs no wait and no page-table work (the file's mapping
+        covers the range, its pages populated, the file long enough, no part being written):
+        for the event loop. None: not so, ask :meth:`window` (in a worker thread)."""
+        up = self._live_upload(upload_id)
+        fm = up.maps[-1] if up.maps else None
+        if fm is None or not fm.ready(offset, length):
+            return None
+        with self._writing.held_if_free(upload_id) as held:
+            if not held or os.fstat(up.fd).st_size < offset + length:
+                return None
+            arr = fm.window(offset, length)
+            view = arr.data
+            up.windows[id(arr)] = (arr, offset, address_of(view))
+        return view
+
     def window(self, upload_id: str, offset: int, length: int) -> memoryview | None:
         """A writable view of the data file's bytes [offset, offset+length), its pages
         allocated (so writing it never faults for want of space); None where the kernel

@@ -48,6 +48,12 @@ class FileMap:
     def __len__(self) -> int:
         return len(self.mapping)
 
+    def ready(self, offset: int, length: int) -> bool:
+        """Whether bytes [offset, offset+length) are mapped with their pages populated (a
+        :meth:`window` onto them makes no system call)."""
+        first, last = page_span(offset, offset + length)
+        return last <= len(self.populated) and self.populated.find(0, first, last) < 0
+
     def window(self, offset: int, length: int) -> npt.NDArray[np.uint8]:
         """Bytes [offset, offset+length) as an array over the mapping (a ``memoryview`` of it
         is the window), their pages populated first (blocking, without the GIL). The caller

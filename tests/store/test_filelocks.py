@@ -122,3 +122,30 @@ async def test_parts_of_one_upload_are_written_one_at_a_time(
         parts = [(n + 1, etags[n * 2 + i]) for n in range(4)]
         await backend.complete_multipart(key, ids[key], parts)
         assert await backend.get_object(key) == data[key]
+
+
+def test_held_if_free_takes_a_free_lock_and_never_waits_for_a_held_one() -> None:
+    locks = FileLocks()
+    with locks.held_if_free("a") as held:
+        assert held
+        with locks.held_if_free("a") as again:  # held (here): not taken, no wait
+            assert not again
+    taken, release = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        with locks.held("b"):
+            taken.set()
+            release.wait(5)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    assert taken.wait(5)
+    started = time.monotonic()
+    with locks.held_if_free("b") as held:
+        assert not held
+    assert time.monotonic() - started < 0.5
+    release.set()
+    thread.join()
+    with locks.held_if_free("b") as held:
+        assert held
+    assert len(locks) == 0

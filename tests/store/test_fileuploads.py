@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,70 @@ async def test_a_window_piece_out_of_place_is_written(tmp_path: Path) -> None:
              await backend.upload_part("seg/x", upload, 2, [window[:1000]])]
     await backend.complete_multipart("seg/x", upload, list(enumerate(etags, 1)))
     assert await backend.get_object("seg/x") == other + other[:1000]
+
+
+async def test_populated_windows_and_parts_in_place_need_no_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window onto pages the file's mapping has populated is lent on the event loop, and a
+    part whose bytes are all in such a window at their place is recorded there: no worker
+    thread for either (a hop is ~0.1 ms of CPU, per batch put and per part). Anything that
+    needs a system call that may wait, or a write, still goes to a thread."""
+    backend = await FileBackend(tmp_path, fsync=False).open()
+    loop = threading.get_ident()
+    calls: list[tuple[str, bool]] = []  # (what, on the loop's thread)
+    for name in ("window", "write_part"):
+        real = getattr(fileuploads.FileUploads, name)
+
+        def spy(self: fileuploads.FileUploads, *args: object, _real: object = real,
+                _name: str = name) -> object:
+            calls.append((_name, threading.get_ident() == loop))
+            return _real(self, *args)  # type: ignore[operator]
+        monkeypatch.setattr(fileuploads.FileUploads, name, spy)
+
+    upload = await backend.create_multipart("seg/p", PART)
+    first = await backend.upload_window("seg/p", upload, 0, 2 * PART)  # pages populated
+    assert first is not None and calls == [("window", False)]
+    data = os.urandom(2 * PART)
+    first[:] = data
+    calls.clear()
+    again = await backend.upload_window("seg/p", upload, PART, PART)  # populated: at once
+    assert again is not None and calls == []
+    assert bytes(again) == data[PART:]
+    later = await backend.upload_window("seg/p", upload, 2 * PART, PART)  # pages to populate
+    assert later is not None and calls == [("window", False)]
+    later[:] = tail = os.urandom(PART)
+    calls.clear()
+    etags = [await backend.upload_part("seg/p", upload, 1, [first[:PART]]),
+             await backend.upload_part("seg/p", upload, 2, [again])]
+    assert calls == []  # in place: recorded, nothing written, no thread
+    etags.append(await backend.upload_part("seg/p", upload, 3, [tail]))  # not a window
+    assert calls == [("write_part", False)]
+    await backend.complete_multipart("seg/p", upload, list(enumerate(etags, 1)))
+    assert await backend.get_object("seg/p") == data + tail
+
+
+async def test_a_window_is_not_lent_on_the_loop_while_a_part_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = await FileBackend(tmp_path, fsync=False).open()
+    upload = await backend.create_multipart("seg/q", PART)
+    assert await backend.upload_window("seg/q", upload, 0, PART) is not None
+    writing, release = threading.Event(), threading.Event()
+    real = fileuploads.write_at
+
+    def slow_write(fd: int, pieces: Pieces, at: int) -> None:
+        writing.set()
+        release.wait(5)
+        real(fd, pieces, at)
+    monkeypatch.setattr(fileuploads, "write_at", slow_write)
+    part = asyncio.create_task(backend.upload_part("seg/q", upload, 2, os.urandom(PART)))
+    assert await asyncio.to_thread(writing.wait, 5)
+    # the pages are populated, but the part's writer holds the file: the window is asked of a
+    # thread, which waits for the write while the loop runs on (a loop that waited for the
+    # lock would stall here until the write gave up waiting, 5 s)
+    started = time.monotonic()
+    window = asyncio.create_task(backend.upload_window("seg/q", upload, 0, PART))
+    await asyncio.sleep(0.05)
+    assert time.monotonic() - started < 1 and not window.done()
+    release.set()
+    assert await part == f"2-{PART}"
+    assert await window is not None
