@@ -52,7 +52,7 @@ class FileMap:
         """Whether bytes [offset, offset+length) are mapped with their pages populated (a
         :meth:`window` onto them makes no system call)."""
         first, last = page_span(offset, offset + length)
-        return last <= len(self.populated) and self.populated.find(0, first, last) < 0
+        return offset + length <= len(self.mapping) and self.populated.find(0, first, last) < 0
 
     def window(self, offset: int, length: int) -> npt.NDArray[np.uint8]:
         """Bytes [offset, offset+length) as an array over the mapping (a ``memoryview`` of it

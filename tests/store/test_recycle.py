@@ -219,3 +219,27 @@ async def test_a_recycled_file_that_cannot_be_opened_lets_its_mapping_go(
     assert backend.recycled.bytes == 0
     await backend.close()
     assert len(closed) == 1  # nothing was left for the backend's close
+
+
+def test_a_mapping_is_ready_only_where_it_maps_populated_pages(tmp_path: Path) -> None:
+    """``FileMap.ready`` (a window lent on the event loop, fileuploads.window_now): only over
+    pages populated and inside the mapping, whose length need not be whole pages."""
+    length = 3 * 4096 + 100
+    fd = os.open(tmp_path / "data", os.O_RDWR | os.O_CREAT, 0o644)
+    os.ftruncate(fd, length)
+    fm = filewindows.FileMap(fd, length)
+    try:
+        assert not fm.ready(0, 4096)
+        window = fm.window(4096, 4096)
+        assert fm.ready(4096, 4096) and fm.ready(5000, 10)
+        assert not fm.ready(0, 8192) and not fm.ready(4096, 4097)
+        del window
+        fm.window(0, length)
+        assert fm.ready(0, length)
+        assert not fm.ready(length - 10, 20)  # past the mapping, though inside its last page
+        fm.truncated(4096)  # the pages past a truncation are unmapped by the kernel
+        assert fm.ready(0, 4096) and not fm.ready(0, 4097)
+    finally:
+        gc.collect()
+        fm.close()
+        os.close(fd)
