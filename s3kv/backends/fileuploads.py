@@ -21,7 +21,12 @@ straight from the socket: one copy of those bytes (the kernel's) instead of two 
 into a buffer, then ``pwritev``'s into the file). A part whose pieces include the window, at
 the place it maps, skips those bytes (they are there already); anything else is written.
 
-Called from worker threads (the backend's ``_run``), never on the event loop.
+Called from worker threads (the backend's ``_run``), but for two calls that need no wait, made
+on the event loop: :meth:`FileUploads.window_now` (a window onto pages the file's mapping has
+populated already, a recycled file's, while no part is being written) and
+:meth:`FileUploads.part_in_place` (a part whose bytes are all in place: nothing to write). A
+worker-thread hop costs more CPU than either (a native batch put: 8-14 % of the gateway's CPU
+per block for the two, docs/performance.md, issue 17, session 35).
 """
 
 from __future__ import annotations
