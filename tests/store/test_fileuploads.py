@@ -161,8 +161,9 @@ async def test_populated_windows_and_parts_in_place_need_no_thread(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A window onto pages the file's mapping has populated is lent on the event loop, and a
     part whose bytes are all in such a window at their place is recorded there: no worker
-    thread for either (a hop is ~0.1 ms of CPU, per batch put and per part). Anything that
-    needs a system call that may wait, or a write, still goes to a thread."""
+    thread for either (a hop's CPU and wake-ups, per batch put and per part: issue 17,
+    session 35). Anything that needs a system call that may wait, or a write, still goes to a
+    thread."""
     backend = await FileBackend(tmp_path, fsync=False).open()
     loop = threading.get_ident()
     calls: list[tuple[str, bool]] = []  # (what, on the loop's thread)
