@@ -111,3 +111,35 @@ async def test_the_worker_keeps_no_piece_and_ends_when_closed() -> None:
     assert not thread.is_alive()
     with pytest.raises(RuntimeError, match="closed"):
         worker.start([1])
+
+
+async def test_values_come_at_once_when_the_worker_is_through_every_piece(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The values wait for the worker only while it has pieces left (a hop to the worker and
+    back per batch put is CPU and a wake-up on each side); through them all, they come at once,
+    an error too."""
+    worker = SumWorker()
+    asked: list[str] = []
+    submit = worker.submit
+    monkeypatch.setattr(worker, "submit", lambda job: (asked.append("job"), submit(job))[1])
+    blobs = [os.urandom(n) for n in SIZES]
+    run = worker.start(SIZES)
+    for piece in _pieces(memoryview(b"".join(blobs)), random.Random(5)):
+        run.feed(piece)
+    fed = len(asked)
+    waited = asyncio.create_task(run.values())  # may be asked before the worker is through
+    assert await waited == [layout.checksum(b) for b in blobs]
+    asked.clear()
+    assert await run.values() == [layout.checksum(b) for b in blobs]  # through: at once
+    assert asked == [] and fed > 1
+    short = worker.start([10])
+    short.feed(memoryview(b"x" * 4))
+    loop = asyncio.get_running_loop()
+    behind: asyncio.Future[None] = loop.create_future()  # the worker runs its jobs in order:
+    submit(lambda: loop.call_soon_threadsafe(behind.set_result, None))  # through the piece
+    await behind
+    asked.clear()
+    with pytest.raises(ValueError, match="still to come"):
+        await short.values()
+    assert asked == []
+    worker.close()
