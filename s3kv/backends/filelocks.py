@@ -36,6 +36,21 @@ class FileLocks:
         """Names whose lock is held or waited for."""
         return len(self._entries)
 
+    def _use(self, name: str) -> _Entry:
+        """``name``'s entry, counted as used (the caller holds the guard)."""
+        entry = self._entries.get(name)
+        if entry is None:
+            entry = self._entries[name] = _Entry()
+        entry.users += 1
+        return entry
+
+    def _done(self, name: str, entry: _Entry) -> None:
+        """``entry`` is no longer used by the caller; gone once no one uses it."""
+        with self._guard:  # held for a dict update only, by any thread
+            entry.users -= 1
+            if not entry.users:
+                del self._entries[name]
+
     @contextmanager
     def held_if_free(self, name: str) -> Iterator[bool]:
         """Hold ``name``'s lock if it is free (for the event loop, which must not wait for a
@@ -44,10 +59,7 @@ class FileLocks:
             yield False
             return
         try:
-            entry = self._entries.get(name)
-            if entry is None:
-                entry = self._entries[name] = _Entry()
-            entry.users += 1
+            entry = self._use(name)
         finally:
             self._guard.release()
         got = entry.lock.acquire(blocking=False)
@@ -56,24 +68,15 @@ class FileLocks:
         finally:
             if got:
                 entry.lock.release()
-            with self._guard:  # held for a dict update only, by any thread
-                entry.users -= 1
-                if not entry.users:
-                    del self._entries[name]
+            self._done(name, entry)
 
     @contextmanager
     def held(self, name: str) -> Iterator[None]:
         """Hold ``name``'s lock (blocking: from worker threads only)."""
         with self._guard:
-            entry = self._entries.get(name)
-            if entry is None:
-                entry = self._entries[name] = _Entry()
-            entry.users += 1
+            entry = self._use(name)
         try:
             with entry.lock:
                 yield
         finally:
-            with self._guard:
-                entry.users -= 1
-                if not entry.users:
-                    del self._entries[name]
+            self._done(name, entry)

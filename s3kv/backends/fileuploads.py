@@ -90,6 +90,18 @@ class _Upload:
         return lent is not None and lent[0] is obj \
             and lent[1] + address_of(piece) - lent[2] == offset
 
+    def record(self, number: int, size: int) -> str:
+        """Part ``number`` is written, ``size`` bytes: its ETag."""
+        self.sizes[number] = size
+        return f"{number}-{size}"
+
+    def lend(self, arr: npt.NDArray[np.uint8], offset: int) -> memoryview:
+        """``arr`` (a window of the data file's mapping at ``offset``) lent out, its bytes
+        known to be in place from then on."""
+        view = arr.data
+        self.windows[id(arr)] = (arr, offset, address_of(view))
+        return view
+
     def write(self, data: Pieces, offset: int) -> None:
         """``data`` at ``offset``, but for the runs of it that are in place already."""
         if not self.windows:
@@ -161,8 +173,7 @@ class FileUploads:
         with self._writing.held(upload_id):
             self._live_upload(upload_id)  # not aborted while this waited
             up.write(data, (number - 1) * up.part_size)
-        up.sizes[number] = size
-        return f"{number}-{size}"
+        return up.record(number, size)
 
     def part_in_place(self, upload_id: str, number: int, data: Pieces) -> str | None:
         """:meth:`write_part` for a part whose every byte is in a window at its place already
@@ -176,8 +187,7 @@ class FileUploads:
             if not up.in_place(piece, offset):
                 return None
             offset += len(piece)
-        up.sizes[number] = size
-        return f"{number}-{size}"
+        return up.record(number, size)
 
     def window_now(self, upload_id: str, offset: int, length: int) -> memoryview | None:
         """:meth:`window`, when it needs no wait and no page-table work (the file's mapping
@@ -190,10 +200,7 @@ class FileUploads:
         with self._writing.held_if_free(upload_id) as held:
             if not held or os.fstat(up.fd).st_size < offset + length:
                 return None
-            arr = fm.window(offset, length)
-            view = arr.data
-            up.windows[id(arr)] = (arr, offset, address_of(view))
-        return view
+            return up.lend(fm.window(offset, length), offset)
 
     def window(self, upload_id: str, offset: int, length: int) -> memoryview | None:
         """A writable view of the data file's bytes [offset, offset+length), its pages
@@ -216,9 +223,7 @@ class FileUploads:
             arr = fm.window(offset, length)
         except OSError:
             return None
-        view = arr.data
-        up.windows[id(arr)] = (arr, offset, address_of(view))
-        return view
+        return up.lend(arr, offset)
 
     def complete(self, upload_id: str, parts: Sequence[tuple[int, str]],
                  publish: Callable[[int, int, Path, list[FileMap]], None]) -> None:

@@ -65,8 +65,8 @@ def checksum_pieces(pieces: Sequence[bytes | bytearray | memoryview]) -> int:
     """:func:`checksum` of the pieces' concatenation, without joining them."""
     crc = 0
     for piece in pieces:
-        crc = zlib_ng.crc32(piece, crc)
-    return crc & 0xFFFFFFFF
+        crc = checksum_more(crc, piece)
+    return crc
 
 
 class Entry(NamedTuple):
