@@ -239,7 +239,9 @@ async def run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
         tune_process(settings)  # the process as `s3kv serve` sets it up
         await fill(store, full_store_bytes(args.capacity, SEGMENT) if args.fill == "auto"
                    else parse_size(args.fill), max(args.sizes), say)
-        app_runner, front = await start_front(store, settings)
+        # aiohttp's handler on every request: the plain lane (plainlane.py) reads a real
+        # socket, which this harness replaces
+        app_runner, front = await start_front(store, settings, lane=False)
         bare = web.AppRunner(aiohttp_sink.make_app(), handle_signals=False, access_log=None)
         await bare.setup()
         runners = [front, app_runner, bare]

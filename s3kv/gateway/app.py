@@ -105,7 +105,7 @@ _ID_PREFIX = os.urandom(4).hex().upper()
 _ID_COUNTER = itertools.count(1)
 
 
-def _next_request_id() -> str:
+def next_request_id() -> str:
     return f"{_ID_PREFIX}{next(_ID_COUNTER) & 0xFFFFFFFF:08X}"
 
 
@@ -133,7 +133,7 @@ async def _handle(request: web.Request, handler: Handler,
                   st: GatewayState) -> web.StreamResponse:
     if st.shutting_down and request.path not in _OPS_PATHS:
         handler = _shutting_down
-    rid = _next_request_id()
+    rid = next_request_id()
     request["request_id"] = rid
     structlog.contextvars.bind_contextvars(request_id=rid)
     started = time.perf_counter()
@@ -229,6 +229,14 @@ async def expect_continue(request: web.Request) -> None:
         request.writer.output_size = 0
 
 
+async def _stamp_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer names its request, a streamed one too (GetObject's head goes out before
+    the middleware sees its response)."""
+    rid = request.get("request_id")
+    if rid and "x-amz-request-id" not in response.headers:
+        response.headers["x-amz-request-id"] = rid
+
+
 async def _close_sums(app: web.Application) -> None:
     app[STATE].sums.close()
 
@@ -246,6 +254,7 @@ def make_app(store: BlockStore, settings: Settings) -> web.Application:
                           client_max_size=settings.max_block_size + 1024 * 1024)
     app[STATE] = state
     app.on_cleanup.append(_close_sums)
+    app.on_response_prepare.append(_stamp_request_id)
     app.router.add_get("/healthz", ops.healthz, expect_handler=expect_continue)
     app.router.add_get("/readyz", ops.readyz, expect_handler=expect_continue)
     app.router.add_get("/metrics", ops.metrics, expect_handler=expect_continue)

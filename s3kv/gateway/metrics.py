@@ -103,6 +103,8 @@ class GatewayMetrics:
         self.registry = CollectorRegistry()
         self.bytes_in = Tally()
         self.bytes_out = Tally()
+        #: requests the plain lane answered (plainlane.py)
+        self.plain_lane = Tally()
         self._requests: dict[tuple[str, int], int] = {}
         #: op -> [count per bucket of _BUCKETS, then +Inf; sum of seconds]
         self._latency: dict[str, list[float]] = {}
@@ -137,7 +139,9 @@ class GatewayMetrics:
         for name, doc, tally in (("s3kv_http_bytes_in", "Request body bytes received",
                                   self.bytes_in),
                                  ("s3kv_http_bytes_out", "Response body bytes sent",
-                                  self.bytes_out)):
+                                  self.bytes_out),
+                                 ("s3kv_plain_lane_requests", "Requests answered in the plain "
+                                  "lane (plain object PUTs and GETs)", self.plain_lane)):
             family = CounterMetricFamily(name, doc)
             family.add_metric([], tally.value)
             yield family

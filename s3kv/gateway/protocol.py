@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -186,25 +187,56 @@ class S3RequestHandler(RequestHandler):
         return resp
 
 
+#: makes a connection's first protocol (the plain lane) from the maker of aiohttp's handler
+LaneFactory = Callable[[Callable[[], asyncio.Protocol]], "Lane"]
+
+
+class Lane(asyncio.BaseProtocol):
+    """What the front's server needs of a connection's first protocol (plainlane.PlainLane)."""
+
+    def close(self) -> None:
+        """Close the connection unless a request on it is being answered."""
+        raise NotImplementedError
+
+
 class S3Server(web.Server):
     """aiohttp's low-level server making :class:`S3RequestHandler` connections, for the
-    application of ``base`` (its request handler and factory: middlewares, routes, limits)."""
+    application of ``base`` (its request handler and factory: middlewares, routes, limits);
+    with ``lane``, each connection starts in the lane it makes (given the maker of the handler
+    the lane hands the connection to), and the server closes the lanes it made on shutdown."""
 
-    def __init__(self, base: web.Server, **kwargs: Any) -> None:
+    def __init__(self, base: web.Server, *, lane: LaneFactory | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(base.request_handler, request_factory=base.request_factory,
                          handler_cancellation=base.handler_cancellation, **kwargs)
+        self._lane = lane
+        self._lanes: weakref.WeakSet[Lane] = weakref.WeakSet()
 
-    def __call__(self) -> RequestHandler:
+    def handler(self) -> RequestHandler:
         return S3RequestHandler(self, loop=self._loop, **self._kwargs)
+
+    # asyncio asks a protocol factory for any protocol; aiohttp's annotation names its own
+    def __call__(self) -> RequestHandler | Lane:  # type: ignore[override]
+        if self._lane is None:
+            return self.handler()
+        lane = self._lane(self.handler)
+        self._lanes.add(lane)
+        return lane
+
+    def pre_shutdown(self) -> None:
+        for lane in list(self._lanes):
+            lane.close()
+        super().pre_shutdown()
 
 
 def front_runner(app_runner: web.AppRunner, *, shutdown_timeout: float,
-                 **handler_args: Any) -> web.ServerRunner:
+                 lane: LaneFactory | None = None, **handler_args: Any) -> web.ServerRunner:
     """The runner to serve ``app_runner``'s application through (after its ``setup()``):
     the app runner keeps the application's start-up and clean-up, this one the connections.
-    ``handler_args``: aiohttp's per-connection settings (``access_log``, ``auto_decompress``)."""
+    ``lane``: each connection's first protocol (see :class:`S3Server`). ``handler_args``:
+    aiohttp's per-connection settings (``access_log``, ``auto_decompress``)."""
     base = app_runner.server
     if base is None:
         raise RuntimeError("front_runner() before the app runner's setup()")
-    return web.ServerRunner(S3Server(base, **handler_args), handle_signals=False,
+    return web.ServerRunner(S3Server(base, lane=lane, **handler_args), handle_signals=False,
                             shutdown_timeout=shutdown_timeout)

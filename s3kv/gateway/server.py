@@ -22,6 +22,7 @@ from s3kv.gateway.access import credential_table
 from s3kv.gateway.app import make_app
 from s3kv.gateway.heap import keep_freed_memory
 from s3kv.gateway.multipart import UPLOADS, Uploads
+from s3kv.gateway.plainlane import PlainLane
 from s3kv.gateway.protocol import front_runner
 from s3kv.gateway.state import STATE
 from s3kv.log import get_logger
@@ -89,10 +90,12 @@ def tune_process(settings: Settings) -> None:
                       + settings.max_open_segments * settings.segment_size)
 
 
-async def start_front(store: BlockStore,
-                      settings: Settings) -> tuple[web.AppRunner, web.ServerRunner]:
+async def start_front(store: BlockStore, settings: Settings, *,
+                      lane: bool = True) -> tuple[web.AppRunner, web.ServerRunner]:
     """The application on ``store`` and the runner of its connections, both set up (not yet
-    listening); the caller cleans up the front runner, then the app runner."""
+    listening); the caller cleans up the front runner, then the app runner. ``lane``: plain
+    PUTs and GETs served in the plain lane (plainlane.py); without it every request goes
+    through aiohttp's handler."""
     app = make_app(store, settings)
     app[UPLOADS] = Uploads()
     # auto_decompress=False: a body sent with Content-Encoding: gzip is stored as sent (S3
@@ -101,8 +104,10 @@ async def start_front(store: BlockStore,
     # connections, whose own parse errors are S3 XML too (protocol.py)
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT)
     await runner.setup()
+    state = app[STATE]
     front = front_runner(runner, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None,
-                         auto_decompress=False)
+                         auto_decompress=False,
+                         lane=(lambda handler: PlainLane(state, handler)) if lane else None)
     await front.setup()
     return runner, front
 

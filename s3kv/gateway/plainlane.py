@@ -1,0 +1,280 @@
+"""The plain lane: a connection's plain object PUTs and GETs served below aiohttp's request
+machinery; the connection goes to aiohttp's handler at the first request that is not plain.
+
+Every S3 connection starts here (:class:`PlainLane`, made by the front's server,
+protocol.py). The lane reads a request's head into its own buffer; when plainops.py says the
+request is plain (and has checked what the S3 handlers check before a body: signature,
+namespace, key, size, budget), the lane receives the body straight into one buffer, stores it
+(``BlockStore.put`` under the key's lock, as PutObject does) or sends the object (its views,
+with ``os.writev``, as GetObject does), and answers with the S3 handlers' headers. Its
+requests are counted in the gateway's state and metrics as theirs are. A 256 KiB PUT costs the
+event loop about half of what it costs through aiohttp's request, the middleware and the
+generic body reader (docs/performance.md, issue 17, session 36).
+
+At the first request that is not plain, or one whose object is not there (a GET: the handlers
+answer 404), the lane hands the connection to a fresh :class:`S3RequestHandler`
+(``transport.set_protocol``, ``connection_made``, then that request's bytes and all after it as
+received) and is done: the rest of the connection is aiohttp's. Nothing of that request was
+answered by the lane, so its answer, an error included, is the handlers' own.
+
+One request at a time: reading is paused while the lane stores or sends, and what a client
+pipelined behind a request waits in the lane's buffer. A body that stops arriving for
+``BODY_IDLE_TIMEOUT`` seconds closes the connection (its reservation released), and a
+connection idle between requests for ``KEEPALIVE_TIMEOUT`` seconds is closed, as aiohttp does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+
+from s3kv.gateway.app import CLIENT_CLOSED
+from s3kv.gateway.bodies import BODY_IDLE_TIMEOUT
+from s3kv.gateway.plainops import Plain, plain_request, read_get, release, store_put
+from s3kv.gateway.protocol import Lane
+from s3kv.gateway.state import GatewayState
+from s3kv.log import get_logger
+from s3kv.wire.body import SLICE, slices
+
+log = get_logger(__name__)
+
+#: the longest request head the lane reads; a longer one goes to aiohttp (which refuses it)
+HEAD_LIMIT = 16 * 1024
+#: seconds a connection may stay idle between requests (aiohttp's keep-alive timeout)
+KEEPALIVE_TIMEOUT = 75.0
+_END = b"\r\n\r\n"
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+class PlainLane(asyncio.BufferedProtocol, Lane):
+    """One connection, until its first request that is not plain (see the module)."""
+
+    def __init__(self, st: GatewayState, handler: Callable[[], asyncio.Protocol]) -> None:
+        self._st = st
+        self._handler = handler
+        self._transport: asyncio.Transport | None = None
+        self._head = bytearray(HEAD_LIMIT)
+        self._n = 0  # bytes in _head
+        self._plain: Plain | None = None
+        self._body: bytearray | None = None
+        self._got = 0  # bytes of _body received
+        self._busy = False  # a request is being stored or answered
+        self._gone = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._seen = 0  # _got at the last idle check
+        self._drained: asyncio.Future[None] | None = None
+
+    # -- asyncio's protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        if transport.get_extra_info("socket") is None \
+                or transport.get_extra_info("sslcontext") is not None:
+            self._hand_off()  # not a plain TCP socket: aiohttp's from the start
+            return
+        self._arm(KEEPALIVE_TIMEOUT)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._body is not None:
+            return memoryview(self._body)[self._got:]
+        return memoryview(self._head)[self._n:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._body is not None:
+            self._got += nbytes
+            if self._got == len(self._body):
+                self._start()
+            return
+        self._n += nbytes
+        self._next()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._gone = True
+        self._disarm()
+        if self._plain is not None and not self._busy:  # cut off inside the body
+            release(self._st, self._plain)
+            self._st.leave()
+            self._plain = self._body = None
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._drained is None:
+            self._drained = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
+    def close(self) -> None:
+        transport = self._transport
+        if not (self._busy or self._gone) and transport is not None:
+            transport.close()
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def _next(self) -> None:
+        """Take the next request in the buffer, if its head is complete."""
+        end = self._head.find(_END, 0, self._n)
+        if end < 0:
+            if self._n == len(self._head):
+                self._hand_off()
+            return
+        plain = plain_request(self._st, bytes(self._head[:end]))
+        if plain is None:
+            self._hand_off()
+            return
+        self._plain = plain
+        self._st.enter()  # in flight from its head on, as the S3 handlers count it
+        start = end + len(_END)
+        if plain.method == "GET":
+            self._start()
+            return
+        if plain.expect and self._transport is not None:
+            self._transport.write(CONTINUE)
+        body = self._body = bytearray(plain.length)
+        got = self._got = min(self._n - start, plain.length)
+        body[:got] = self._head[start:start + got]
+        if got == plain.length:
+            self._start()
+        else:
+            self._arm(BODY_IDLE_TIMEOUT)
+
+    def _start(self) -> None:
+        transport = self._transport
+        assert transport is not None
+        self._busy = True
+        self._disarm()
+        transport.pause_reading()
+        asyncio.get_running_loop().create_task(self._serve())
+
+    async def _serve(self) -> None:
+        plain, body = self._plain, self._body
+        assert plain is not None
+        st = self._st
+        started = time.perf_counter()
+        op, status = ("PutObject" if plain.method == "PUT" else "GetObject"), 200
+        try:
+            if body is not None:
+                status, answer = await store_put(st, plain, body)
+                await self._send([answer])
+            else:
+                got = await read_get(st, plain)
+                if got is None:  # the S3 handlers answer it
+                    op = ""
+                    self._hand_off()
+                    return
+                status, bufs = got
+                await self._send(bufs)
+        except ConnectionError:  # the client went away while it was answered
+            status = CLIENT_CLOSED
+        except Exception:
+            log.exception("http.unhandled", method=plain.method, path=plain.path, lane="plain")
+            status = 500
+            if self._transport is not None:
+                self._transport.close()
+        finally:
+            release(st, plain)
+            st.leave()
+            if op:
+                st.metrics.observe(op, status, time.perf_counter() - started)
+                st.metrics.plain_lane.inc(1)
+        self._done()
+
+    def _done(self) -> None:
+        """The request is answered: on to what follows it in the buffer, or read again."""
+        plain, self._plain, self._body, self._busy = self._plain, None, None, False
+        transport = self._transport
+        if self._gone or transport is None or transport.is_closing():
+            return
+        assert plain is not None
+        used = self._head.find(_END, 0, self._n) + len(_END)
+        if plain.method == "PUT":
+            used += min(self._n - used, plain.length)
+        rest = self._n - used
+        self._head[:rest] = self._head[used:self._n]
+        self._n = rest
+        transport.resume_reading()
+        self._arm(KEEPALIVE_TIMEOUT)
+        if rest:
+            self._next()
+
+    async def _send(self, bufs: list[bytes | memoryview]) -> None:
+        """``bufs`` in order, a slice of at most SLICE bytes at a time: straight to the socket
+        while the transport holds nothing, the rest through the transport, which is let drain
+        below its limit before the next slice (it copies what it holds)."""
+        group: list[bytes | memoryview] = []
+        size = 0
+        for view in slices(bufs):
+            if group and size + len(view) > SLICE:
+                await self._send_group(group)
+                group, size = [], 0
+            group.append(view)
+            size += len(view)
+        if group:
+            await self._send_group(group)
+
+    async def _send_group(self, bufs: list[bytes | memoryview]) -> None:
+        transport = self._transport
+        if self._gone or transport is None or transport.is_closing():
+            raise ConnectionResetError("the client closed the connection")
+        sent = 0
+        if not transport.get_write_buffer_size():
+            try:
+                sent = os.writev(transport.get_extra_info("socket").fileno(), bufs)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+        for buf in bufs:
+            if sent >= len(buf):
+                sent -= len(buf)
+                continue
+            transport.write(memoryview(buf)[sent:] if sent else buf)
+            sent = 0
+        if self._drained is not None:
+            await self._drained
+
+    # -- the hand-over and the timers -------------------------------------------------------
+
+    def _hand_off(self) -> None:
+        """The connection is aiohttp's from here: it gets what the lane holds of it."""
+        transport = self._transport
+        self._disarm()
+        if transport is None or self._gone or transport.is_closing():
+            return
+        pending = bytes(self._head[:self._n])
+        self._n = 0
+        self._gone = True  # this lane is done with the connection
+        handler = self._handler()
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        if pending:
+            handler.data_received(pending)
+        if self._busy:
+            self._busy = False
+            transport.resume_reading()
+
+    def _arm(self, seconds: float) -> None:
+        self._disarm()
+        self._seen = self._got
+        self._timer = asyncio.get_running_loop().call_later(seconds, self._idle, seconds)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _idle(self, seconds: float) -> None:
+        self._timer = None
+        if self._busy or self._gone or self._transport is None:
+            return
+        if self._body is not None and self._got != self._seen:  # the body is still coming
+            self._arm(seconds)
+            return
+        self._transport.close()

@@ -1,0 +1,189 @@
+"""The requests the plain lane (plainlane.py) serves, and their answers.
+
+A request is *plain* when it is a path-style ``PUT`` or ``GET`` of one object with no query, on
+HTTP/1.1, with only the headers in :data:`ALLOWED` (each once), a signature the verifier
+accepts over ``UNSIGNED-PAYLOAD`` (a PUT) or an empty payload (a GET), a namespace the caller
+may use that exists and stores blocks as they are, a valid key, and (a PUT) a body the size
+limit and the memory budget admit, on a gateway with ``--etag fast`` that is not shutting
+down. For such a request the S3 handlers (app.py, s3_objects.py) would classify, check and
+store exactly as :func:`store_put` and :func:`read_get` do, and answer as they answer;
+anything else, and any check that fails, is left to them (:func:`plain_request` says None),
+so every error answer but the store's own stays theirs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from http import HTTPStatus
+from urllib.parse import unquote
+
+from aiohttp.http import SERVER_SOFTWARE
+from multidict import CIMultiDict
+
+from s3kv.errors import RequestError, S3KVError
+from s3kv.gateway.access import ANONYMOUS, Credential, check_namespace
+from s3kv.gateway.app import next_request_id, to_request_error
+from s3kv.gateway.objattrs import ObjectAttrs, attrs_of, http_date, object_etag, response_headers
+from s3kv.gateway.requests import validate_key
+from s3kv.gateway.s3xml import XML, error_document
+from s3kv.gateway.state import GatewayState
+from s3kv.store.layout import checksum
+from s3kv.wire.body import views_of
+
+#: the headers a plain request may carry (lowercase); any other sends it to the S3 handlers
+ALLOWED = frozenset({"host", "content-length", "authorization", "x-amz-date",
+                     "x-amz-content-sha256", "user-agent", "accept", "accept-encoding",
+                     "amz-sdk-invocation-id", "amz-sdk-request", "connection", "expect"})
+UNSIGNED = "UNSIGNED-PAYLOAD"
+EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+#: a plain PUT's attributes: no content header, no metadata, no checksum, the fast ETag
+NO_ATTRS = ObjectAttrs()
+
+
+@dataclass(frozen=True)
+class Plain:
+    """A plain request, checked as far as its head allows."""
+
+    method: str  # "PUT" or "GET"
+    bucket: str
+    key: bytes
+    path: str  # decoded (the S3 error document's Resource, as the S3 handlers give it)
+    length: int  # a PUT's body, in bytes (reserved from the memory budget); 0 for a GET
+    expect: bool = False  # Expect: 100-continue (answered before the body, as aiohttp does)
+
+
+def _headers(lines: list[str]) -> CIMultiDict[str] | None:
+    headers: CIMultiDict[str] = CIMultiDict()
+    for line in lines:
+        name, sep, value = line.partition(":")
+        if not sep or name.lower() not in ALLOWED or name in headers:
+            return None
+        value = value.strip(" ")
+        if not value.isprintable():
+            return None
+        headers[name] = value
+    return headers
+
+
+def _target(st: GatewayState, raw_path: str, host: str) -> tuple[str, str, str] | None:
+    """(bucket, key, the decoded path) of a path-style request for one object."""
+    domain = st.settings.domain.lower()
+    if domain and host.split(":")[0].lower().endswith("." + domain):
+        return None  # virtual-hosted style
+    try:
+        path = unquote(raw_path, errors="strict")
+    except UnicodeDecodeError:
+        return None
+    bucket, _, key = path[1:].partition("/")
+    return (bucket, key, path) if bucket and key else None
+
+
+def _caller(st: GatewayState, method: str, raw_path: str,
+            headers: CIMultiDict[str]) -> Credential | None:
+    if st.verifier is None:
+        return ANONYMOUS
+    try:
+        auth = st.verifier.verify(method, raw_path, "", headers, time.time())
+    except RequestError:
+        return None
+    return st.credentials.get(auth.access_key)
+
+
+def plain_request(st: GatewayState, head: bytes) -> Plain | None:
+    """The request whose head (without its final blank line) is ``head``, if it is plain and
+    passes every check the S3 handlers make before its body; None: theirs to answer. A plain
+    PUT's body size is reserved from the memory budget: release it with :func:`release`."""
+    if st.shutting_down or st.settings.etag != "fast":
+        return None
+    try:
+        lines = head.decode("ascii").split("\r\n")
+    except UnicodeDecodeError:
+        return None
+    method, _, rest = lines[0].partition(" ")
+    raw_path, _, version = rest.partition(" ")
+    if method not in ("PUT", "GET") or version != "HTTP/1.1" or not raw_path.startswith("/") \
+            or "?" in raw_path or "#" in raw_path or " " in raw_path:
+        return None
+    headers = _headers(lines[1:])
+    if headers is None or "host" not in headers \
+            or headers.get("connection", "keep-alive").lower() != "keep-alive" \
+            or headers.get("expect", "100-continue").lower() != "100-continue":
+        return None
+    length = headers.get("content-length", "0")
+    sha = headers.get("x-amz-content-sha256", UNSIGNED)
+    if not length.isdigit() or not length.isascii() or (
+            (int(length) == 0 or sha != UNSIGNED) if method == "PUT"
+            else (int(length) != 0 or sha not in (UNSIGNED, EMPTY_SHA256))):
+        return None
+    size = int(length)
+    target = _target(st, raw_path, headers["host"])
+    if target is None or size > st.settings.max_block_size:
+        return None
+    bucket, key, path = target
+    caller = _caller(st, method, raw_path, headers)
+    codec = st.store.namespace_codecs.get(bucket)
+    if caller is None or codec is None or codec.name != "none":
+        return None
+    try:
+        check_namespace(caller, bucket)
+        stored_key = validate_key(key)
+        if size:
+            st.budget.reserve(size)
+    except RequestError:
+        return None
+    return Plain(method, bucket, stored_key, path, size, "expect" in headers)
+
+
+def release(st: GatewayState, plain: Plain) -> None:
+    """Give back what :func:`plain_request` reserved for ``plain``'s body."""
+    if plain.length:
+        st.budget.release(plain.length)
+
+
+def answer_head(status: int, headers: dict[str, str], rid: str, length: int) -> bytes:
+    """A response's head, with the headers aiohttp's answers carry."""
+    lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}"]
+    lines.extend(f"{name}: {value}" for name, value in headers.items())
+    lines.append(f"x-amz-request-id: {rid}\r\nContent-Length: {length}\r\n"
+                 f"Date: {http_date(int(time.time()))}\r\nServer: {SERVER_SOFTWARE}\r\n\r\n")
+    return "\r\n".join(lines).encode()
+
+
+def error_answer(plain: Plain, err: RequestError, rid: str) -> bytes:
+    body = error_document(err.code, str(err), plain.path, rid)
+    headers = {**err.headers, "Content-Type": XML}
+    return answer_head(err.status, headers, rid, len(body)) + body
+
+
+async def store_put(st: GatewayState, plain: Plain, body: bytearray) -> tuple[int, bytes]:
+    """Store a plain PUT's body as PutObject does; (status, the whole answer)."""
+    rid = next_request_id()
+    st.metrics.bytes_in.inc(len(body))  # received, as the S3 handlers count it
+    try:
+        async with st.key_locks.hold(plain.bucket, plain.key):
+            meta = await st.store.put(plain.bucket, plain.key, [body], crc=checksum(body))
+    except S3KVError as exc:
+        err = to_request_error(exc)
+        return err.status, error_answer(plain, err, rid)
+    return 200, answer_head(200, {"ETag": object_etag(meta, NO_ATTRS)}, rid, 0)
+
+
+async def read_get(st: GatewayState, plain: Plain) -> tuple[int, list[bytes | memoryview]] | None:
+    """A plain GET's answer, as GetObject gives it: (status, its head and the object's bytes,
+    as views); a missing object is 404 NoSuchKey. None: the object's attributes cannot go into
+    a head as they are (the S3 handlers answer it)."""
+    rid = next_request_id()
+    meta = st.store.head(plain.bucket, plain.key)
+    data = None
+    if meta is not None:
+        headers = response_headers(meta, attrs_of(meta), {}, checksum=False)
+        if any("\r" in v or "\n" in v for v in headers.values()):
+            return None
+        # evicted, corrupt or the backend down since the index said yes: a miss, as GetObject
+        data = await st.store.read(plain.bucket, plain.key)
+    if meta is None or data is None:
+        err = RequestError("NoSuchKey", "The specified key does not exist.", 404)
+        return err.status, [error_answer(plain, err, rid)]
+    st.metrics.bytes_out.inc(meta.size)
+    return 200, [answer_head(200, headers, rid, meta.size), *views_of(data, 0, meta.size)]
