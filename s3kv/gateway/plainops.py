@@ -3,12 +3,13 @@
 A request is *plain* when it is a path-style ``PUT`` or ``GET`` of one object with no query, on
 HTTP/1.1, with only the headers in :data:`ALLOWED` (each once), a signature the verifier
 accepts over ``UNSIGNED-PAYLOAD`` (a PUT) or an empty payload (a GET), a namespace the caller
-may use that exists and stores blocks as they are, a valid key, and (a PUT) a body the size
-limit and the memory budget admit, on a gateway with ``--etag fast`` that is not shutting
-down. For such a request the S3 handlers (app.py, s3_objects.py) would classify, check and
-store exactly as :func:`store_put` and :func:`read_get` do, and answer as they answer;
-anything else, and any check that fails, is left to them (:func:`plain_request` says None),
-so every error answer but the store's own stays theirs.
+may use that exists and stores blocks as they are, a valid key, and (a PUT) a body under the
+landing's minimum (larger ones are received straight into their segment by the handlers,
+store/landing.py) that the memory budget admits, on a gateway with ``--etag fast`` that is not
+shutting down. For such a request the S3 handlers (app.py, s3_objects.py) would classify, check
+and store exactly as :func:`store_put` and :func:`read_get` do, and answer as they answer;
+anything else, and any check that fails, is left to them (:func:`plain_request` says None), so
+every error answer but the store's own stays theirs.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from s3kv.gateway.objattrs import ObjectAttrs, attrs_of, http_date, object_etag,
 from s3kv.gateway.requests import validate_key
 from s3kv.gateway.s3xml import XML, error_document
 from s3kv.gateway.state import GatewayState
+from s3kv.store.landing import LAND_MIN
 from s3kv.store.layout import checksum
 from s3kv.wire.body import views_of
 
@@ -118,7 +120,8 @@ def plain_request(st: GatewayState, head: bytes) -> Plain | None:
         return None
     size = int(length)
     target = _target(st, raw_path, headers["host"])
-    if target is None or size > st.settings.max_block_size:
+    if target is None or size > st.settings.max_block_size \
+            or (method == "PUT" and size >= LAND_MIN):  # lands in its segment (the handlers)
         return None
     bucket, key, path = target
     caller = _caller(st, method, raw_path, headers)

@@ -251,3 +251,19 @@ def test_sigterm_lets_a_plain_put_finish_and_closes_idle_lanes(s3_server: MotoSe
     with running_gateway(store, [*SMALL, "--etag", "fast"]) as g2:
         got = gateway_client(g2.endpoint).get_object(Bucket=BUCKET, Key="term/k")
         assert got["Body"].read() == data
+
+
+def test_a_body_of_a_landing_size_goes_to_the_handlers(gw: Gateway) -> None:
+    """From 1 MiB (store/landing.py's LAND_MIN) a body is the handlers', which land it in its
+    segment where the backend lends a window (the lane would copy it once more)."""
+    data = os.urandom(1 << 20)
+    before = lane_count(gw)
+    conn = Conn(gw)
+    try:
+        conn.send(request(gw, "PUT", f"/{BUCKET}/large/k", data))
+        assert conn.answer().status == 200
+        conn.send(request(gw, "GET", f"/{BUCKET}/large/k"))
+        assert conn.answer().body == data
+    finally:
+        conn.close()
+    assert lane_count(gw) == before
