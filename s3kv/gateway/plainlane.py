@@ -11,8 +11,8 @@ requests are counted in the gateway's state and metrics as theirs are. A 256 KiB
 event loop about half of what it costs through aiohttp's request, the middleware and the
 generic body reader (docs/performance.md, issue 17, session 36).
 
-At the first request that is not plain, or one whose object is not there (a GET: the handlers
-answer 404), the lane hands the connection to a fresh :class:`S3RequestHandler`
+At the first request that is not plain (or a GET of an object whose stored attributes cannot
+go into a head as they are), the lane hands the connection to a fresh :class:`S3RequestHandler`
 (``transport.set_protocol``, ``connection_made``, then that request's bytes and all after it as
 received) and is done: the rest of the connection is aiohttp's. Nothing of that request was
 answered by the lane, so its answer, an error included, is the handlers' own.
