@@ -138,8 +138,7 @@ async def _handle(request: web.Request, handler: Handler,
     structlog.contextvars.bind_contextvars(request_id=rid)
     started = time.perf_counter()
     try:
-        resp = await handler(request)
-        resp.headers.setdefault("x-amz-request-id", rid)
+        resp = await handler(request)  # its x-amz-request-id: _stamp_request_id
     except RequestError as exc:
         resp = _error_response(request, exc)
     except S3KVError as exc:

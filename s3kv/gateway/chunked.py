@@ -20,8 +20,9 @@ the transport.
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from aiohttp import web
 
@@ -52,15 +53,7 @@ class BodySender:
         """``head`` then ``pieces``, in chunks of at most SLICE bytes (one for a head and its
         block up to that size): a block larger than what the socket takes at once is not
         queued whole (the transport would copy all it did not send)."""
-        group: list[Buffer] = [head] if head else []
-        size = len(head)
-        for view in slices(pieces):
-            if group and size + len(view) > SLICE:
-                await self._send(self._frame(group, size))
-                group, size = [], 0
-            group.append(view)
-            size += len(view)
-        if size:
+        for group, size in vector_groups([head, *pieces]):
             await self._send(self._frame(group, size))
 
     def _frame(self, group: list[Buffer], size: int) -> list[Buffer]:
@@ -68,18 +61,10 @@ class BodySender:
 
     async def _send(self, bufs: list[Buffer]) -> None:
         transport = self._transport
-        if transport is None or transport.is_closing():
+        if transport is None:
             raise ConnectionResetError("the client closed the connection")
-        if self._fd >= 0 and not transport.get_write_buffer_size():
-            try:
-                sent = os.writev(self._fd, bufs)
-            except OSError:  # would block, or a failure the transport's write reports
-                sent = 0
-            bufs = _after(bufs, sent)
-            if not bufs:
-                return
-        transport.writelines(bufs)
-        await self._writer.drain()
+        if send_vectors(transport, self._fd, bufs):
+            await self._writer.drain()
 
 
 class ChunkSender(BodySender):
@@ -87,6 +72,40 @@ class ChunkSender(BodySender):
 
     def _frame(self, group: list[Buffer], size: int) -> list[Buffer]:
         return [b"%x\r\n" % size, *group, CRLF]
+
+
+def vector_groups(pieces: Sequence[Buffer]) -> Iterator[tuple[list[Buffer], int]]:
+    """``pieces``' bytes, in order, as groups of views of at most SLICE bytes together (a view
+    as large, alone) and each group's size: what one ``writev`` is given at a time."""
+    group: list[Buffer] = []
+    size = 0
+    for view in slices(pieces):
+        if group and size + len(view) > SLICE:
+            yield group, size
+            group, size = [], 0
+        group.append(view)
+        size += len(view)
+    if size:
+        yield group, size
+
+
+def send_vectors(transport: asyncio.Transport, fd: int, bufs: list[Buffer]) -> bool:
+    """``bufs`` straight to the socket ``fd`` (-1: none, as under TLS) while ``transport``
+    holds nothing, what it did not take through the transport, which queues it (a copy of that
+    rest only) and sends it before anything written later; whether anything was queued (the
+    caller lets the transport drain then)."""
+    if transport.is_closing():
+        raise ConnectionResetError("the client closed the connection")
+    if fd >= 0 and not transport.get_write_buffer_size():
+        try:
+            sent = os.writev(fd, bufs)
+        except OSError:  # would block, or a failure the transport's write reports
+            sent = 0
+        bufs = _after(bufs, sent)
+        if not bufs:
+            return False
+    transport.writelines(bufs)
+    return True
 
 
 def _after(bufs: list[Buffer], n: int) -> list[Buffer]:

@@ -26,17 +26,16 @@ connection idle between requests for ``KEEPALIVE_TIMEOUT`` seconds is closed, as
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable
 
 from s3kv.gateway.app import CLIENT_CLOSED
 from s3kv.gateway.bodies import BODY_IDLE_TIMEOUT
+from s3kv.gateway.chunked import send_vectors, vector_groups
 from s3kv.gateway.plainops import Plain, plain_request, read_get, release, store_put
 from s3kv.gateway.protocol import Lane
 from s3kv.gateway.state import GatewayState
 from s3kv.log import get_logger
-from s3kv.wire.body import SLICE, slices
 
 log = get_logger(__name__)
 
@@ -55,8 +54,10 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         self._st = st
         self._handler = handler
         self._transport: asyncio.Transport | None = None
+        self._fd = -1  # the socket's
         self._head = bytearray(HEAD_LIMIT)
         self._n = 0  # bytes in _head
+        self._used = 0  # bytes of _head the current request took (its head, its body's start)
         self._plain: Plain | None = None
         self._body: bytearray | None = None
         self._got = 0  # bytes of _body received
@@ -71,10 +72,11 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
-        if transport.get_extra_info("socket") is None \
-                or transport.get_extra_info("sslcontext") is not None:
+        sock = transport.get_extra_info("socket")
+        if sock is None or transport.get_extra_info("sslcontext") is not None:
             self._hand_off()  # not a plain TCP socket: aiohttp's from the start
             return
+        self._fd = sock.fileno()
         self._arm(KEEPALIVE_TIMEOUT)
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -133,7 +135,7 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
             return
         self._plain = plain
         self._st.enter()  # in flight from its head on, as the S3 handlers count it
-        start = end + len(_END)
+        start = self._used = end + len(_END)
         if plain.method == "GET":
             self._start()
             return
@@ -142,6 +144,7 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         body = self._body = bytearray(plain.length)
         got = self._got = min(self._n - start, plain.length)
         body[:got] = self._head[start:start + got]
+        self._used += got
         if got == plain.length:
             self._start()
         else:
@@ -190,15 +193,11 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
 
     def _done(self) -> None:
         """The request is answered: on to what follows it in the buffer, or read again."""
-        plain, self._plain, self._body, self._busy = self._plain, None, None, False
+        self._plain, self._body, self._busy = None, None, False
         transport = self._transport
         if self._gone or transport is None or transport.is_closing():
             return
-        assert plain is not None
-        used = self._head.find(_END, 0, self._n) + len(_END)
-        if plain.method == "PUT":
-            used += min(self._n - used, plain.length)
-        rest = self._n - used
+        used, rest = self._used, self._n - self._used
         self._head[:rest] = self._head[used:self._n]
         self._n = rest
         transport.resume_reading()
@@ -207,38 +206,15 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
             self._next()
 
     async def _send(self, bufs: list[bytes | memoryview]) -> None:
-        """``bufs`` in order, a slice of at most SLICE bytes at a time: straight to the socket
-        while the transport holds nothing, the rest through the transport, which is let drain
-        below its limit before the next slice (it copies what it holds)."""
-        group: list[bytes | memoryview] = []
-        size = 0
-        for view in slices(bufs):
-            if group and size + len(view) > SLICE:
-                await self._send_group(group)
-                group, size = [], 0
-            group.append(view)
-            size += len(view)
-        if group:
-            await self._send_group(group)
-
-    async def _send_group(self, bufs: list[bytes | memoryview]) -> None:
+        """``bufs`` in order, as GetObject's body goes (chunked.py: a group of at most SLICE
+        bytes at a time, straight to the socket while the transport holds nothing), the
+        transport let drain below its limit before the next group."""
         transport = self._transport
-        if self._gone or transport is None or transport.is_closing():
-            raise ConnectionResetError("the client closed the connection")
-        sent = 0
-        if not transport.get_write_buffer_size():
-            try:
-                sent = os.writev(transport.get_extra_info("socket").fileno(), bufs)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-        for buf in bufs:
-            if sent >= len(buf):
-                sent -= len(buf)
-                continue
-            transport.write(memoryview(buf)[sent:] if sent else buf)
-            sent = 0
-        if self._drained is not None:
-            await self._drained
+        for group, _ in vector_groups(bufs):
+            if self._gone or transport is None:
+                raise ConnectionResetError("the client closed the connection")
+            if send_vectors(transport, self._fd, group) and self._drained is not None:
+                await self._drained
 
     # -- the hand-over and the timers -------------------------------------------------------
 
