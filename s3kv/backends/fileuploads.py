@@ -51,6 +51,9 @@ from s3kv.wire.body import Buffer, pieces_of, size_of
 
 #: the directory of uploads in progress, under the backend's root
 UPLOADS = ".uploads"
+#: bytes past a window its lending populates too, so that small blocks received one after
+#: another (the plain lane's, gateway/plainlane.py) mostly find their pages ready
+POPULATE_AHEAD = 8 * 1024 * 1024
 #: buffers per pwritev call (Linux's IOV_MAX is 1024)
 _IOV_MAX = 1024
 
@@ -204,8 +207,10 @@ class FileUploads:
 
     def window(self, upload_id: str, offset: int, length: int) -> memoryview | None:
         """A writable view of the data file's bytes [offset, offset+length), its pages
-        allocated (so writing it never faults for want of space); None where the kernel
-        cannot allocate them up front (before Linux 5.14) or the filesystem is full."""
+        allocated (so writing it never faults for want of space), and those of the next
+        ``POPULATE_AHEAD`` bytes the file has (so the windows after it are lent at once, by
+        :meth:`window_now`); None where the kernel cannot allocate them up front (before
+        Linux 5.14) or the filesystem is full."""
         up = self._live_upload(upload_id)
         end = offset + length
         with self._writing.held(upload_id):
@@ -213,17 +218,21 @@ class FileUploads:
             size = os.fstat(up.fd).st_size
             fm = up.maps[-1] if up.maps and len(up.maps[-1]) >= end else None
             if fm is None:  # mapped afresh, the file grown to it (sparse) first
-                grown = max(end, size, MAP_MIN, 2 * len(up.maps[-1]) if up.maps else 0)
-                os.ftruncate(up.fd, grown)
-                fm = FileMap(up.fd, grown)
+                size = max(end, size, MAP_MIN, 2 * len(up.maps[-1]) if up.maps else 0)
+                os.ftruncate(up.fd, size)
+                fm = FileMap(up.fd, size)
                 up.maps.append(fm)
             elif size < end:  # a recycled file shorter than its mapping
+                size = end
                 os.ftruncate(up.fd, end)
-        try:  # populated outside the upload's lock, as parts may be written meanwhile
-            arr = fm.window(offset, length)
-        except OSError:
-            return None
-        return up.lend(arr, offset)
+        arr = None
+        for ahead in (min(POPULATE_AHEAD, size - end), 0):  # without: a nearly full disk
+            try:  # populated outside the upload's lock, as parts may be written meanwhile
+                arr = fm.window(offset, length, ahead)
+                break
+            except OSError:
+                continue
+        return None if arr is None else up.lend(arr, offset)
 
     def complete(self, upload_id: str, parts: Sequence[tuple[int, str]],
                  publish: Callable[[int, int, Path, list[FileMap]], None]) -> None:

@@ -54,12 +54,14 @@ class FileMap:
         first, last = page_span(offset, offset + length)
         return offset + length <= len(self.mapping) and self.populated.find(0, first, last) < 0
 
-    def window(self, offset: int, length: int) -> npt.NDArray[np.uint8]:
+    def window(self, offset: int, length: int, ahead: int = 0) -> npt.NDArray[np.uint8]:
         """Bytes [offset, offset+length) as an array over the mapping (a ``memoryview`` of it
-        is the window), their pages populated first (blocking, without the GIL). The caller
-        has made the file at least ``offset + length`` bytes long. OSError: the kernel could
-        not allocate them (a full filesystem) or has no MADV_POPULATE_WRITE."""
-        first, last = page_span(offset, offset + length)
+        is the window), their pages populated first (blocking, without the GIL), and the
+        ``ahead`` bytes after them too (so that the next windows, small blocks received one
+        after another, are :meth:`ready`). The caller has made the file at least ``offset +
+        length + ahead`` bytes long. OSError: the kernel could not allocate them (a full
+        filesystem) or has no MADV_POPULATE_WRITE."""
+        first, last = page_span(offset, min(offset + length + ahead, len(self.mapping)))
         todo = self.populated.find(0, first, last)
         if todo >= 0:
             upto = self.populated.rfind(0, first, last) + 1

@@ -4,12 +4,16 @@ machinery; the connection goes to aiohttp's handler at the first request that is
 Every S3 connection starts here (:class:`PlainLane`, made by the front's server,
 protocol.py). The lane reads a request's head into its own buffer; when plainops.py says the
 request is plain (and has checked what the S3 handlers check before a body: signature,
-namespace, key, size, budget), the lane receives the body straight into one buffer, stores it
-(``BlockStore.put`` under the key's lock, as PutObject does) or sends the object (its views,
-with ``os.writev``, as GetObject does), and answers with the S3 handlers' headers. Its
+namespace, key, size, budget), the lane receives the body straight into its room in the open
+segment where the backend lends one (the file backend: a window onto the segment's file,
+store/landing.py, as PutObject's large bodies land) and 64 KiB or more of it is still to come,
+else into one buffer, and stores it (``BlockStore.landed`` or ``put``, under the key's lock, as
+PutObject does), or sends the object (its views, with ``os.writev``, as GetObject does), and
+answers with the S3 handlers' headers. Its
 requests are counted in the gateway's state and metrics as theirs are. A 256 KiB PUT costs the
 event loop about half of what it costs through aiohttp's request, the middleware and the
-generic body reader (docs/performance.md, issue 17, session 36).
+generic body reader (docs/performance.md, issue 17, session 36); landing its body saves the
+copy into the segment's buffer and the write of it into the file (session 37).
 
 At the first request that is not plain (or a GET of an object whose stored attributes cannot
 go into a head as they are), the lane hands the connection to a fresh :class:`S3RequestHandler`
@@ -32,10 +36,19 @@ from collections.abc import Callable
 from s3kv.gateway.app import CLIENT_CLOSED
 from s3kv.gateway.bodies import BODY_IDLE_TIMEOUT
 from s3kv.gateway.chunked import send_vectors, vector_groups
-from s3kv.gateway.plainops import Plain, plain_request, read_get, release, store_put
+from s3kv.gateway.plainops import (
+    Plain,
+    land,
+    lands,
+    plain_request,
+    read_get,
+    release,
+    store_put,
+)
 from s3kv.gateway.protocol import Lane
 from s3kv.gateway.state import GatewayState
 from s3kv.log import get_logger
+from s3kv.store.landing import Landing
 
 log = get_logger(__name__)
 
@@ -59,7 +72,8 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         self._n = 0  # bytes in _head
         self._used = 0  # bytes of _head the current request took (its head, its body's start)
         self._plain: Plain | None = None
-        self._body: bytearray | None = None
+        self._body: bytearray | memoryview | None = None
+        self._landing: Landing | None = None  # the body's room in its segment, if it lands
         self._got = 0  # bytes of _body received
         self._busy = False  # a request is being stored or answered
         self._gone = False
@@ -100,9 +114,7 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         self._gone = True
         self._disarm()
         if self._plain is not None and not self._busy:  # cut off inside the body
-            release(self._st, self._plain)
-            self._st.leave()
-            self._plain = self._body = None
+            self._forget()
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
 
@@ -141,14 +153,53 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
             return
         if plain.expect and self._transport is not None:
             self._transport.write(CONTINUE)
-        body = self._body = bytearray(plain.length)
-        got = self._got = min(self._n - start, plain.length)
+        got = min(self._n - start, plain.length)
+        if lands(self._st, plain, got) and self._transport is not None:
+            self._busy = True  # reading paused until the body has its room
+            self._transport.pause_reading()
+            asyncio.get_running_loop().create_task(self._land(plain, start, got))
+            return
+        self._receive(bytearray(plain.length), start, got)
+
+    async def _land(self, plain: Plain, start: int, got: int) -> None:
+        """Receive the body straight into its room in the segment, if the store lends one."""
+        try:
+            landing = await land(self._st, plain)
+        except Exception:
+            log.exception("http.unhandled", method=plain.method, path=plain.path, lane="plain")
+            landing = None
+            if self._transport is not None:
+                self._transport.close()
+        self._busy = False
+        transport = self._transport
+        if self._gone or transport is None or transport.is_closing():
+            self._landing = landing
+            self._forget()
+            return
+        self._landing = landing
+        transport.resume_reading()
+        self._receive(bytearray(plain.length) if landing is None else landing.spans()[0],
+                      start, got)
+
+    def _receive(self, body: bytearray | memoryview, start: int, got: int) -> None:
+        """The body goes into ``body``: its first ``got`` bytes from the buffer at ``start``."""
+        self._body = body
         body[:got] = self._head[start:start + got]
+        self._got = got
         self._used += got
-        if got == plain.length:
+        if got == len(body):
             self._start()
         else:
             self._arm(BODY_IDLE_TIMEOUT)
+
+    def _forget(self) -> None:
+        """The request ends unanswered (its client is gone): what it holds is given back."""
+        assert self._plain is not None
+        if self._landing is not None:
+            self._landing.abandon()
+        release(self._st, self._plain)
+        self._st.leave()
+        self._plain = self._body = self._landing = None
 
     def _start(self) -> None:
         transport = self._transport
@@ -166,7 +217,7 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         op, status = ("PutObject" if plain.method == "PUT" else "GetObject"), 200
         try:
             if body is not None:
-                status, answer = await store_put(st, plain, body)
+                status, answer = await store_put(st, plain, body, self._landing)
                 await self._send([answer])
             else:
                 got = await read_get(st, plain)
@@ -184,6 +235,8 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
             if self._transport is not None:
                 self._transport.close()
         finally:
+            if self._landing is not None:  # given up, unless committed
+                self._landing.abandon()
             release(st, plain)
             st.leave()
             if op:
@@ -193,7 +246,7 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
 
     def _done(self) -> None:
         """The request is answered: on to what follows it in the buffer, or read again."""
-        self._plain, self._body, self._busy = None, None, False
+        self._plain, self._body, self._landing, self._busy = None, None, None, False
         transport = self._transport
         if self._gone or transport is None or transport.is_closing():
             return

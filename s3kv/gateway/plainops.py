@@ -22,6 +22,7 @@ from urllib.parse import unquote
 from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict
 
+from s3kv.backends.base import lends_windows
 from s3kv.errors import RequestError, S3KVError
 from s3kv.gateway.access import ANONYMOUS, Credential, check_namespace
 from s3kv.gateway.app import next_request_id, to_request_error
@@ -29,7 +30,7 @@ from s3kv.gateway.objattrs import ObjectAttrs, attrs_of, http_date, object_etag,
 from s3kv.gateway.requests import validate_key
 from s3kv.gateway.s3xml import XML, error_document
 from s3kv.gateway.state import GatewayState
-from s3kv.store.landing import LAND_MIN
+from s3kv.store.landing import LAND_MIN, Landing
 from s3kv.store.layout import checksum
 from s3kv.wire.body import views_of
 
@@ -39,6 +40,8 @@ ALLOWED = frozenset({"host", "content-length", "authorization", "x-amz-date",
                      "amz-sdk-invocation-id", "amz-sdk-request", "connection", "expect"})
 UNSIGNED = "UNSIGNED-PAYLOAD"
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+#: a plain PUT with at least this many bytes of its body still to come lands (:func:`land`)
+LAND_LEAST = 64 * 1024
 #: a plain PUT's attributes: no content header, no metadata, no checksum, the fast ETag
 NO_ATTRS = ObjectAttrs()
 
@@ -159,13 +162,35 @@ def error_answer(plain: Plain, err: RequestError, rid: str) -> bytes:
     return answer_head(err.status, headers, rid, len(body)) + body
 
 
-async def store_put(st: GatewayState, plain: Plain, body: bytearray) -> tuple[int, bytes]:
-    """Store a plain PUT's body as PutObject does; (status, the whole answer)."""
+def lands(st: GatewayState, plain: Plain, got: int) -> bool:
+    """Whether a plain PUT whose first ``got`` bytes are in is to :func:`land`: most of its
+    body still to come, on a backend that lends windows (the file backend)."""
+    return plain.length - got >= LAND_LEAST and lends_windows(type(st.store.backend))
+
+
+async def land(st: GatewayState, plain: Plain) -> Landing | None:
+    """Room for a plain PUT's body in its segment, to receive it straight into (as PutObject's
+    large bodies are, store/landing.py); None: receive it into a buffer and append it (no
+    window here, or the store refuses: :func:`store_put` gives the store's answer)."""
+    try:
+        return await st.store.land(plain.bucket, [(plain.key, plain.length)], least=LAND_LEAST)
+    except S3KVError:
+        return None
+
+
+async def store_put(st: GatewayState, plain: Plain, body: bytearray | memoryview,
+                    landing: Landing | None = None) -> tuple[int, bytes]:
+    """Store a plain PUT's body as PutObject does, received into ``landing``'s window if it has
+    one; (status, the whole answer)."""
     rid = next_request_id()
     st.metrics.bytes_in.inc(len(body))  # received, as the S3 handlers count it
+    crc = checksum(body)
     try:
         async with st.key_locks.hold(plain.bucket, plain.key):
-            meta = await st.store.put(plain.bucket, plain.key, [body], crc=checksum(body))
+            if landing is not None:
+                [meta] = st.store.landed(landing, [crc])
+            else:
+                meta = await st.store.put(plain.bucket, plain.key, [body], crc=crc)
     except S3KVError as exc:
         err = to_request_error(exc)
         return err.status, error_answer(plain, err, rid)

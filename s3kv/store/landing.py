@@ -95,12 +95,13 @@ class Landing:
 
 
 async def reserve(writer: SegmentWriter, namespace: str, blocks: Sequence[tuple[bytes, int]],
-                  spec: CodecSpec, max_block_size: int, attrs: int) -> Landing | None:
-    """A landing for ``blocks`` (key, length); None: append them instead (small blocks, a
-    codec's output, a backend that lends no window). Raises InvalidInput (a key), TooLarge,
-    Backpressure (as an append would)."""
+                  spec: CodecSpec, max_block_size: int, attrs: int,
+                  least: int = LAND_MIN) -> Landing | None:
+    """A landing for ``blocks`` (key, length); None: append them instead (bodies under
+    ``least`` bytes, small blocks, a codec's output, a backend that lends no window). Raises
+    InvalidInput (a key), TooLarge, Backpressure (as an append would)."""
     lengths = [n for _, n in blocks if n]  # an empty block has no bytes to receive
-    if spec.name != "none" or sum(lengths) < LAND_MIN \
+    if spec.name != "none" or sum(lengths) < least \
             or (len(lengths) > 1 and min(lengths) < LAND_BLOCK_MIN):
         return None
     for key, length in blocks:

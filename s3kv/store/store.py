@@ -34,7 +34,7 @@ from s3kv.store.eviction import Evictor
 from s3kv.store.fetch import Block, BlockFetcher, as_block
 from s3kv.store.index import BlockIndex, Location
 from s3kv.store.ingest import prepare
-from s3kv.store.landing import Landing, reserve
+from s3kv.store.landing import LAND_MIN, Landing, reserve
 from s3kv.store.open_segment import OpenSegment, Room
 from s3kv.store.recovery import Recovery
 from s3kv.store.segments import SegmentInfo, SegmentState, SegmentTable
@@ -206,14 +206,16 @@ class BlockStore:
         return meta
 
     async def land(self, namespace: str, blocks: Sequence[tuple[bytes, int]], *,
-                   codec: CodecSpec | None = None, attrs: int = 0) -> Landing | None:
+                   codec: CodecSpec | None = None, attrs: int = 0,
+                   least: int = LAND_MIN) -> Landing | None:
         """Room for blocks (key, length) received straight into their segment (landing.py),
-        with room for up to ``attrs`` bytes of attributes each; None: ``put`` them. Raises as
-        ``put`` does (NamespaceNotFound, TooLarge, Backpressure, ...)."""
+        with room for up to ``attrs`` bytes of attributes each; None: ``put`` them (bodies
+        under ``least`` bytes among others). Raises as ``put`` does (NamespaceNotFound,
+        TooLarge, Backpressure, ...)."""
         self.ns_id(namespace)
         return await reserve(self.writer, namespace, blocks,
                              codec or self.namespace_codecs[namespace],
-                             self.settings.max_block_size, attrs)
+                             self.settings.max_block_size, attrs, least)
 
     def landed(self, landing: Landing, crcs: Sequence[int], attrs: bytes = b""
                ) -> list[BlockMeta]:

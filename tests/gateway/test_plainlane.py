@@ -2,8 +2,9 @@
 aiohttp's request machinery, as the S3 handlers answer them; every other request, and the rest
 of its connection, theirs.
 
-Real parts: a gateway process (``--etag fast``, the lane's mode) on moto, raw keep-alive
-sockets signed with SigV4 (tests/support/rawhttp.py) and boto3. Which side answered is read
+Real parts: a gateway process (``--etag fast``, the lane's mode) on moto, and one on a file://
+store (where a PUT's body lands straight in its segment), raw keep-alive sockets signed with
+SigV4 (tests/support/rawhttp.py) and boto3. Which side answered is read
 from the gateway's ``s3kv_plain_lane_requests_total``; answers are compared with the same
 request sent with one header the lane does not take (``X-Slow``), which the S3 handlers ignore.
 """
@@ -17,6 +18,7 @@ import socket
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -28,12 +30,16 @@ from tests.support.gateway import (
     backend_store,
     gateway_client,
     running_gateway,
+    store_stats,
 )
 from tests.support.rawhttp import UNSIGNED, Response, sign
 from tests.support.s3server import MotoServer
 
 BUCKET = "plainlane"
 EMPTY = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+#: a file:// store's gateway, whose segments seal only when told (``store_stats(flush=True)``)
+FILE_ARGS = ["--segment-size", "64MiB", "--part-size", "8MiB", "--sync-interval", "0",
+             "--dram-cache", "0", "--etag", "fast"]
 #: headers whose values differ from one answer to the next
 VARYING = {"date", "x-amz-request-id", "last-modified"}
 
@@ -41,6 +47,13 @@ VARYING = {"date", "x-amz-request-id", "last-modified"}
 @pytest.fixture(scope="module")
 def gw(s3_server: MotoServer) -> Iterator[Gateway]:
     with running_gateway(backend_store(s3_server), [*SMALL, "--etag", "fast"]) as g:
+        gateway_client(g.endpoint).create_bucket(Bucket=BUCKET)
+        yield g
+
+
+@pytest.fixture
+def filegw(tmp_path: Path) -> Iterator[Gateway]:
+    with running_gateway(f"file://{tmp_path}/store", FILE_ARGS) as g:
         gateway_client(g.endpoint).create_bucket(Bucket=BUCKET)
         yield g
 
@@ -267,3 +280,50 @@ def test_a_body_of_a_landing_size_goes_to_the_handlers(gw: Gateway) -> None:
     finally:
         conn.close()
     assert lane_count(gw) == before
+
+
+def _put_get(gw: Gateway, blobs: dict[str, bytes], *, put: bool) -> None:
+    conn = Conn(gw)
+    try:
+        for key, data in blobs.items():
+            if put:
+                conn.send(request(gw, "PUT", f"/{BUCKET}/{key}", data))
+                assert conn.answer().status == 200, key
+            conn.send(request(gw, "GET", f"/{BUCKET}/{key}"))
+            assert conn.answer().body == data, key
+    finally:
+        conn.close()
+
+
+def test_a_plain_put_lands_in_its_segment_on_the_file_backend(filegw: Gateway) -> None:
+    """A body mostly still to come after its head (64 KiB or more) is received straight into
+    its segment's file, as the handlers' large bodies are; a smaller one is appended."""
+    blobs = {"land/256k": os.urandom(256 * 1024), "land/odd": os.urandom(300_001),
+             "land/small": os.urandom(20_000)}
+    before = lane_count(filegw)
+    _put_get(filegw, blobs, put=True)  # read back from the open segment
+    assert lane_count(filegw) == before + 2 * len(blobs)
+    assert store_stats(filegw.endpoint, flush=True)["blocks_landed"] == 2
+    _put_get(filegw, blobs, put=False)  # from the sealed segment's file
+    filegw.stop()
+    filegw.start()
+    _put_get(filegw, blobs, put=False)  # the index rebuilt from the manifest
+
+
+def test_a_client_gone_inside_a_landing_body_stores_nothing(filegw: Gateway) -> None:
+    """Its room is given up: nothing stored, the budget back, the segment still seals."""
+    data = os.urandom(256 * 1024)
+    whole = request(filegw, "PUT", f"/{BUCKET}/cut/k", data)
+    conn = Conn(filegw)
+    conn.send(whole[:-100_000])
+    time.sleep(0.2)
+    conn.close()
+    _put_get(filegw, {"cut/other": data}, put=True)
+    assert store_stats(filegw.endpoint, flush=True)["blocks_landed"] == 1  # the seal was not held
+    conn = Conn(filegw)
+    try:
+        conn.send(request(filegw, "GET", f"/{BUCKET}/cut/k"))
+        assert conn.answer().status == 404
+    finally:
+        conn.close()
+    _put_get(filegw, {"cut/k": data}, put=True)

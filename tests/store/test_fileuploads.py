@@ -6,6 +6,7 @@ is an orphan, listed and aborted, never continued."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import threading
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import s3kv.backends.fileuploads as fileuploads
+import s3kv.backends.filewindows as filewindows
 from s3kv.backends import FileBackend
 from s3kv.backends.base import Pieces
 from s3kv.errors import InvalidInput, ObjectMissing
@@ -185,8 +187,14 @@ async def test_populated_windows_and_parts_in_place_need_no_thread(
     again = await backend.upload_window("seg/p", upload, PART, PART)  # populated: at once
     assert again is not None and calls == []
     assert bytes(again) == data[PART:]
-    later = await backend.upload_window("seg/p", upload, 2 * PART, PART)  # pages to populate
-    assert later is not None and calls == [("window", False)]
+    # the first window's lending populated the pages after it too (POPULATE_AHEAD: small
+    # blocks received one after another each find theirs ready)
+    later = await backend.upload_window("seg/p", upload, 2 * PART, PART)
+    assert later is not None and calls == []
+    far = await backend.upload_window("seg/p", upload, 2 * PART + fileuploads.POPULATE_AHEAD,
+                                      PART)  # past them: pages to populate
+    assert far is not None and calls == [("window", False)]
+    del far
     later[:] = tail = os.urandom(PART)
     calls.clear()
     etags = [await backend.upload_part("seg/p", upload, 1, [first[:PART]]),
@@ -223,3 +231,28 @@ async def test_a_window_is_not_lent_on_the_loop_while_a_part_is_written(
     release.set()
     assert await part == f"2-{PART}"
     assert await window is not None
+
+
+async def test_a_window_is_lent_when_the_pages_after_it_cannot_be_had(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Populating ahead is a bonus: where the filesystem cannot give those pages (nearly
+    full), the window asked for is still lent."""
+    backend = await FileBackend(tmp_path, fsync=False).open()
+    real = filewindows.FileMap.window
+    asked: list[int] = []
+
+    def full_ahead(self: filewindows.FileMap, offset: int, length: int,
+                   ahead: int = 0) -> object:
+        asked.append(ahead)
+        if ahead:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, offset, length)
+    monkeypatch.setattr(filewindows.FileMap, "window", full_ahead)
+    upload = await backend.create_multipart("seg/f", PART)
+    window = await backend.upload_window("seg/f", upload, 0, PART)
+    assert window is not None and len(window) == PART
+    assert asked == [fileuploads.POPULATE_AHEAD, 0]
+    window[:] = data = os.urandom(PART)
+    etag = await backend.upload_part("seg/f", upload, 1, [window])
+    await backend.complete_multipart("seg/f", upload, [(1, etag)])
+    assert await backend.get_object("seg/f") == data
