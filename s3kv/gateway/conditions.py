@@ -116,6 +116,11 @@ class KeyLocks:
         """``async with locks.hold(bucket, key):`` the key's lock is held inside."""
         return KeyHold(self, (bucket, key))
 
+    def free(self, bucket: str, key: bytes) -> bool:
+        """Whether no one holds or waits for the key's lock (a write done without a wait is
+        then as good as one done holding it)."""
+        return (bucket, key) not in self._locks
+
     def acquire_for(self, k: tuple[str, bytes]) -> asyncio.Lock:
         """Count one more user of ``k``'s lock (made if none) and return it."""
         lock, users = self._locks.get(k, (None, 0))

@@ -38,9 +38,11 @@ from s3kv.gateway.bodies import BODY_IDLE_TIMEOUT
 from s3kv.gateway.chunked import send_vectors, vector_groups
 from s3kv.gateway.plainops import (
     Plain,
+    get_now,
     land,
     lands,
     plain_request,
+    put_now,
     read_get,
     release,
     store_put,
@@ -49,6 +51,7 @@ from s3kv.gateway.protocol import Lane
 from s3kv.gateway.state import GatewayState
 from s3kv.log import get_logger
 from s3kv.store.landing import Landing
+from s3kv.wire.body import SLICE, Buffer
 
 log = get_logger(__name__)
 
@@ -202,12 +205,46 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         self._plain = self._body = self._landing = None
 
     def _start(self) -> None:
+        """Answer the request: at once if nothing in it needs a wait, else in a task."""
+        if self._answer_now():
+            return
         transport = self._transport
         assert transport is not None
         self._busy = True
         self._disarm()
         transport.pause_reading()
         asyncio.get_running_loop().create_task(self._serve())
+
+    def _answer_now(self) -> bool:
+        """The request answered from here (no task, reading not paused) if it needs no wait:
+        a PUT landed for a key no one holds, a GET of a missing object or of one at hand no
+        larger than one ``writev`` (``SLICE``); whether it was."""
+        plain, body, st, transport = self._plain, self._body, self._st, self._transport
+        assert plain is not None and transport is not None
+        started = time.perf_counter()
+        op = "PutObject" if plain.method == "PUT" else "GetObject"
+        queued = False
+        try:
+            got = (get_now(st, plain, SLICE) if body is None
+                   else put_now(st, plain, body, self._landing))
+            if got is None:
+                return False
+            status, bufs = got
+            queued = send_vectors(transport, self._fd, bufs)
+        except ConnectionError:  # the client went away while it was answered
+            status = CLIENT_CLOSED
+        except Exception:
+            log.exception("http.unhandled", method=plain.method, path=plain.path, lane="plain")
+            status = 500
+            transport.close()
+        self._end(plain, op, status, started)
+        if queued and self._drained is not None:  # over the transport's limit: on once drained
+            self._busy = True
+            transport.pause_reading()
+            self._drained.add_done_callback(lambda _: self._done())
+        else:
+            self._done()
+        return True
 
     async def _serve(self) -> None:
         plain, body = self._plain, self._body
@@ -218,7 +255,7 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         try:
             if body is not None:
                 status, answer = await store_put(st, plain, body, self._landing)
-                await self._send([answer])
+                await self._send(answer)
             else:
                 got = await read_get(st, plain)
                 if got is None:  # the S3 handlers answer it
@@ -235,14 +272,18 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
             if self._transport is not None:
                 self._transport.close()
         finally:
-            if self._landing is not None:  # given up, unless committed
-                self._landing.abandon()
-            release(st, plain)
-            st.leave()
-            if op:
-                st.metrics.observe(op, status, time.perf_counter() - started)
-                st.metrics.plain_lane.inc(1)
+            self._end(plain, op, status, started)
         self._done()
+
+    def _end(self, plain: Plain, op: str, status: int, started: float) -> None:
+        """What the request held is given back, and it is counted (under ``op``, if any)."""
+        if self._landing is not None:  # given up, unless committed
+            self._landing.abandon()
+        release(self._st, plain)
+        self._st.leave()
+        if op:
+            self._st.metrics.observe(op, status, time.perf_counter() - started)
+            self._st.metrics.plain_lane.inc(1)
 
     def _done(self) -> None:
         """The request is answered: on to what follows it in the buffer, or read again."""
@@ -258,7 +299,7 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         if rest:
             self._next()
 
-    async def _send(self, bufs: list[bytes | memoryview]) -> None:
+    async def _send(self, bufs: list[Buffer]) -> None:
         """``bufs`` in order, as GetObject's body goes (chunked.py: a group of at most SLICE
         bytes at a time, straight to the socket while the transport holds nothing), the
         transport let drain below its limit before the next group."""

@@ -32,7 +32,8 @@ from s3kv.gateway.s3xml import XML, error_document
 from s3kv.gateway.state import GatewayState
 from s3kv.store.landing import LAND_MIN, Landing
 from s3kv.store.layout import checksum
-from s3kv.wire.body import views_of
+from s3kv.store.store import BlockMeta
+from s3kv.wire.body import Buffer, Pieces, views_of
 
 #: the headers a plain request may carry (lowercase); any other sends it to the S3 handlers
 ALLOWED = frozenset({"host", "content-length", "authorization", "x-amz-date",
@@ -178,13 +179,41 @@ async def land(st: GatewayState, plain: Plain) -> Landing | None:
         return None
 
 
+#: a plain request's answer: its status, and its bytes (the head, then an object's views)
+Answer = tuple[int, list[Buffer]]
+
+
+def _received(st: GatewayState, body: bytearray | memoryview) -> tuple[str, int]:
+    st.metrics.bytes_in.inc(len(body))  # received, as the S3 handlers count it
+    return next_request_id(), checksum(body)
+
+
+def _stored(plain: Plain, rid: str, meta: BlockMeta | S3KVError) -> Answer:
+    if isinstance(meta, S3KVError):
+        err = to_request_error(meta)
+        return err.status, [error_answer(plain, err, rid)]
+    return 200, [answer_head(200, {"ETag": object_etag(meta, NO_ATTRS)}, rid, 0)]
+
+
+def put_now(st: GatewayState, plain: Plain, body: bytearray | memoryview,
+            landing: Landing | None) -> Answer | None:
+    """:func:`store_put`'s answer when it needs no wait: a body landed in its segment, for a
+    key whose lock no one holds (committed at once, as under the lock); None: ask that."""
+    if landing is None or not st.key_locks.free(plain.bucket, plain.key):
+        return None
+    rid, crc = _received(st, body)
+    try:
+        [meta] = st.store.landed(landing, [crc])
+    except S3KVError as exc:
+        return _stored(plain, rid, exc)
+    return _stored(plain, rid, meta)
+
+
 async def store_put(st: GatewayState, plain: Plain, body: bytearray | memoryview,
-                    landing: Landing | None = None) -> tuple[int, bytes]:
+                    landing: Landing | None = None) -> Answer:
     """Store a plain PUT's body as PutObject does, received into ``landing``'s window if it has
     one; (status, the whole answer)."""
-    rid = next_request_id()
-    st.metrics.bytes_in.inc(len(body))  # received, as the S3 handlers count it
-    crc = checksum(body)
+    rid, crc = _received(st, body)
     try:
         async with st.key_locks.hold(plain.bucket, plain.key):
             if landing is not None:
@@ -192,26 +221,47 @@ async def store_put(st: GatewayState, plain: Plain, body: bytearray | memoryview
             else:
                 meta = await st.store.put(plain.bucket, plain.key, [body], crc=crc)
     except S3KVError as exc:
-        err = to_request_error(exc)
-        return err.status, error_answer(plain, err, rid)
-    return 200, answer_head(200, {"ETag": object_etag(meta, NO_ATTRS)}, rid, 0)
+        return _stored(plain, rid, exc)
+    return _stored(plain, rid, meta)
 
 
-async def read_get(st: GatewayState, plain: Plain) -> tuple[int, list[bytes | memoryview]] | None:
-    """A plain GET's answer, as GetObject gives it: (status, its head and the object's bytes,
-    as views); a missing object is 404 NoSuchKey. None: the object's attributes cannot go into
-    a head as they are (the S3 handlers answer it)."""
-    rid = next_request_id()
-    meta = st.store.head(plain.bucket, plain.key)
-    data = None
-    if meta is not None:
-        headers = response_headers(meta, attrs_of(meta), {}, checksum=False)
-        if any("\r" in v or "\n" in v for v in headers.values()):
-            return None
-        # evicted, corrupt or the backend down since the index said yes: a miss, as GetObject
-        data = await st.store.read(plain.bucket, plain.key)
+def _headers_of(meta: BlockMeta) -> dict[str, str] | None:
+    headers = response_headers(meta, attrs_of(meta), {}, checksum=False)
+    return None if any("\r" in v or "\n" in v for v in headers.values()) else headers
+
+
+def _object(st: GatewayState, plain: Plain, rid: str, meta: BlockMeta | None,
+            headers: dict[str, str], data: Pieces | None) -> Answer:
     if meta is None or data is None:
         err = RequestError("NoSuchKey", "The specified key does not exist.", 404)
         return err.status, [error_answer(plain, err, rid)]
     st.metrics.bytes_out.inc(meta.size)
     return 200, [answer_head(200, headers, rid, meta.size), *views_of(data, 0, meta.size)]
+
+
+def get_now(st: GatewayState, plain: Plain, most: int) -> Answer | None:
+    """:func:`read_get`'s answer when it needs no wait (a miss, or an object of at most
+    ``most`` bytes at hand: ``BlockStore.read_now``); None: ask that."""
+    meta = st.store.head(plain.bucket, plain.key)
+    if meta is None:
+        return _object(st, plain, next_request_id(), None, {}, None)
+    headers = _headers_of(meta)
+    data = None if headers is None or meta.size > most \
+        else st.store.read_now(plain.bucket, plain.key)
+    return None if data is None or headers is None \
+        else _object(st, plain, next_request_id(), meta, headers, data)
+
+
+async def read_get(st: GatewayState, plain: Plain) -> Answer | None:
+    """A plain GET's answer, as GetObject gives it: (status, its head and the object's bytes,
+    as views); a missing object is 404 NoSuchKey. None: the object's attributes cannot go into
+    a head as they are (the S3 handlers answer it)."""
+    rid = next_request_id()
+    meta = st.store.head(plain.bucket, plain.key)
+    data, headers = None, {}
+    if meta is not None:
+        if (got := _headers_of(meta)) is None:
+            return None
+        # evicted, corrupt or the backend down since the index said yes: a miss, as GetObject
+        headers, data = got, await st.store.read(plain.bucket, plain.key)
+    return _object(st, plain, rid, meta, headers, data)

@@ -222,6 +222,30 @@ class BlockFetcher:
             run.task = asyncio.create_task(self._read_run(run))
         return runs
 
+    def read_now(self, nid: int, key: bytes) -> Pieces | None:
+        """:meth:`read_one`'s block when nothing in reading it needs a wait: stored as it is,
+        verified on the loop (at most THREAD_THRESHOLD bytes), and at hand in the DRAM tier
+        (when it is on), in a segment the writer holds or in a sealed segment the backend
+        lends at once. None: ask :meth:`read_one` (for a miss, a block it must wait for, or
+        one that fails its checksum here, which it reads, counts and drops)."""
+        loc = self.index.get(nid, key)
+        if loc is None or loc.codec != NONE_ID or loc.length > THREAD_THRESHOLD:
+            return None
+        if self.dram.enabled:  # a miss there is read_one's (it fills the tier)
+            data = self.dram.get(nid, key, loc)
+            if data is not None:
+                self.stats.dram_hits += 1
+        else:
+            data = (self.writer.read(loc.segment, loc.offset, loc.length)
+                    or self._view_now(loc.segment, loc.offset, loc.length))
+            if data is None or size_of(data) != loc.length \
+                    or layout.checksum_pieces(pieces_of(data)) != loc.crc:
+                return None
+        if data is not None:
+            self.stats.gets += 1
+            self._count(nid, key, True)
+        return data
+
     async def read_one(self, nid: int, key: bytes) -> Pieces | None:
         """One block, as ``iter_many`` gives it, without that machinery (an async generator,
         a task per read, a worker thread) when it is at hand: in the DRAM tier, in a segment

@@ -209,9 +209,8 @@ class BlockStore:
                    codec: CodecSpec | None = None, attrs: int = 0,
                    least: int = LAND_MIN) -> Landing | None:
         """Room for blocks (key, length) received straight into their segment (landing.py),
-        with room for up to ``attrs`` bytes of attributes each; None: ``put`` them (bodies
-        under ``least`` bytes among others). Raises as ``put`` does (NamespaceNotFound,
-        TooLarge, Backpressure, ...)."""
+        with room for up to ``attrs`` bytes of attributes each; None: ``put`` them (as under
+        ``least`` bytes). Raises as ``put`` does (NamespaceNotFound, TooLarge, ...)."""
         self.ns_id(namespace)
         return await reserve(self.writer, namespace, blocks,
                              codec or self.namespace_codecs[namespace],
@@ -325,13 +324,15 @@ class BlockStore:
     # ---- reads --------------------------------------------------------------------------
     def head(self, namespace: str, key: bytes) -> BlockMeta | None:
         loc = self.index.get(self.ns_id(namespace), key)
-        if loc is None:
-            return None
-        return BlockMeta(key, loc.raw_length, loc.crc, loc.written_at, loc.codec, loc.attrs)
+        return None if loc is None else BlockMeta(key, loc.raw_length, loc.crc, loc.written_at,
+                                                  loc.codec, loc.attrs)
 
     async def get(self, namespace: str, key: bytes) -> Block | None:
         """The block's bytes, or None on a miss (absent, evicted, corrupt, backend down)."""
         return (await self.get_many(namespace, [key]))[0]
+
+    def read_now(self, namespace: str, key: bytes) -> Pieces | None:  # None: ask read()
+        return self.fetcher.read_now(self.ns_id(namespace), key)  # no wait needed (fetch.py)
 
     async def read(self, namespace: str, key: bytes, *, span: int = 0) -> Pieces | None:
         """As :meth:`get`, in the pieces the store holds it in (no join: for sending).
