@@ -327,3 +327,36 @@ def test_a_client_gone_inside_a_landing_body_stores_nothing(filegw: Gateway) -> 
     finally:
         conn.close()
     _put_get(filegw, {"cut/k": data}, put=True)
+
+
+def _corrupt(root: Path, data: bytes) -> None:
+    """Flip one byte of ``data`` in the one file under ``root`` that holds it."""
+    found = 0
+    for path in root.rglob("*"):
+        if path.is_file() and (at := path.read_bytes().find(data[:4096])) >= 0:
+            with path.open("r+b") as f:  # the gateway's mappings of the file see it too
+                f.seek(at + 1000)
+                f.write(bytes([data[1000] ^ 0xFF]))
+            found += 1
+    assert found == 1
+
+
+@pytest.mark.parametrize("sealed", [False, True])
+def test_a_corrupt_block_is_a_miss_in_the_lane(filegw: Gateway, tmp_path: Path,
+                                               sealed: bool) -> None:
+    """A GET answered at once verifies the block on the loop as the store's reads do: bytes
+    that fail their checksum are never sent (404 NoSuchKey, counted), whether they are in the
+    open segment's file or in a sealed one's."""
+    data = os.urandom(256 * 1024)
+    _put_get(filegw, {"bad/victim": data}, put=True)
+    before = store_stats(filegw.endpoint, flush=sealed)["checksum_failures"]
+    _put_get(filegw, {"bad/victim": data}, put=False)  # mapped, at hand
+    _corrupt(tmp_path / "store", data)
+    conn = Conn(filegw)
+    try:
+        conn.send(request(filegw, "GET", f"/{BUCKET}/bad/victim"))
+        miss = conn.answer()
+    finally:
+        conn.close()
+    assert (miss.status, miss.code) == (404, "NoSuchKey")
+    assert store_stats(filegw.endpoint)["checksum_failures"] == before + 1
