@@ -59,6 +59,8 @@ log = get_logger(__name__)
 HEAD_LIMIT = 16 * 1024
 #: seconds a connection may stay idle between requests (aiohttp's keep-alive timeout)
 KEEPALIVE_TIMEOUT = 75.0
+#: seconds between the checks of a connection's one timer (none is made per request)
+TICK = BODY_IDLE_TIMEOUT / 4
 _END = b"\r\n\r\n"
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
@@ -75,13 +77,15 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         self._n = 0  # bytes in _head
         self._used = 0  # bytes of _head the current request took (its head, its body's start)
         self._plain: Plain | None = None
-        self._body: bytearray | memoryview | None = None
+        self._body: memoryview | None = None  # of the buffer or window the body goes into
         self._landing: Landing | None = None  # the body's room in its segment, if it lands
         self._got = 0  # bytes of _body received
         self._busy = False  # a request is being stored or answered
         self._gone = False
         self._timer: asyncio.TimerHandle | None = None
-        self._seen = 0  # _got at the last idle check
+        self._idle_since = 0.0  # loop time the last request ended (or the connection began)
+        self._seen = 0  # _got at the last tick
+        self._stalled = 0.0  # seconds the body has not moved, as the ticks saw it
         self._drained: asyncio.Future[None] | None = None
 
     # -- asyncio's protocol ------------------------------------------------------------------
@@ -94,11 +98,13 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
             self._hand_off()  # not a plain TCP socket: aiohttp's from the start
             return
         self._fd = sock.fileno()
-        self._arm(KEEPALIVE_TIMEOUT)
+        loop = asyncio.get_running_loop()
+        self._idle_since = loop.time()
+        self._timer = loop.call_later(TICK, self._tick)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._body is not None:
-            return memoryview(self._body)[self._got:]
+            return self._body[self._got:]
         return memoryview(self._head)[self._n:]
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -115,7 +121,7 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._gone = True
-        self._disarm()
+        self._stop_timer()
         if self._plain is not None and not self._busy:  # cut off inside the body
             self._forget()
         if self._drained is not None and not self._drained.done():
@@ -186,14 +192,13 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
 
     def _receive(self, body: bytearray | memoryview, start: int, got: int) -> None:
         """The body goes into ``body``: its first ``got`` bytes from the buffer at ``start``."""
-        self._body = body
-        body[:got] = self._head[start:start + got]
+        view = self._body = memoryview(body)
+        view[:got] = self._head[start:start + got]
         self._got = got
         self._used += got
-        if got == len(body):
+        self._stalled = 0.0
+        if got == len(view):
             self._start()
-        else:
-            self._arm(BODY_IDLE_TIMEOUT)
 
     def _forget(self) -> None:
         """The request ends unanswered (its client is gone): what it holds is given back."""
@@ -211,7 +216,6 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         transport = self._transport
         assert transport is not None
         self._busy = True
-        self._disarm()
         transport.pause_reading()
         asyncio.get_running_loop().create_task(self._serve())
 
@@ -295,7 +299,7 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         self._head[:rest] = self._head[used:self._n]
         self._n = rest
         transport.resume_reading()
-        self._arm(KEEPALIVE_TIMEOUT)
+        self._idle_since = asyncio.get_running_loop().time()
         if rest:
             self._next()
 
@@ -315,7 +319,7 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
     def _hand_off(self) -> None:
         """The connection is aiohttp's from here: it gets what the lane holds of it."""
         transport = self._transport
-        self._disarm()
+        self._stop_timer()
         if transport is None or self._gone or transport.is_closing():
             return
         pending = bytes(self._head[:self._n])
@@ -330,21 +334,30 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
             self._busy = False
             transport.resume_reading()
 
-    def _arm(self, seconds: float) -> None:
-        self._disarm()
-        self._seen = self._got
-        self._timer = asyncio.get_running_loop().call_later(seconds, self._idle, seconds)
-
-    def _disarm(self) -> None:
+    def _stop_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
-    def _idle(self, seconds: float) -> None:
+    def _tick(self) -> None:
+        """Every TICK seconds: close the connection if its body has not moved for
+        ``BODY_IDLE_TIMEOUT`` seconds, or if it has been idle between requests for
+        ``KEEPALIVE_TIMEOUT`` (what aiohttp's timers do, without a timer made and cancelled
+        for each request)."""
+        loop = asyncio.get_running_loop()
         self._timer = None
-        if self._busy or self._gone or self._transport is None:
+        transport = self._transport
+        if self._gone or transport is None:
             return
-        if self._body is not None and self._got != self._seen:  # the body is still coming
-            self._arm(seconds)
+        if self._busy:
+            pass  # stored or answered: whoever ends it makes it idle again
+        elif self._body is not None:  # receiving a body
+            self._stalled = self._stalled + TICK if self._got == self._seen else 0.0
+            self._seen = self._got
+            if self._stalled >= BODY_IDLE_TIMEOUT:
+                transport.close()
+                return
+        elif loop.time() - self._idle_since >= KEEPALIVE_TIMEOUT:
+            transport.close()
             return
-        self._transport.close()
+        self._timer = loop.call_later(TICK, self._tick)
