@@ -129,6 +129,12 @@ class UploadWindows(Protocol):
         it is complete), resident; None: none to lend (send those bytes in a part)."""
         ...
 
+    def upload_window_now(self, key: str, upload_id: str, offset: int,
+                          length: int) -> memoryview | None:
+        """:meth:`upload_window`'s, if lending it needs no wait (for the event loop); None:
+        ask that."""
+        ...
+
 
 @functools.cache
 def lends_windows(cls: type) -> bool:

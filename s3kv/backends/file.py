@@ -220,12 +220,16 @@ class FileBackend:
     async def upload_window(self, key: str, upload_id: str, offset: int,
                             length: int) -> memoryview | None:
         # a recycled file's pages come populated with its mapping: then lent here at once
-        view: object = self._uploads.window_now(upload_id, offset, length)
+        view: object = self.upload_window_now(key, upload_id, offset, length)
         if view is None:
             view = await self._run(f"WINDOW {key}", self._uploads.window, upload_id, offset,
                                    length)
         assert view is None or isinstance(view, memoryview)
         return view
+
+    def upload_window_now(self, key: str, upload_id: str, offset: int,
+                          length: int) -> memoryview | None:
+        return self._uploads.window_now(upload_id, offset, length)
 
     def _complete(self, key: str, upload_id: str, parts: Sequence[tuple[int, str]]) -> None:
         dest = self._path(key)

@@ -61,6 +61,14 @@ class MultipartUpload:
         assert upload_id is not None
         return await lender.upload_window(self.key, upload_id, offset, length)
 
+    def window_now(self, offset: int, length: int) -> memoryview | None:
+        """:meth:`window`, when the upload exists and the backend lends the window without a
+        wait; None: ask that."""
+        if self.upload_id is None or not lends_windows(type(self.backend)):
+            return None
+        lender = cast(UploadWindows, self.backend)
+        return lender.upload_window_now(self.key, self.upload_id, offset, length)
+
     async def add_part(self, data: Pieces) -> None:
         """Queue the next part. Waits for an in-flight slot (this is the backpressure point)."""
         if self.failed is not None:

@@ -40,6 +40,7 @@ from s3kv.gateway.plainops import (
     Plain,
     get_now,
     land,
+    land_now,
     lands,
     plain_request,
     put_now,
@@ -164,6 +165,10 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
             self._transport.write(CONTINUE)
         got = min(self._n - start, plain.length)
         if lands(self._st, plain, got) and self._transport is not None:
+            landing = self._landing = land_now(self._st, plain)
+            if landing is not None:
+                self._receive(landing.spans()[0], start, got)
+                return
             self._busy = True  # reading paused until the body has its room
             self._transport.pause_reading()
             asyncio.get_running_loop().create_task(self._land(plain, start, got))

@@ -169,6 +169,15 @@ def lands(st: GatewayState, plain: Plain, got: int) -> bool:
     return plain.length - got >= LAND_LEAST and lends_windows(type(st.store.backend))
 
 
+def land_now(st: GatewayState, plain: Plain) -> Landing | None:
+    """:func:`land`'s room, if taking it needs no wait (the store's ``land_now``); None: ask
+    that."""
+    try:
+        return st.store.land_now(plain.bucket, [(plain.key, plain.length)], least=LAND_LEAST)
+    except S3KVError:
+        return None
+
+
 async def land(st: GatewayState, plain: Plain) -> Landing | None:
     """Room for a plain PUT's body in its segment, to receive it straight into (as PutObject's
     large bodies are, store/landing.py); None: receive it into a buffer and append it (no

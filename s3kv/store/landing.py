@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from s3kv.errors import TooLarge
 from s3kv.sizes import KiB, MiB
 from s3kv.store import layout
+from s3kv.store import rooms as rooms_
 from s3kv.store.codecs import NONE_ID, CodecSpec
 from s3kv.store.ingest import check_key
 from s3kv.store.open_segment import Room
@@ -79,7 +80,7 @@ class Landing:
             self._left.popleft()
             n = len(room.window)
             try:
-                entry = self.writer.commit(room.segment, layout.Entry(
+                entry = rooms_.commit(self.writer, room.segment, layout.Entry(
                     self.namespace, room.key, room.offset, n, n, crc, NONE_ID, 0.0,
                     attrs=attrs), self.attrs)
             except BaseException:
@@ -91,22 +92,43 @@ class Landing:
         """Give up the blocks not committed."""
         left, self._left = self._left, deque()
         for room in left:
-            self.writer.abandon(room.segment, self.namespace, room.key, self.attrs)
+            rooms_.give_up(room.segment, self.namespace, room.key, self.attrs)
+
+
+def lands(blocks: Sequence[tuple[bytes, int]], spec: CodecSpec, max_block_size: int,
+          least: int = LAND_MIN) -> bool:
+    """Whether ``blocks`` (key, length) are to land; False: append them instead (bodies under
+    ``least`` bytes, small blocks, a codec's output). Raises InvalidInput (a key), TooLarge
+    (as an append would)."""
+    lengths = [n for _, n in blocks if n]  # an empty block has no bytes to receive
+    if spec.name != "none" or sum(lengths) < least \
+            or (len(lengths) > 1 and min(lengths) < LAND_BLOCK_MIN):
+        return False
+    for key, length in blocks:
+        check_key(key)
+        if length > max_block_size:
+            raise TooLarge(f"block of {length} bytes is over max_block_size ({max_block_size})")
+    return True
 
 
 async def reserve(writer: SegmentWriter, namespace: str, blocks: Sequence[tuple[bytes, int]],
                   spec: CodecSpec, max_block_size: int, attrs: int,
                   least: int = LAND_MIN) -> Landing | None:
-    """A landing for ``blocks`` (key, length); None: append them instead (bodies under
-    ``least`` bytes, small blocks, a codec's output, a backend that lends no window). Raises
-    InvalidInput (a key), TooLarge, Backpressure (as an append would)."""
-    lengths = [n for _, n in blocks if n]  # an empty block has no bytes to receive
-    if spec.name != "none" or sum(lengths) < least \
-            or (len(lengths) > 1 and min(lengths) < LAND_BLOCK_MIN):
+    """A landing for ``blocks`` (key, length); None: append them instead (as :func:`lands`
+    says, or a backend that lends no window). Raises InvalidInput (a key), TooLarge,
+    Backpressure (as an append would)."""
+    if not lands(blocks, spec, max_block_size, least):
         return None
-    for key, length in blocks:
-        check_key(key)
-        if length > max_block_size:
-            raise TooLarge(f"block of {length} bytes is over max_block_size ({max_block_size})")
-    rooms = await writer.reserve(namespace, blocks, attrs)
+    rooms = await rooms_.take(writer, namespace, blocks, attrs)
+    return None if rooms is None else Landing(writer, namespace, rooms, attrs)
+
+
+def reserve_now(writer: SegmentWriter, namespace: str, blocks: Sequence[tuple[bytes, int]],
+                spec: CodecSpec, max_block_size: int, attrs: int,
+                least: int = LAND_MIN) -> Landing | None:
+    """:func:`reserve`'s landing when taking its room needs no wait (rooms.py's ``take_now``);
+    None: ask that."""
+    if not lands(blocks, spec, max_block_size, least):
+        return None
+    rooms = rooms_.take_now(writer, namespace, blocks, attrs)
     return None if rooms is None else Landing(writer, namespace, rooms, attrs)

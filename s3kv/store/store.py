@@ -34,7 +34,7 @@ from s3kv.store.eviction import Evictor
 from s3kv.store.fetch import Block, BlockFetcher, as_block
 from s3kv.store.index import BlockIndex, Location
 from s3kv.store.ingest import prepare
-from s3kv.store.landing import LAND_MIN, Landing, reserve
+from s3kv.store.landing import LAND_MIN, Landing, reserve, reserve_now
 from s3kv.store.open_segment import OpenSegment, Room
 from s3kv.store.recovery import Recovery
 from s3kv.store.segments import SegmentInfo, SegmentState, SegmentTable
@@ -144,8 +144,7 @@ class BlockStore:
     async def flush(self) -> None:
         await self.writer.flush()
 
-    async def recovery_sync(self) -> int:
-        """Pick up other replicas' new segments now (also runs every sync_interval)."""
+    async def recovery_sync(self) -> int:  # other replicas' new segments now (also on a timer)
         return await self._recovery.sync_once()
 
     # ---- namespaces ---------------------------------------------------------------------
@@ -216,6 +215,12 @@ class BlockStore:
                              codec or self.namespace_codecs[namespace],
                              self.settings.max_block_size, attrs, least)
 
+    def land_now(self, namespace: str, blocks: Sequence[tuple[bytes, int]], *,
+                 least: int = LAND_MIN) -> Landing | None:  # land's, if it needs no wait
+        self.ns_id(namespace)  # blocks stored as they are, with no attributes
+        return reserve_now(self.writer, namespace, blocks, self.namespace_codecs[namespace],
+                           self.settings.max_block_size, 0, least)
+
     def landed(self, landing: Landing, crcs: Sequence[int], attrs: bytes = b""
                ) -> list[BlockMeta]:
         """A landing's blocks are in and verified (``crcs``): into the index, as ``put``
@@ -273,9 +278,7 @@ class BlockStore:
                          placed.attrs)
 
     async def wait_durable(self, namespace: str, keys: Sequence[bytes]) -> None:
-        """Wait until the segments holding these blocks are complete on the backend.
-
-        Raises BackendUnavailable if one of them failed to upload (its blocks are lost)."""
+        """Wait until these blocks' segments are on the backend (BackendUnavailable: one failed)."""
         nid = self.ns_id(namespace)
         futures = set()
         for key in keys:
@@ -300,8 +303,7 @@ class BlockStore:
                                             old.raw_length, old.crc, old.codec,
                                             placed.written_at, old.attrs))
 
-    async def evict_now(self) -> int:
-        """Run the eviction policy once (tests and operations)."""
+    async def evict_now(self) -> int:  # the eviction policy run once (tests and operations)
         return await self._evictor.run_once()
 
     async def delete(self, namespace: str, key: bytes) -> bool:
@@ -351,13 +353,11 @@ class BlockStore:
 
     def iter_many(self, namespace: str, keys: Sequence[bytes], *,
                   decode: bool = True) -> AsyncGenerator[Pieces | None, None]:
-        """The blocks in request order as they arrive (None for a miss; a DRAM-tier hit may
-        be the pieces it was written in), reading a bounded window ahead
-        (s3kv/store/fetch.py). Close it with ``contextlib.aclosing``."""
+        """The blocks in request order as they arrive (None: a miss; a DRAM-tier hit may be the
+        pieces it was written in), read a bounded window ahead (fetch.py); ``aclosing`` it."""
         return self.fetcher.iter_many(self.ns_id(namespace), keys, decode=decode)
 
-    async def get_range(self, namespace: str, key: bytes, start: int,
-                        end: int) -> Block | None:
+    async def get_range(self, namespace: str, key: bytes, start: int, end: int) -> Block | None:
         """Bytes [start, end) of a block (the whole block is read and verified)."""
         data = await self.get(namespace, key)
         return None if data is None else data[start:end]

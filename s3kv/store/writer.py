@@ -12,8 +12,8 @@ Memory is bounded: at most ``max_open_segments`` segments (open + sealing) are h
 that needs another one waits briefly and then raises Backpressure. When the backend fails,
 writes raise Backpressure at once until a probe or an upload finds it up again (health.py).
 
-Blocks can also be received straight into their place (``reserve``, then ``commit`` or
-``abandon``; landing.py) where the backend lends windows onto its uploads (the file backend).
+Blocks can also be received straight into their place (rooms.py, landing.py) where the
+backend lends windows onto its uploads (the file backend).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from s3kv.log import get_logger
 from s3kv.retry import RetryPolicy
 from s3kv.store import layout
 from s3kv.store.health import BackendHealth
-from s3kv.store.open_segment import OpenSegment, Room
+from s3kv.store.open_segment import OpenSegment
 from s3kv.store.pacing import UploadSlots
 from s3kv.store.segments import (
     SegmentInfo,
@@ -77,6 +77,16 @@ class SegmentWriter:
         self.make_room: Callable[[], Awaitable[None]] | None = None  # the store's evictor
 
     # ---- public -------------------------------------------------------------------------
+    @property
+    def lock(self) -> asyncio.Lock:
+        """Held while a block is placed (rooms.py takes it to hold room for blocks)."""
+        return self._lock
+
+    @property
+    def current(self) -> OpenSegment | None:
+        """The open segment taking writes, if any."""
+        return self._current
+
     @property
     def open_segments(self) -> int:
         return len(self._in_memory)
@@ -124,14 +134,11 @@ class SegmentWriter:
                           ) -> Backpressure | None:
         """Append blocks one after another under one hold of the lock, so that no other
         request's block lands between them: a prefix chain written in one batch is one byte
-        range, read back with one ranged GET. (Appended one lock hold each, concurrent batches
-        interleaved block by block as soon as a wait for room queued them on the lock, and then
-        every block of a chain took a ranged GET of its own.)
-
-        ``placed(i, segment, entry)`` is called as item ``i`` is placed, before anything else
-        runs (the store indexes it there: a segment that fails or is evicted while the rest of
-        the batch waits for room must find it). Returns the Backpressure that stopped the
-        batch part way (None: all placed); raises it if nothing was placed."""
+        range, read back with one ranged GET. ``placed(i, segment, entry)`` is called as item
+        ``i`` is placed, before anything else runs (the store indexes it there: a segment that
+        fails or is evicted while the rest of the batch waits for room must find it). Returns
+        the Backpressure that stopped the batch part way (None: all placed); raises it if
+        nothing was placed."""
         self.health.check()
         done = 0
         async with self._lock:
@@ -151,13 +158,13 @@ class SegmentWriter:
                      ) -> tuple[OpenSegment, layout.Entry]:
         """Append one block; the caller holds the lock."""
         size = size_of(data)
-        seg = await self._segment_for(entry.namespace, entry.key, size, len(entry.attrs))
+        seg = await self.segment_for(entry.namespace, entry.key, size, len(entry.attrs))
         offset = seg.append(data, self.s.block_align) if size else 0
-        placed = self._enter(seg, entry, offset, size)
-        self._started(seg)
+        placed = self.enter(seg, entry, offset, size)
+        self.started(seg)
         return seg, placed
 
-    def _enter(self, seg: OpenSegment, entry: layout.Entry, offset: int,
+    def enter(self, seg: OpenSegment, entry: layout.Entry, offset: int,
                size: int) -> layout.Entry:
         """The entry of a block whose ``size`` bytes are at ``offset`` in ``seg``, stamped
         (unless it carries a stamp), into the segment's manifest and byte counts."""
@@ -169,79 +176,12 @@ class SegmentWriter:
         seg.info.live_bytes += size
         return placed
 
-    def _started(self, seg: OpenSegment) -> None:
+    def started(self, seg: OpenSegment) -> None:
         """The segment has its first block: it seals ``seal_after`` seconds from now."""
         if seg.first_at == 0.0:
             seg.first_at = time.monotonic()
             seg.timer = asyncio.get_running_loop().call_later(
                 self.s.seal_after, self._seal_soon, seg, "deadline")
-
-    async def reserve(self, namespace: str, blocks: Sequence[tuple[bytes, int]], attrs: int
-                      ) -> list[Room] | None:
-        """Room for ``blocks`` (key, length) to be received straight into the open segment,
-        one after another at aligned offsets (one window per segment they span, its gaps
-        zeroed). None if the backend lends no window (append them instead). Each manifest
-        entry's room (attributes of up to ``attrs`` bytes) is held until :meth:`commit` or
-        :meth:`abandon`."""
-        self.health.check()
-        rooms: list[Room] = []
-        async with self._lock:
-            try:
-                while len(rooms) < len(blocks):
-                    self.health.check()
-                    run = await self._reserve_run(namespace, blocks[len(rooms):], attrs)
-                    if run is None:
-                        break
-                    rooms += run
-            finally:
-                if len(rooms) < len(blocks):  # failed, or no window: what was taken is given up
-                    for room in rooms:
-                        self.abandon(room.segment, namespace, room.key, attrs)
-        return rooms if len(rooms) == len(blocks) else None
-
-    async def _reserve_run(self, namespace: str, blocks: Sequence[tuple[bytes, int]],
-                           attrs: int) -> list[Room] | None:
-        """The leading ``blocks`` that fit one segment, in one window; the caller holds the
-        lock."""
-        seg = await self._segment_for(namespace, blocks[0][0], blocks[0][1], attrs)
-        offsets = seg.plan_run(namespace, blocks, self.s.block_align, self.s.segment_size, attrs)
-        if not offsets:
-            return None
-        run = [(key, offset, n) for (key, n), offset in zip(blocks, offsets, strict=False)]
-        seg.pad(offsets[0] - seg.size)
-        for key, _, _ in run:  # the segment seals only once they are in or given up
-            seg.expect_landing(namespace, key, attrs)
-        window = None
-        try:
-            window = await seg.upload.window(offsets[0], sum(run[-1][1:]) - offsets[0])
-        except BackendError as exc:
-            log.warning("writer.window_failed", segment=seg.info.name, error=str(exc))
-        finally:
-            if window is None:
-                for key, _, _ in run:
-                    seg.landed(namespace, key, attrs)
-        if window is None:
-            return None
-        rooms = seg.land(window, run)
-        self._started(seg)
-        return rooms
-
-    def commit(self, seg: OpenSegment, entry: layout.Entry, attrs: int) -> layout.Entry:
-        """The block received into ``seg`` at ``entry.offset`` (reserve, with ``attrs``) is in
-        and verified: its entry (no stamp yet) joins the segment's manifest, stamped now.
-        Raises BackendUnavailable if the segment failed meanwhile (the block is lost)."""
-        try:
-            if seg.done.done() or seg.info.seg_id not in self._in_memory:
-                raise BackendUnavailable(f"segment {seg.info.name} failed while a block was "
-                                         "received into it; retry the write")
-            return self._enter(seg, entry, entry.offset, entry.length)
-        finally:
-            seg.landed(entry.namespace, entry.key, attrs)
-
-    def abandon(self, seg: OpenSegment, namespace: str, key: bytes, attrs: int) -> None:
-        """The block reserved in ``seg`` (with ``attrs``) will not come (its bytes there are
-        dead space)."""
-        seg.landed(namespace, key, attrs)
 
     def _stamp(self) -> float:
         """Wall-clock time, strictly increasing within this writer (last writer wins)."""
@@ -281,7 +221,7 @@ class SegmentWriter:
                 task.cancel()
 
     # ---- segments -----------------------------------------------------------------------
-    async def _segment_for(self, namespace: str, key: bytes, length: int,
+    async def segment_for(self, namespace: str, key: bytes, length: int,
                            attrs: int = 0) -> OpenSegment:
         seg = self._current
         if seg is not None and seg.room_for(namespace, key, length, self.s.block_align,

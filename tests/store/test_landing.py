@@ -10,7 +10,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from s3kv.backends import FileBackend
+from s3kv.errors import TooLarge
 from s3kv.sizes import KiB, MiB
 from s3kv.store import layout
 from s3kv.store.blocksums import BlockSums
@@ -114,4 +117,33 @@ async def test_a_landing_s_sums_are_its_blocks_in_span_order(tmp_path: Path) -> 
         sums.feed(span)
     assert sums.values() == [layout.checksum(b) for b in blobs]
     landing.abandon()
+    await store.close()
+
+
+async def test_room_taken_at_once_only_when_nothing_needs_a_wait(tmp_path: Path) -> None:
+    """``land_now`` (a plain PUT's, from the event loop's callback): None, holding nothing, when
+    no segment is open or while the writer's lock is held (a window not ready yet:
+    test_fileuploads.py); else the same rooms ``land`` gives, read back once committed."""
+    store = await _store(tmp_path)
+    one = [(b"now", 256 * KiB)]
+    assert store.land_now(NS, one, least=64 * KiB) is None  # no open segment yet
+    first = await store.land(NS, [(b"first", 256 * KiB)], least=64 * KiB)  # opens one
+    assert first is not None
+    _fill(first, [blob := os.urandom(256 * KiB)])
+    store.landed(first, [layout.checksum(blob)])
+    seg = first.rooms[0].segment
+    size, landing_before = seg.size, seg.landing
+    async with store.writer.lock:  # a batch taking room, or an append
+        assert store.land_now(NS, one, least=64 * KiB) is None
+    with pytest.raises(TooLarge):  # refused as land refuses it
+        store.land_now(NS, [(b"big", 3 * MiB)], least=64 * KiB)
+    assert (seg.size, seg.landing) == (size, landing_before)  # nothing taken
+    assert store.land_now(NS, [(b"small", 1000)], least=64 * KiB) is None  # too small to land
+    landing = store.land_now(NS, one, least=64 * KiB)
+    assert landing is not None and landing.rooms[0].segment is seg
+    _fill(landing, [data := os.urandom(256 * KiB)])
+    store.landed(landing, [layout.checksum(data)])
+    assert await _read(store, b"now") == data
+    await store.flush()
+    assert await _read(store, b"now") == data and await _read(store, b"first") == blob
     await store.close()
