@@ -5,15 +5,21 @@ Every S3 connection starts here (:class:`PlainLane`, made by the front's server,
 protocol.py). The lane reads a request's head into its own buffer; when plainops.py says the
 request is plain (and has checked what the S3 handlers check before a body: signature,
 namespace, key, size, budget), the lane receives the body straight into its room in the open
-segment where the backend lends one (the file backend: a window onto the segment's file,
-store/landing.py, as PutObject's large bodies land) and 64 KiB or more of it is still to come,
-else into one buffer, and stores it (``BlockStore.landed`` or ``put``, under the key's lock, as
-PutObject does), or sends the object (its views, with ``os.writev``, as GetObject does), and
-answers with the S3 handlers' headers. Its
-requests are counted in the gateway's state and metrics as theirs are. A 256 KiB PUT costs the
-event loop about half of what it costs through aiohttp's request, the middleware and the
-generic body reader (docs/performance.md, issue 17, session 36); landing its body saves the
-copy into the segment's buffer and the write of it into the file (session 37).
+segment where the backend lends one and 64 KiB or more of it is still to come (the file
+backend: a window onto the segment's file, store/landing.py, as PutObject's large bodies
+land), else into one buffer; it stores it (``BlockStore.landed`` or ``put``, under the key's
+lock, as PutObject does) or sends the object (its views, with ``os.writev``, as GetObject
+does), and answers with the S3 handlers' headers. Its requests are counted in the gateway's
+state and metrics as theirs are.
+
+What needs no wait is done from the protocol's callbacks, with no task: taking a body's room
+when the open segment has it and the backend lends the window at once, committing a landed
+body for a key whose lock no one holds, and answering a GET of a missing object or of one at
+hand (``BlockStore.read_now``). The rest (a room to wait for, an append, a read from the
+backend) runs in a task, reading paused meanwhile. A 256 KiB PUT through aiohttp's request,
+the middleware and the generic body reader cost the event loop twice what the lane's first
+form did (docs/performance.md, issue 17, session 36); landing bodies and answering at once
+took another third off (session 37).
 
 At the first request that is not plain (or a GET of an object whose stored attributes cannot
 go into a head as they are), the lane hands the connection to a fresh :class:`S3RequestHandler`
@@ -21,10 +27,11 @@ go into a head as they are), the lane hands the connection to a fresh :class:`S3
 received) and is done: the rest of the connection is aiohttp's. Nothing of that request was
 answered by the lane, so its answer, an error included, is the handlers' own.
 
-One request at a time: reading is paused while the lane stores or sends, and what a client
-pipelined behind a request waits in the lane's buffer. A body that stops arriving for
-``BODY_IDLE_TIMEOUT`` seconds closes the connection (its reservation released), and a
-connection idle between requests for ``KEEPALIVE_TIMEOUT`` seconds is closed, as aiohttp does.
+One request at a time: what a client pipelined behind a request waits in the lane's buffer
+(reading is paused while a task stores or sends, or while the transport holds an answer above
+its limit). A body that stops arriving for ``BODY_IDLE_TIMEOUT`` seconds closes the connection
+(its reservation and room given back), and a connection idle between requests for
+``KEEPALIVE_TIMEOUT`` seconds is closed, as aiohttp does (checked by one timer per connection).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ store/landing.py) that the memory budget admits, on a gateway with ``--etag fast
 shutting down. For such a request the S3 handlers (app.py, s3_objects.py) would classify, check
 and store exactly as :func:`store_put` and :func:`read_get` do, and answer as they answer;
 anything else, and any check that fails, is left to them (:func:`plain_request` says None), so
-every error answer but the store's own stays theirs.
+every error answer but the store's own stays theirs. :func:`land_now`, :func:`put_now` and
+:func:`get_now` are the same steps when they need no wait (None: ask the async ones).
 """
 
 from __future__ import annotations
