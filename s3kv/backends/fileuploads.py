@@ -98,12 +98,11 @@ class _Upload:
         self.sizes[number] = size
         return f"{number}-{size}"
 
-    def lend(self, arr: npt.NDArray[np.uint8], offset: int) -> memoryview:
-        """``arr`` (a window of the data file's mapping at ``offset``) lent out, its bytes
-        known to be in place from then on."""
-        view = arr.data
-        self.windows[id(arr)] = (arr, offset, address_of(view))
-        return view
+    def lend(self, fm: FileMap, arr: npt.NDArray[np.uint8], offset: int) -> memoryview:
+        """``arr`` (a window of the data file's mapping ``fm`` at ``offset``) lent out, its
+        bytes known to be in place from then on."""
+        self.windows[id(arr)] = (arr, offset, fm.address + offset)
+        return arr.data
 
     def write(self, data: Pieces, offset: int) -> None:
         """``data`` at ``offset``, but for the runs of it that are in place already."""
@@ -203,7 +202,7 @@ class FileUploads:
         with self._writing.held_if_free(upload_id) as held:
             if not held or os.fstat(up.fd).st_size < offset + length:
                 return None
-            return up.lend(fm.window(offset, length), offset)
+            return up.lend(fm, fm.window(offset, length), offset)
 
     def window(self, upload_id: str, offset: int, length: int) -> memoryview | None:
         """A writable view of the data file's bytes [offset, offset+length), its pages
@@ -232,7 +231,7 @@ class FileUploads:
                 break
             except OSError:
                 continue
-        return None if arr is None else up.lend(arr, offset)
+        return None if arr is None else up.lend(fm, arr, offset)
 
     def complete(self, upload_id: str, parts: Sequence[tuple[int, str]],
                  publish: Callable[[int, int, Path, list[FileMap]], None]) -> None:

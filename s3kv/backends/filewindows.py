@@ -27,7 +27,14 @@ import weakref
 import numpy as np
 import numpy.typing as npt
 
-from s3kv.backends.pages import MADV_POPULATE_WRITE, PAGE, advise, close_mapping, page_span
+from s3kv.backends.pages import (
+    MADV_POPULATE_WRITE,
+    PAGE,
+    address_of,
+    advise,
+    close_mapping,
+    page_span,
+)
 
 #: the least a data file is mapped at (a fresh file grows to it, sparse, when first lent)
 MAP_MIN = 64 * 1024 * 1024
@@ -39,6 +46,7 @@ class FileMap:
 
     def __init__(self, fd: int, length: int) -> None:
         self.mapping = mmap.mmap(fd, length)
+        self.address = address_of(self.mapping)  # of its first byte (fixed while it lives)
         #: one byte per page: 1 once its page-table entry was populated (the page allocated)
         self.populated = bytearray(page_span(0, length)[1])
         #: the windows lent and alive (id -> array; arrays are not hashable)

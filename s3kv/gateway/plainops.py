@@ -16,12 +16,11 @@ every error answer but the store's own stays theirs. :func:`land_now`, :func:`pu
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from http import HTTPStatus
+from typing import NamedTuple
 from urllib.parse import unquote
 
 from aiohttp.http import SERVER_SOFTWARE
-from multidict import CIMultiDict
 
 from s3kv.backends.base import lends_windows
 from s3kv.errors import RequestError, S3KVError
@@ -48,8 +47,7 @@ LAND_LEAST = 64 * 1024
 NO_ATTRS = ObjectAttrs()
 
 
-@dataclass(frozen=True)
-class Plain:
+class Plain(NamedTuple):
     """A plain request, checked as far as its head allows."""
 
     method: str  # "PUT" or "GET"
@@ -60,11 +58,14 @@ class Plain:
     expect: bool = False  # Expect: 100-continue (answered before the body, as aiohttp does)
 
 
-def _headers(lines: list[str]) -> CIMultiDict[str] | None:
-    headers: CIMultiDict[str] = CIMultiDict()
+def _headers(lines: list[str]) -> dict[str, str] | None:
+    """The head's header lines by lowercase name (the verifier looks names up as SigV4 signs
+    them, lowercase; a request signed otherwise fails here and goes to the handlers)."""
+    headers: dict[str, str] = {}
     for line in lines:
         name, sep, value = line.partition(":")
-        if not sep or name.lower() not in ALLOWED or name in headers:
+        name = name.lower()
+        if not sep or name not in ALLOWED or name in headers:
             return None
         value = value.strip(" ")
         if not value.isprintable():
@@ -87,7 +88,7 @@ def _target(st: GatewayState, raw_path: str, host: str) -> tuple[str, str, str] 
 
 
 def _caller(st: GatewayState, method: str, raw_path: str,
-            headers: CIMultiDict[str]) -> Credential | None:
+            headers: dict[str, str]) -> Credential | None:
     if st.verifier is None:
         return ANONYMOUS
     try:
