@@ -199,11 +199,13 @@ def _received(st: GatewayState, body: bytearray | memoryview) -> tuple[str, int]
     return next_request_id(), checksum(body)
 
 
-def _stored(plain: Plain, rid: str, meta: BlockMeta | S3KVError) -> Answer:
-    if isinstance(meta, S3KVError):
-        err = to_request_error(meta)
-        return err.status, [error_answer(plain, err, rid)]
+def _stored(rid: str, meta: BlockMeta) -> Answer:
     return 200, [answer_head(200, {"ETag": object_etag(meta, NO_ATTRS)}, rid, 0)]
+
+
+def _refused(plain: Plain, rid: str, exc: S3KVError) -> Answer:
+    err = to_request_error(exc)
+    return err.status, [error_answer(plain, err, rid)]
 
 
 def put_now(st: GatewayState, plain: Plain, body: bytearray | memoryview,
@@ -216,8 +218,8 @@ def put_now(st: GatewayState, plain: Plain, body: bytearray | memoryview,
     try:
         [meta] = st.store.landed(landing, [crc])
     except S3KVError as exc:
-        return _stored(plain, rid, exc)
-    return _stored(plain, rid, meta)
+        return _refused(plain, rid, exc)
+    return _stored(rid, meta)
 
 
 async def store_put(st: GatewayState, plain: Plain, body: bytearray | memoryview,
@@ -232,8 +234,8 @@ async def store_put(st: GatewayState, plain: Plain, body: bytearray | memoryview
             else:
                 meta = await st.store.put(plain.bucket, plain.key, [body], crc=crc)
     except S3KVError as exc:
-        return _stored(plain, rid, exc)
-    return _stored(plain, rid, meta)
+        return _refused(plain, rid, exc)
+    return _stored(rid, meta)
 
 
 def _headers_of(meta: BlockMeta) -> dict[str, str] | None:

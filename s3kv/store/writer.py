@@ -134,11 +134,14 @@ class SegmentWriter:
                           ) -> Backpressure | None:
         """Append blocks one after another under one hold of the lock, so that no other
         request's block lands between them: a prefix chain written in one batch is one byte
-        range, read back with one ranged GET. ``placed(i, segment, entry)`` is called as item
-        ``i`` is placed, before anything else runs (the store indexes it there: a segment that
-        fails or is evicted while the rest of the batch waits for room must find it). Returns
-        the Backpressure that stopped the batch part way (None: all placed); raises it if
-        nothing was placed."""
+        range, read back with one ranged GET. (Appended one lock hold each, concurrent batches
+        interleaved block by block as soon as a wait for room queued them on the lock, and then
+        every block of a chain took a ranged GET of its own.)
+
+        ``placed(i, segment, entry)`` is called as item ``i`` is placed, before anything else
+        runs (the store indexes it there: a segment that fails or is evicted while the rest of
+        the batch waits for room must find it). Returns the Backpressure that stopped the
+        batch part way (None: all placed); raises it if nothing was placed."""
         self.health.check()
         done = 0
         async with self._lock:
@@ -165,7 +168,7 @@ class SegmentWriter:
         return seg, placed
 
     def enter(self, seg: OpenSegment, entry: layout.Entry, offset: int,
-               size: int) -> layout.Entry:
+              size: int) -> layout.Entry:
         """The entry of a block whose ``size`` bytes are at ``offset`` in ``seg``, stamped
         (unless it carries a stamp), into the segment's manifest and byte counts."""
         placed = layout.Entry(entry.namespace, entry.key, offset, entry.length,
@@ -222,7 +225,10 @@ class SegmentWriter:
 
     # ---- segments -----------------------------------------------------------------------
     async def segment_for(self, namespace: str, key: bytes, length: int,
-                           attrs: int = 0) -> OpenSegment:
+                          attrs: int = 0) -> OpenSegment:
+        """The open segment with room for the block (key, length, ``attrs`` bytes of
+        attributes), the one before it sealed as full if it has none; the caller holds the
+        lock."""
         seg = self._current
         if seg is not None and seg.room_for(namespace, key, length, self.s.block_align,
                                             self.s.segment_size, attrs):
