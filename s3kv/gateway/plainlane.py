@@ -186,18 +186,14 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         """Receive the body straight into its room in the segment, if the store lends one."""
         try:
             landing = await land(self._st, plain)
-        except Exception:
-            log.exception("http.unhandled", method=plain.method, path=plain.path, lane="plain")
+        except Exception as exc:
+            self._failed(plain, exc)
             landing = None
-            if self._transport is not None:
-                self._transport.close()
-        self._busy = False
+        self._busy, self._landing = False, landing
         transport = self._transport
         if self._gone or transport is None or transport.is_closing():
-            self._landing = landing
             self._forget()
             return
-        self._landing = landing
         transport.resume_reading()
         self._receive(bytearray(plain.length) if landing is None else landing.spans()[0],
                       start, got)
@@ -238,7 +234,6 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         plain, body, st, transport = self._plain, self._body, self._st, self._transport
         assert plain is not None and transport is not None
         started = time.perf_counter()
-        op = "PutObject" if plain.method == "PUT" else "GetObject"
         queued = False
         try:
             got = (get_now(st, plain, SLICE) if body is None
@@ -247,13 +242,9 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
                 return False
             status, bufs = got
             queued = send_vectors(transport, self._fd, bufs)
-        except ConnectionError:  # the client went away while it was answered
-            status = CLIENT_CLOSED
-        except Exception:
-            log.exception("http.unhandled", method=plain.method, path=plain.path, lane="plain")
-            status = 500
-            transport.close()
-        self._end(plain, op, status, started)
+        except Exception as exc:
+            status = self._failed(plain, exc)
+        self._end(plain, plain.op, status, started)
         if queued and self._drained is not None:  # over the transport's limit: on once drained
             self._busy = True
             transport.pause_reading()
@@ -267,7 +258,7 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         assert plain is not None
         st = self._st
         started = time.perf_counter()
-        op, status = ("PutObject" if plain.method == "PUT" else "GetObject"), 200
+        op, status = plain.op, 200
         try:
             if body is not None:
                 status, answer = await store_put(st, plain, body, self._landing)
@@ -280,16 +271,22 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
                     return
                 status, bufs = got
                 await self._send(bufs)
-        except ConnectionError:  # the client went away while it was answered
-            status = CLIENT_CLOSED
-        except Exception:
-            log.exception("http.unhandled", method=plain.method, path=plain.path, lane="plain")
-            status = 500
-            if self._transport is not None:
-                self._transport.close()
+        except Exception as exc:
+            status = self._failed(plain, exc)
         finally:
             self._end(plain, op, status, started)
         self._done()
+
+    def _failed(self, plain: Plain, exc: Exception) -> int:
+        """The status a request that raised ``exc`` is counted under: the client went away
+        while it was answered, or a fault (logged, the connection closed). Called in the
+        ``except`` that caught it."""
+        if isinstance(exc, ConnectionError):
+            return CLIENT_CLOSED
+        log.exception("http.unhandled", method=plain.method, path=plain.path, lane="plain")
+        if self._transport is not None:
+            self._transport.close()
+        return 500
 
     def _end(self, plain: Plain, op: str, status: int, started: float) -> None:
         """What the request held is given back, and it is counted (under ``op``, if any)."""

@@ -57,6 +57,11 @@ class Plain(NamedTuple):
     length: int  # a PUT's body, in bytes (reserved from the memory budget); 0 for a GET
     expect: bool = False  # Expect: 100-continue (answered before the body, as aiohttp does)
 
+    @property
+    def op(self) -> str:
+        """Its S3 operation, as the request metrics name it."""
+        return "PutObject" if self.method == "PUT" else "GetObject"
+
 
 def _headers(lines: list[str]) -> dict[str, str] | None:
     """The head's header lines by lowercase name (the verifier looks names up as SigV4 signs
@@ -120,11 +125,12 @@ def plain_request(st: GatewayState, head: bytes) -> Plain | None:
         return None
     length = headers.get("content-length", "0")
     sha = headers.get("x-amz-content-sha256", UNSIGNED)
-    if not length.isdigit() or not length.isascii() or (
-            (int(length) == 0 or sha != UNSIGNED) if method == "PUT"
-            else (int(length) != 0 or sha not in (UNSIGNED, EMPTY_SHA256))):
+    if not length.isdigit() or not length.isascii():
         return None
     size = int(length)
+    if (size == 0 or sha != UNSIGNED) if method == "PUT" \
+            else (size != 0 or sha not in (UNSIGNED, EMPTY_SHA256)):
+        return None
     target = _target(st, raw_path, headers["host"])
     if target is None or size > st.settings.max_block_size \
             or (method == "PUT" and size >= LAND_MIN):  # lands in its segment (the handlers)
