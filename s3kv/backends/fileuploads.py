@@ -54,6 +54,9 @@ UPLOADS = ".uploads"
 #: bytes past a window its lending populates too, so that small blocks received one after
 #: another (the plain lane's, gateway/plainlane.py) mostly find their pages ready
 POPULATE_AHEAD = 8 * 1024 * 1024
+#: the most bytes one window lent at once spans (:meth:`FileUploads.window_now`): the next
+#: windows within it are slices of it, lent with no lock, system call or new array
+SPARE_WINDOW = 8 * 1024 * 1024
 #: buffers per pwritev call (Linux's IOV_MAX is 1024)
 _IOV_MAX = 1024
 
@@ -85,6 +88,9 @@ class _Upload:
     #: the data file's mappings (the last one lends; an earlier, shorter one lives on with
     #: the windows it lent)
     maps: list[FileMap] = field(default_factory=list)
+    #: the last window lent at once, as (its file offset, its end, its view): the windows
+    #: asked for next, as small blocks land one after another, are slices of it
+    spare: tuple[int, int, memoryview] | None = None
 
     def in_place(self, piece: Buffer, offset: int) -> bool:
         """Whether ``piece`` is part of a window of this file, at ``offset`` in it."""
@@ -196,13 +202,22 @@ class FileUploads:
         covers the range, its pages populated, the file long enough, no part being written):
         for the event loop. None: not so, ask :meth:`window` (in a worker thread)."""
         up = self._live_upload(upload_id)
+        end = offset + length
+        if up.spare is not None and up.spare[0] <= offset and end <= up.spare[1]:
+            return up.spare[2][offset - up.spare[0]:end - up.spare[0]]
         fm = up.maps[-1] if up.maps else None
         if fm is None or not fm.ready(offset, length):
             return None
         with self._writing.held_if_free(upload_id) as held:
-            if not held or os.fstat(up.fd).st_size < offset + length:
+            size = os.fstat(up.fd).st_size if held else 0
+            if size < end:
                 return None
-            return up.lend(fm, fm.window(offset, length), offset)
+            # as far as the pages are populated and the file is long: what comes next is
+            # lent from it (the file never shrinks while the upload lives)
+            spare = fm.ready_until(end, min(size, offset + max(length, SPARE_WINDOW)))
+            view = up.lend(fm, fm.window(offset, spare - offset), offset)
+            up.spare = (offset, spare, view)
+            return view[:length]
 
     def window(self, upload_id: str, offset: int, length: int) -> memoryview | None:
         """A writable view of the data file's bytes [offset, offset+length), its pages

@@ -62,6 +62,13 @@ class FileMap:
         first, last = page_span(offset, offset + length)
         return offset + length <= len(self.mapping) and self.populated.find(0, first, last) < 0
 
+    def ready_until(self, start: int, limit: int) -> int:
+        """How far from ``start`` (a page boundary) the mapping's pages are populated, up to
+        ``limit`` at most."""
+        first, last = page_span(start, min(limit, len(self.mapping)))
+        hole = self.populated.find(0, first, last)
+        return min(limit, len(self.mapping)) if hole < 0 else max(start, hole * PAGE)
+
     def window(self, offset: int, length: int, ahead: int = 0) -> npt.NDArray[np.uint8]:
         """Bytes [offset, offset+length) as an array over the mapping (a ``memoryview`` of it
         is the window), their pages populated first (blocking, without the GIL), and the
