@@ -26,10 +26,10 @@ on the event loop: :meth:`FileUploads.window_now` (a window onto pages the file'
 populated already, a recycled file's, while no part is being written; it spans the populated
 pages after the range too, up to ``SPARE_WINDOW``, and the windows asked for next within it are
 slices of it, lent with no lock, system call or new array, a part being written or not: the
-file never shrinks while the upload lives, and a part never writes bytes a window was lent
-for. Small blocks landing one after another, the plain lane's PUTs, each cost the loop ~15 us
-less that way) and
-:meth:`FileUploads.part_in_place` (a part whose bytes are all in place: nothing to write). A
+file never shrinks while the upload lives, and each byte of the spare is written either
+through the one slice lent for its block's room or by a part, never both. Small blocks
+landing one after another, the plain lane's PUTs, each cost the loop ~15 us less that way)
+and :meth:`FileUploads.part_in_place` (a part whose bytes are all in place: nothing to write). A
 worker-thread hop costs more CPU than either (a native batch put: 8-14 % of the gateway's CPU
 per block for the two, docs/performance.md, issue 17, session 35).
 """
