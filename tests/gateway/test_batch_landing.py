@@ -19,6 +19,7 @@ import socket
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
@@ -97,22 +98,16 @@ def _framed(blocks: list[tuple[str, bytes]]) -> bytes:
     return b"".join(bytes(p) for p in encode_frames(blocks))
 
 
-def _answer(sock: socket.socket) -> tuple[str, bytes]:
-    got = b""
-    while b"\r\n\r\n" not in got:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        got += chunk
-    head, _, body = got.partition(b"\r\n\r\n")
-    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), 0)
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        body += chunk
-    return head.split(b"\r\n", 1)[0].decode(), body
+def _answer(reader: BinaryIO) -> tuple[str, bytes]:
+    """One answer read off the connection (``sock.makefile("rb")``: answers that arrive in
+    one read are each read whole, the next one left for the next call)."""
+    status = reader.readline().decode().rstrip("\r\n")
+    length = 0
+    while (line := reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return status, reader.read(length)
 
 
 def _nothing_stored(gw: Gateway, keys: list[str]) -> None:
@@ -125,7 +120,7 @@ def test_a_refused_batch_stores_nothing_and_its_segment_still_seals(gw: Gateway)
     wrong = base64.b64encode(hashlib.md5(b"something else").digest()).decode()
     with _raw(gw) as sock:
         sock.sendall(_batch_head(len(body), f"Content-MD5: {wrong}\r\n") + body)
-        status, answer = _answer(sock)
+        status, answer = _answer(sock.makefile("rb"))
     assert status.startswith("HTTP/1.1 400") and b"BadDigest" in answer
     good = [("good", os.urandom(2 * MiB))]
     assert _put(gw, good) == 1
@@ -140,7 +135,7 @@ def test_a_head_that_does_not_add_up_is_malformed_and_stores_nothing(gw: Gateway
     body = struct.pack("<I", len(doc)) + doc.encode() + b"".join(d for _, d in blocks)
     with _raw(gw) as sock:
         sock.sendall(_batch_head(len(body)) + body)
-        status, answer = _answer(sock)
+        status, answer = _answer(sock.makefile("rb"))
     assert status.startswith("HTTP/1.1 400") and b"MalformedFrames" in answer
     _nothing_stored(gw, [k for k, _ in blocks])
     assert _landed(gw) == 0
@@ -164,7 +159,8 @@ def test_a_request_pipelined_after_a_landed_batch(gw: Gateway) -> None:
     a, b = _framed(one), _framed(two)
     with _raw(gw) as sock:
         sock.sendall(_batch_head(len(a)) + a + _batch_head(len(b)) + b)
-        answers = [_answer(sock), _answer(sock)]
+        reader = sock.makefile("rb")
+        answers = [_answer(reader), _answer(reader)]
     assert [(status, json.loads(body)) for status, body in answers] == [
         ("HTTP/1.1 200 OK", {"stored": 3}), ("HTTP/1.1 200 OK", {"stored": 2})]
     assert _get(gw, [k for k, _ in one + two]) == [d for _, d in one + two]
