@@ -236,6 +236,10 @@ async def _stamp_request_id(request: web.Request, response: web.StreamResponse) 
         response.headers["x-amz-request-id"] = rid
 
 
+async def _close_sums(app: web.Application) -> None:
+    app[STATE].sums.close()
+
+
 def make_app(store: BlockStore, settings: Settings) -> web.Application:
     creds = credential_table(settings.access_key, settings.secret_key, settings.credentials_file)
     secrets = {k: c.secret_key for k, c in creds.items()}
@@ -248,6 +252,7 @@ def make_app(store: BlockStore, settings: Settings) -> web.Application:
     app = web.Application(middlewares=[gateway_middleware],
                           client_max_size=settings.max_block_size + 1024 * 1024)
     app[STATE] = state
+    app.on_cleanup.append(_close_sums)
     app.on_response_prepare.append(_stamp_request_id)
     app.router.add_get("/healthz", ops.healthz, expect_handler=expect_continue)
     app.router.add_get("/readyz", ops.readyz, expect_handler=expect_continue)

@@ -118,18 +118,12 @@ async def _take_body(request: web.Request, reader: BodyReader, heads: HeaderValu
             dest = await land(length)
     head = dest.head if dest is not None else []
     take: BodyTake | None = None
-    # the body's digests worked out as each socket read lands, unless the landing has a
-    # watcher of its own (a batch put's block checksums)
-    arrival = reader.digest_on_arrival() if dest is not None and dest.watch is None \
-        and not head else None
     if dest is not None and dest.spans:
-        take = handler.land_body(request.content, length, dest.spans, head,
-                                 dest.watch or arrival)
-    digested = take is not None and arrival is not None
+        take = handler.land_body(request.content, length, dest.spans, head, dest.watch)
     if take is None:
         take = handler.take_body(request.content, length, head)
     if take is not None:
-        reader.read_pieces_from(take, digested=digested)
+        reader.read_pieces_from(take)
     elif head:  # bytes read that the reader would not see
         raise RequestError("IncompleteBody", "The request body ended before its declared "
                            "length.")

@@ -17,16 +17,13 @@ When every digest is a cheap one (``checksums.is_cheap``: the CRC-32 of ``--etag
 client's CRC checksum), each piece is hashed on the loop as it arrives instead: a piece just
 received is still in the CPU's cache, the CRC runs at tens of GB/s (~10 us per 256 KiB piece,
 ~1 ms for a whole 32 MiB body, spread over its pieces), and the eight thread hops of a 32 MiB
-body would cost about as much as the CRC itself. A body that lands (takeover.py) is hashed
-earlier still, by :meth:`BodyDigests.on_arrival`'s function, as each socket read lands: the
-reader's pieces come later, after other connections' reads, when the cache no longer holds
-them (a 32 MiB PUT's CRC was ~20 % of the gateway's CPU that way; issue 17, session 38).
+body would cost about as much as the CRC itself.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from s3kv.gateway.checksums import Checksum, is_cheap
 from s3kv.sizes import MiB
@@ -49,26 +46,6 @@ class BodyDigests:
         self._batch_bytes = 0
         #: the previous batch, hashing in a worker thread
         self._pending: asyncio.Future[None] | None = None
-
-    def on_arrival(self) -> Callable[[bytes | memoryview], None] | None:
-        """Where every digest is cheap: a function that hashes a piece at once, for a body
-        whose pieces are fed to it as the socket reads them (a landing's, gateway/takeover.py:
-        right after its read, a piece of up to 256 KiB is still in the CPU's cache; hashed
-        later, it is read again from memory, ~4x the CPU). Once it is fed, :meth:`fed` says
-        so. None: feed them to :meth:`add` as usual."""
-        if not self._on_loop or not self._hashers:
-            return None
-        hashers = list(self._hashers)
-
-        def update(piece: bytes | memoryview) -> None:
-            for h in hashers:
-                h.update(piece)
-        return update
-
-    def fed(self) -> None:
-        """The body's pieces are fed to :meth:`on_arrival`'s function: :meth:`add` hashes
-        nothing any more."""
-        self._hashers = []
 
     async def feed(self, piece: bytes | memoryview) -> None:
         """Take the next piece of the body (kept, unchanged, until hashed)."""

@@ -40,7 +40,7 @@ from s3kv.gateway.chunked import ChunkSender
 from s3kv.gateway.requests import codec_of, durability, validate_key
 from s3kv.gateway.s3_buckets import RESERVED
 from s3kv.gateway.state import GatewayState, state_of
-from s3kv.store.blocksums import BlockSums
+from s3kv.store.blocksums import RunningSums
 from s3kv.store.codecs import HEADER_CODEC, CodecSpec
 from s3kv.store.landing import Landing
 from s3kv.wire.body import pieces_of, size_of
@@ -127,7 +127,7 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
     limit = min(st.settings.max_request_memory // 2,
                 64 * st.settings.max_block_size + HEAD_ALLOWANCE)
     landing: Landing | None = None
-    sums: BlockSums | None = None
+    sums: RunningSums | None = None
 
     async def land(length: int) -> Destination:
         """Once the body's head says what its blocks are: their room in the open segment, to
@@ -142,7 +142,7 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
                 landing = None
         if landing is None:
             return Destination(head, [])
-        sums = BlockSums(landing.lengths())
+        sums = st.sums.start(landing.lengths())
         return Destination(head, landing.spans(), sums.feed)
 
     try:
@@ -150,7 +150,7 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
         try:
             if landing is not None and sums is not None and body.landed:
                 keys = [room.key for room in landing.rooms]
-                stored = len(st.store.landed(landing, sums.values()))
+                stored = len(st.store.landed(landing, await sums.values()))
             else:
                 keys, stored = await _put_framed(st, ns, body, codec)
         finally:

@@ -143,20 +143,11 @@ class BodyReader:
         """The body is the payload as it is, of a declared size (no aws-chunked framing)."""
         return not self.mode.streaming and self.declared_size is not None
 
-    def read_pieces_from(self, stream: ChunkStream, *, digested: bool = False) -> None:
-        """Read a :attr:`plain` body's pieces from ``stream`` (before reading starts);
-        ``digested``: ``stream`` feeds each piece to :meth:`digest_on_arrival`'s function as
-        it arrives, from the first (the reader hashes none)."""
+    def read_pieces_from(self, stream: ChunkStream) -> None:
+        """Read a :attr:`plain` body's pieces from ``stream`` (before reading starts)."""
         if self._started or not self.plain:
             raise RuntimeError("only a plain body not yet read can change its stream")
         self._chunks = stream
-        if digested:
-            self._digests.fed()
-
-    def digest_on_arrival(self) -> Callable[[bytes | memoryview], None] | None:
-        """A function that hashes a piece of the body at once, if the digests are all cheap
-        (BodyDigests.on_arrival); None: the reader hashes the pieces it reads."""
-        return self._digests.on_arrival()
 
     def _too_large(self) -> RequestError:
         return RequestError("EntityTooLarge", "Your proposed upload exceeds the maximum allowed "

@@ -134,9 +134,7 @@ class S3RequestHandler(RequestHandler):
         landing = BodyLanding(content, list(head), first, spans, watch)
         if landing.remaining and not content.is_eof():
             self._take = landing
-            sock = transport.get_extra_info("socket")
-            transport.set_protocol(LandingReads(self, landing, self._end_landing,
-                                                sock.fileno() if sock is not None else -1))
+            transport.set_protocol(LandingReads(self, landing, self._end_landing))
         return landing
 
     def _end_landing(self) -> None:

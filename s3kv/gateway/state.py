@@ -13,6 +13,7 @@ from s3kv.errors import RequestError
 from s3kv.gateway.access import Credential
 from s3kv.gateway.conditions import KeyLocks
 from s3kv.gateway.metrics import GatewayMetrics
+from s3kv.store.blocksums import SumWorker
 from s3kv.store.store import BlockStore
 from s3kv.wire.sigv2 import SigV2Verifier
 from s3kv.wire.sigv4_verify import SigV4Verifier
@@ -54,6 +55,8 @@ class GatewayState:
     key_locks: KeyLocks = field(default_factory=KeyLocks)
     #: SigV2 (older tools, boto3's default presigned URLs), same credentials; None: anonymous
     verifier_v2: SigV2Verifier | None = None
+    #: the thread that checksums native batch puts' blocks as they land (closed with the app)
+    sums: SumWorker = field(default_factory=SumWorker)
     shutting_down: bool = False
     inflight: int = 0  # requests being handled now (the middleware counts them)
     #: set when the last request in flight leaves; exists only while drain() waits for it

@@ -19,16 +19,11 @@ the windows itself (:class:`LandingReads`, an ``asyncio.BufferedProtocol`` put i
 connection's protocol until the body's last byte), so the kernel's copy out of the socket is
 the only one; the reader's pieces are views of the windows as they fill. A landing given up
 reads the rest of the body into a scratch buffer: its windows are never written after that.
-A landing's reads are of ``READ_MOST`` (256 KiB) at most, so that a piece's checksum, worked
-out right after its read (the landing's watch), reads it from the CPU's cache; and each
-readiness event reads what waits in the socket (up to ``READS_AT_ONCE`` reads more), so the
-smaller reads cost no more trips through the event loop (issue 17, session 38).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from collections import deque
 from collections.abc import Callable
 
@@ -108,17 +103,6 @@ class BodyTake:
                                      or self._dropping)
 
 
-#: the most one socket read takes into a landing's span: a piece the CPU's cache still holds
-#: when its checksum is worked out right after (gateway/digests.py's ``on_arrival``, a batch
-#: put's block sums): 2.2 ms of CRC per 64 MiB then, against 8-10 ms for reads of 1 MiB or
-#: more (issue 17, session 38)
-READ_MOST = 256 * 1024
-#: socket reads a landing makes by itself per readiness event (:class:`LandingReads`), at
-#: most: what is waiting in the socket is read at once, but not a whole large body while
-#: other connections wait
-READS_AT_ONCE = 16
-
-
 class BodyLanding(BodyTake):
     """The rest of one request body, received into ``spans`` (writable windows, in order,
     whose lengths add up to what is left of the body) through :class:`LandingReads`.
@@ -150,7 +134,7 @@ class BodyLanding(BodyTake):
         a scratch buffer (the spans are blocks' places in a segment: nothing writes them after
         that)."""
         if not self._dropping:
-            return self.spans[self._span][self._filled:self._filled + READ_MOST]
+            return self.spans[self._span][self._filled:]
         if self._scratch is None:
             self._scratch = memoryview(bytearray(_SCRATCH))
         return self._scratch[:self.remaining]
@@ -174,34 +158,20 @@ class BodyLanding(BodyTake):
 class LandingReads(asyncio.BufferedProtocol):
     """The connection's protocol while a body lands: the transport reads into the landing's
     buffer, and ``done()`` is called after the body's last byte (it puts ``connection`` back);
-    everything else is the connection's. Reads are of ``READ_MOST`` bytes at most; after the
-    transport's, up to ``READS_AT_ONCE`` more are made straight from the socket ``fd`` (-1:
-    none) while it has bytes waiting, without a trip through the event loop for each."""
+    everything else is the connection's."""
 
     def __init__(self, connection: asyncio.Protocol, landing: BodyLanding,
-                 done: Callable[[], None], fd: int = -1) -> None:
+                 done: Callable[[], None]) -> None:
         self.connection = connection
         self.landing = landing
         self.done = done
-        self.fd = fd
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.landing.buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        landing = self.landing
-        landing.received(nbytes)
-        reads = READS_AT_ONCE if self.fd >= 0 else 0
-        while landing.remaining and reads:
-            reads -= 1
-            try:
-                n = os.readv(self.fd, [landing.buffer()])
-            except OSError:  # nothing waiting, or a failure: the transport's next read sees it
-                break
-            if not n:  # the client's end: the transport's next read sees it
-                break
-            landing.received(n)
-        if landing.remaining == 0:
+        self.landing.received(nbytes)
+        if self.landing.remaining == 0:
             self.done()
 
     def eof_received(self) -> bool | None:

@@ -65,7 +65,7 @@ class Landing:
 
     def lengths(self) -> list[int]:
         """The blocks' lengths, in order: what the bytes received into :meth:`spans` add up
-        to, block by block (``blocksums.BlockSums``)."""
+        to, block by block (``blocksums.SumWorker.start``)."""
         return [len(room.window) for room in self.rooms]
 
     def commit(self, crcs: Sequence[int], attrs: bytes,

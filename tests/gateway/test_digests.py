@@ -56,28 +56,3 @@ def test_crc_only_digests_are_hashed_on_the_loop_as_pieces_arrive(body: bytes,
         return crc.digest()
 
     assert int.from_bytes(asyncio.run(run()), "big") == zlib.crc32(body)
-
-
-def test_cheap_digests_are_worked_out_as_pieces_land_and_not_again() -> None:
-    """A landing body's pieces are hashed as each socket read lands (``on_arrival``, while
-    the CPU's cache holds them), and once the body is said to be fed so, the reader's own
-    ``add`` hashes nothing: each byte once. Digests that are not all cheap (an MD5) are not
-    worked out that way."""
-    body = bytes(range(256)) * 40
-
-    async def run() -> int:
-        crc = new_checksum("crc32")
-        digests = BodyDigests([crc])
-        update = digests.on_arrival()
-        assert update is not None
-        for lo in range(0, len(body), 1000):
-            update(memoryview(body)[lo:lo + 1000])
-        digests.fed()
-        for lo in range(0, len(body), 1000):  # what the reader then does with the pieces
-            assert not digests.add(memoryview(body)[lo:lo + 1000])
-        await digests.finish()
-        return int.from_bytes(crc.digest(), "big")
-
-    assert asyncio.run(run()) == zlib.crc32(body)
-    assert BodyDigests([hashlib.md5(), new_checksum("crc32")]).on_arrival() is None
-    assert BodyDigests([]).on_arrival() is None

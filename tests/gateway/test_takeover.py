@@ -14,28 +14,19 @@ import gc
 import hashlib
 import json
 import os
-import socket
 import weakref
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any, cast
 
-import pytest
 from aiohttp import StreamReader, web
 from aiohttp.base_protocol import BaseProtocol
 
 from s3kv.errors import RequestError
-from s3kv.gateway import takeover
 from s3kv.gateway.bodies import read_body
 from s3kv.gateway.protocol import front_runner
 from s3kv.gateway.state import MemoryBudget
-from s3kv.gateway.takeover import (
-    READS_AT_ONCE,
-    TAKE_MIN,
-    BodyLanding,
-    BodyTake,
-    LandingReads,
-)
+from s3kv.gateway.takeover import TAKE_MIN, BodyLanding, BodyTake
 from s3kv.sizes import KiB, MiB
 
 Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -234,33 +225,3 @@ async def test_a_landing_shows_its_watch_each_piece_of_its_spans_once_in_order()
     dropped.buffer()[:48] = b"z" * 48
     dropped.received(48)
     assert seen == [b"y" * 16] and dropped.remaining == 0
-
-
-async def test_a_landing_reads_what_waits_in_the_socket_in_reads_its_watch_sees_at_once(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """While a body lands, each readiness event reads what waits in the socket, not one read:
-    after the transport's read, up to READS_AT_ONCE more straight from the socket, each of
-    READ_MOST bytes at most (a piece the CPU's cache still holds when the watch checksums it,
-    right after its read); never a byte past the body (what follows is the next request's).
-    READ_MOST is made 4 KiB here so that the whole body waits in any socket buffer."""
-    monkeypatch.setattr(takeover, "READ_MOST", 4096)
-    loop = asyncio.get_running_loop()
-    content = StreamReader(BaseProtocol(loop), 2**16, loop=loop)
-    body, after = os.urandom(10 * 4096 + 100), b"GET /next HTTP/1.1\r\n\r\n"
-    spans = [memoryview(bytearray(4096 + 5)), memoryview(bytearray(len(body) - 4096 - 5))]
-    seen: list[int] = []  # piece lengths, as the watch got them
-    ended: list[bool] = []
-    landing = BodyLanding(content, [], [], spans, lambda piece: seen.append(len(piece)))
-    ours, peer = socket.socketpair()
-    with ours, peer:
-        ours.setblocking(False)
-        peer.sendall(body + after)
-        reads = LandingReads(cast(asyncio.Protocol, None), landing, lambda: ended.append(True),
-                             ours.fileno())
-        first = reads.get_buffer(-1)
-        assert len(first) == 4096  # the transport's read: READ_MOST at most too
-        reads.buffer_updated(ours.recv_into(first))  # one readiness event
-        assert landing.remaining == 0 and ended == [True]  # the whole body
-        assert max(seen) <= 4096 and 12 <= len(seen) <= 1 + READS_AT_ONCE
-        assert b"".join(bytes(s) for s in spans) == body
-        assert ours.recv(1024) == after  # left in the socket for the connection's parser
