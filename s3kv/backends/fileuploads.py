@@ -205,7 +205,9 @@ class FileUploads:
     def window_now(self, upload_id: str, offset: int, length: int) -> memoryview | None:
         """:meth:`window`, when it needs no wait and no page-table work (the file's mapping
         covers the range, its pages populated, the file long enough, no part being written):
-        for the event loop. None: not so, ask :meth:`window` (in a worker thread)."""
+        for the event loop. A window lent here spans the populated pages after the range too
+        (``SPARE_WINDOW`` at most): a range within that spare is lent as a slice of it, with
+        no check but the range's. None: not so, ask :meth:`window` (in a worker thread)."""
         up = self._live_upload(upload_id)
         end = offset + length
         if up.spare is not None and up.spare[0] <= offset and end <= up.spare[1]:
