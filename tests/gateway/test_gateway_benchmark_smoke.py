@@ -60,7 +60,9 @@ def test_gateway_benchmark_quick_json() -> None:
     # and every GET phase: the gateway's own CPU only on its side
     got = doc["gateway_get_cpu_s_per_GiB_2MiB_c8"]
     assert set(got) == {"client", "gateway", "server"} and got["gateway"] > 0
-    assert doc["direct_get_cpu_s_per_GiB_2MiB_c8"]["gateway"] == 0
+    # the idle gateway's timers may cost one psutil tick in the direct phase too (10 ms over
+    # its 32 MiB: 0.32 CPU-s per GiB, read once on a loaded machine), never more
+    assert doc["direct_get_cpu_s_per_GiB_2MiB_c8"]["gateway"] <= round(0.01 * 1024 / 32, 2)
     assert doc["direct_get_server_cpu_s_per_GiB_2MiB_c8"] > 0
     assert "gateway_get_server_bytes_in_per_GiB_2MiB_c8" not in doc
     # the restore is costed per process too (psutil counts 10 ms ticks: a quick restore may
