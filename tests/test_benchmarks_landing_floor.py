@@ -3,27 +3,21 @@ is asserted: CI machines are noisy; the figures are in docs/performance.md)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "landing_floor.py"
+from tests.support.benchmarks import help_text, run_logged, usage_error
+
 MODES = ("recv_reused", "recv_mapped", "crc_after", "crc_at_once")
 
 
 def test_landing_floor_tiny_run_json(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--dir", str(tmp_path), "--mib", "8", "--rounds", "2",
-         "--block", "64KiB", "--file-bytes", "2MiB", "--lag", "256KiB", "--json"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads(proc.stdout)
+    doc, log = run_logged("landing_floor.py", "--dir", str(tmp_path), "--mib", "8",
+                          "--rounds", "2", "--block", "64KiB", "--file-bytes", "2MiB",
+                          "--lag", "256KiB", timeout=120)
     for mode in MODES:
         assert doc[f"{mode}_us_per_block"] > 0
         assert len(doc[f"{mode}_us_per_block_rounds"]) == 2
-        assert f"[round 2/2] {mode}:" in proc.stderr
+        assert f"[round 2/2] {mode}:" in log
     # the differences are of the medians (each rounded on its own)
     assert abs(doc["copy_extra_us_per_block"] - (doc["recv_mapped_us_per_block"]
                                                  - doc["recv_reused_us_per_block"])) <= 0.011
@@ -35,14 +29,10 @@ def test_landing_floor_tiny_run_json(tmp_path: Path) -> None:
 
 
 def test_landing_floor_rejects_a_zero_block() -> None:
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--block", "0"], capture_output=True,
-                          text=True, timeout=60, cwd=ROOT, check=False)
-    assert proc.returncode == 2
-    assert "must be positive" in proc.stderr
+    assert "must be positive" in usage_error("landing_floor.py", "--block", "0")
 
 
 def test_landing_floor_help_lists_every_flag() -> None:
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True,
-                          text=True, timeout=60, cwd=ROOT, check=True)
+    text = help_text("landing_floor.py")
     for flag in ("--dir", "--block", "--mib", "--file-bytes", "--lag", "--rounds", "--json"):
-        assert flag in proc.stdout
+        assert flag in text, flag
