@@ -56,7 +56,7 @@ async def _take_run(writer: SegmentWriter, namespace: str, blocks: Blocks,
     run = _hold(seg, namespace, blocks, offsets, attrs)
     window = None
     try:
-        window = await seg.upload.window(offsets[0], sum(run[-1][1:]) - offsets[0])
+        window = await seg.upload.window(offsets[0], _extent(blocks, offsets))
     except BackendError as exc:
         log.warning("writer.window_failed", segment=seg.info.name, error=str(exc))
     finally:
@@ -78,13 +78,19 @@ def take_now(writer: SegmentWriter, namespace: str, blocks: Blocks, attrs: int
     if seg is None or writer.lock.locked() or not writer.health.healthy:
         return None
     offsets = seg.plan_run(namespace, blocks, writer.s.block_align, writer.s.segment_size, attrs)
-    window = seg.upload.window_now(offsets[0], offsets[-1] + blocks[-1][1] - offsets[0]) \
+    window = seg.upload.window_now(offsets[0], _extent(blocks, offsets)) \
         if len(offsets) == len(blocks) else None
     if window is None:
         return None
     rooms = seg.land(window, _hold(seg, namespace, blocks, offsets, attrs))
     writer.started(seg)
     return rooms
+
+
+def _extent(blocks: Blocks, offsets: list[int]) -> int:
+    """Bytes from the first planned block's offset to the end of the last one (the blocks
+    planned at ``offsets``: the leading ones)."""
+    return offsets[-1] + blocks[len(offsets) - 1][1] - offsets[0]
 
 
 def _hold(seg: OpenSegment, namespace: str, blocks: Blocks, offsets: list[int],
