@@ -1,5 +1,5 @@
 """Running a benchmark script as a user does, for the smoke tests: ``benchmarks/SCRIPT ...
---json`` in a subprocess, its one JSON line parsed."""
+--json`` in a subprocess, its JSON parsed; its ``--help``; a refused argument."""
 
 from __future__ import annotations
 
@@ -12,10 +12,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(script: str, args: tuple[str, ...], timeout: float) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args, "--json"],
+def _invoke(script: str, args: tuple[str, ...], timeout: float = 60
+            ) -> subprocess.CompletedProcess[str]:
+    """benchmarks/``script`` with ``args``, as a user runs it (from the repo's root)."""
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           check=False)
+
+
+def _run(script: str, args: tuple[str, ...], timeout: float) -> subprocess.CompletedProcess[str]:
+    """benchmarks/``script`` with ``args`` and ``--json``, which must succeed."""
+    proc = _invoke(script, (*args, "--json"), timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -40,14 +47,13 @@ def run_logged(script: str, *args: str, timeout: float = 240) -> tuple[dict[str,
 
 def help_text(script: str) -> str:
     """benchmarks/``script`` ``--help``'s text (it must exit 0)."""
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT, check=True)
+    proc = _invoke(script, ("--help",))
+    assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
 
 def usage_error(script: str, *args: str) -> str:
     """benchmarks/``script`` with ``args`` refused as argparse refuses (exit 2): its stderr."""
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
+    proc = _invoke(script, args)
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     return proc.stderr
