@@ -20,6 +20,7 @@ no gateway can be reached.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -28,6 +29,7 @@ from typing import Any
 
 import aiohttp
 
+from s3kv.client_direct import DirectReads
 from s3kv.client_io import (
     BlockBody,
     BlockData,
@@ -51,10 +53,12 @@ class S3KVClient:
                  timeout: float = 60.0, connections: int = 16, lookup_timeout: float = 5.0,
                  connect_timeout: float = 2.0, down_for: float = 10.0,
                  resolve_every: float = 30.0, resolver: Resolver = resolve_all,
-                 batch_bytes: int = 64 * 1024 * 1024, put_concurrency: int = 2) -> None:
+                 batch_bytes: int = 64 * 1024 * 1024, put_concurrency: int = 2,
+                 direct_reads: bool = True) -> None:
         """``batch_bytes``: block bytes per batch-put request (a larger batch is sent as
         several, ``put_concurrency`` at a time per gateway; the gateway refuses a body over
-        half its --max-request-memory)."""
+        half its --max-request-memory). ``direct_reads``: read the blocks a gateway with
+        ``--direct-reads`` locates straight from the object store (client_direct.py)."""
         self.gateways = GatewaySet(endpoint, down_for=down_for, resolve_every=resolve_every,
                                    resolver=resolver)
         self.endpoint = self.gateways.urls[0]
@@ -66,6 +70,7 @@ class S3KVClient:
         self._batch_bytes = batch_bytes
         self._put_concurrency = put_concurrency
         self._session: aiohttp.ClientSession | None = None
+        self._direct = DirectReads(timeout, down_for) if direct_reads else None
 
     async def open(self) -> S3KVClient:
         """Open the HTTP session (on the running loop); ``async with`` does it."""
@@ -83,6 +88,8 @@ class S3KVClient:
         await self.close()
 
     async def close(self) -> None:
+        if self._direct is not None:
+            self._direct.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -162,11 +169,20 @@ class S3KVClient:
 
         async def one(gateway: str, where: list[int]) -> None:
             for part in request_parts(where, lambda _i: 0, 1):
-                await self._fetch_part(gateway, namespace, [keys[i] for i in part], part,
-                                       sink, done)
+                if self._direct is not None and self._direct.wanted(gateway):
+                    locate = functools.partial(self._locate, gateway, namespace,
+                                               [keys[i] for i in part])
+                    part = await self._direct.fetch(gateway, part, locate, sink, done)
+                if part:
+                    await self._fetch_part(gateway, namespace, [keys[i] for i in part], part,
+                                           sink, done)
 
         await self._each(await self._groups(keys), one)
         return done
+
+    async def _locate(self, gateway: str, namespace: str, keys: list[str]) -> bytes:
+        return await self._request(gateway, "POST", f"/v1/{namespace}/locate",
+                                   json_body={"keys": keys}, limits=self._lookup_timeout)
 
     async def _fetch_part(self, gateway: str, namespace: str, want: list[str],
                           where: list[int], sink: Sink, done: list[bool]) -> None:

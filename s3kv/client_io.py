@@ -8,7 +8,7 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -60,10 +60,38 @@ def framed_parts(items: Sequence[tuple[str, BlockData]]) -> list[bytes | memoryv
 _PIECE = 1 << 20
 
 
-class BlockBody:
-    """The bytes of one block in a batch-get stream: read them once, in order."""
+class ByteSource(Protocol):
+    """What a block's bytes are read from: a batch-get response's stream, or a held buffer."""
 
-    def __init__(self, stream: aiohttp.StreamReader, length: int) -> None:
+    async def readexactly(self, n: int) -> bytes: ...
+
+    async def read(self, n: int) -> bytes | memoryview: ...
+
+
+class HeldStream:
+    """A ByteSource over bytes already received and verified (a direct read's run)."""
+
+    def __init__(self, view: memoryview) -> None:
+        self._view = view
+        self._pos = 0
+
+    async def readexactly(self, n: int) -> bytes:
+        piece = await self.read(n)
+        if len(piece) < n:
+            raise asyncio.IncompleteReadError(bytes(piece), n)
+        return bytes(piece)
+
+    async def read(self, n: int) -> memoryview:
+        piece = self._view[self._pos:self._pos + n]
+        self._pos += len(piece)
+        return piece
+
+
+class BlockBody:
+    """The bytes of one block in a batch-get stream (or a direct read): read them once, in
+    order."""
+
+    def __init__(self, stream: ByteSource, length: int) -> None:
         self.length = length
         self.remaining = length
         self._stream = stream

@@ -20,6 +20,8 @@ from s3kv.errors import ConfigError
 from s3kv.sizes import GiB, KiB, MiB, format_size, parse_size
 
 ENV_PREFIX = "S3KV_"
+#: the longest a presigned URL may be valid (S3's limit), seconds
+MAX_PRESIGN = 7 * 24 * 3600
 
 
 def _parse_bool(text: str) -> bool:
@@ -105,6 +107,11 @@ class Settings:
                               "one-block reads walk it in order (a prefix restored one object "
                               "per block); up to four such windows are held (0: off)", "size",
                               metavar="SIZE")
+    direct_reads: int = setting(0, "let native-API clients read sealed blocks stored without "
+                                "a codec straight from the S3 backend: `locate` answers "
+                                "presigned ranged-GET URLs valid this many seconds (0: off; "
+                                "the clients must reach the backend's endpoint; see "
+                                "docs/api.md)", "int", metavar="SECONDS")
     default_codec: str = setting("none", "codec of namespaces created without an x-s3kv-codec "
                                  "header: none, zstd[:level=N,shuffle=0|1] or "
                                  "kvq:bits=B,dtype=float16|bfloat16,head_dim=D (lossy)",
@@ -237,6 +244,10 @@ class Settings:
                 f"parts_in_flight_reading ({self.parts_in_flight_reading}) must be between 1 "
                 f"and max_parts_in_flight ({self.max_parts_in_flight}); set both to the same "
                 "value for a fixed count")
+        if not 0 <= self.direct_reads <= MAX_PRESIGN:
+            raise ConfigError(f"direct_reads ({self.direct_reads}) must be between 0 (off) and "
+                              f"{MAX_PRESIGN} seconds (7 days, the longest a presigned URL "
+                              "may live)")
         if not 0.0 <= self.compact_threshold < 1.0:
             raise ConfigError("compact_threshold must be in [0, 1)")
         if self.capacity and self.capacity < 2 * self.segment_size:

@@ -117,6 +117,17 @@ class NowViewer(Protocol):
 
 
 @runtime_checkable
+class Presigner(Protocol):
+    """A backend whose objects a client can read itself, by URLs the backend signs (the S3
+    backend): the gateway's direct reads (``locate`` in the native API)."""
+
+    async def presign_get(self, key: str, expires: int) -> str | None:
+        """A URL for a GET of ``key``, a Range header allowed, valid ``expires`` seconds; None:
+        none can be made (anonymous access)."""
+        ...
+
+
+@runtime_checkable
 class UploadWindows(Protocol):
     """A backend that lends a writable window onto a multipart upload's own bytes (the file
     backend: a shared mapping of the upload's data file), so that a request body is received

@@ -96,6 +96,14 @@ class RangedReader:
             raise BackendUnavailable(msg, status=resp.status)
         raise BackendError(msg, transient=False, status=resp.status)
 
+    async def presign(self, endpoint: str, key: str, expires: int) -> str:
+        """A URL anyone holding it can GET ``key`` with (a Range header may be added) for
+        ``expires`` seconds, signed as this reader signs its own GETs."""
+        path = quote_path(f"/{self.bucket}/{key}")
+        signer = await self._current_signer()
+        query = signer.presign("GET", urlsplit(endpoint).netloc, path, expires)
+        return f"{endpoint.rstrip('/')}{path}?{query}"
+
     def close(self) -> None:
         self._pool.close()
 

@@ -184,6 +184,15 @@ class S3Backend:
         return await self._fast_get(f"GET {key} [{start}+{length}]",
                                     lambda ep: ranged.stream(ep, key, start, length, sink))
 
+    async def presign_get(self, key: str, expires: int) -> str | None:
+        """A URL a client can GET ``key`` with itself (Presigner); None with anonymous access
+        (nothing to sign with) or with the fast reads off."""
+        ranged = self._ranged
+        if ranged is None:
+            return None
+        assert self._rr is not None
+        return await ranged.presign(self.loc.endpoints[next(self._rr)], key, expires)
+
     async def get_object(self, key: str) -> bytes:
         async def op(c: Any) -> bytes:
             resp = await c.get_object(Bucket=self.loc.bucket, Key=key)

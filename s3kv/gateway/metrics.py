@@ -49,6 +49,8 @@ _COUNTERS = {
                           "Read-ahead windows read (one-block reads walking a segment)"),
     "readahead_blocks": ("s3kv_readahead_blocks_total",
                          "One-block reads served from a read-ahead window"),
+    "direct_located": ("s3kv_direct_located_total",
+                       "Blocks clients were sent to read from the backend themselves (locate)"),
 }
 _GAUGES = {
     "index_entries": ("s3kv_index_entries", "Blocks in the index"),

@@ -3,6 +3,9 @@
 - ``PUT  /v1/{ns}``            create the namespace unless it exists -> {"created": bool}
 - ``POST /v1/{ns}/lookup``     JSON {"keys": [...]} -> {"prefix": n, "present": [bool, ...]}
 - ``POST /v1/{ns}/batch-get``  JSON {"keys": [...]} -> framed blocks (below)
+- ``POST /v1/{ns}/locate``     JSON {"keys": [...]} -> {"expires": t, "urls": [...], "blocks":
+  [null | "gateway" | [url, offset, length, crc], ...]}: where a client may read each block
+  itself (``--direct-reads``; else 501 NotImplemented, store/locate.py)
 - ``POST /v1/{ns}/batch-put``  framed blocks -> {"stored": n}  (``x-s3kv-durability: sealed``);
   a 503 SlowDown says in ``x-s3kv-stored`` how many leading blocks were stored before it
 - ``POST /v1/{ns}/delete``     JSON {"keys": [...]} -> {"deleted": n}
@@ -114,6 +117,20 @@ async def batch_get(request: web.Request) -> web.StreamResponse:
     await resp.write_eof()
     st.metrics.bytes_out.inc(sent)
     return resp
+
+
+async def locate(request: web.Request) -> web.StreamResponse:
+    request["op"] = "NativeLocate"
+    st = _auth(request)
+    if not st.settings.direct_reads or not st.store.locator.possible:
+        raise RequestError("NotImplemented", "Direct reads are off on this gateway: read the "
+                           "blocks with batch-get (`s3kv serve --direct-reads SECONDS` on an "
+                           "S3 backend turns them on).", 501)
+    nid = st.store.ns_id(request.match_info["ns"])  # raises NoSuchBucket
+    keys = [validate_key(k) for k in _keys(await _json(request, st))]
+    found = await st.store.locator.locate(nid, keys, st.settings.direct_reads)
+    return web.json_response({"expires": found.expires, "urls": found.urls,
+                              "blocks": found.blocks})
 
 
 async def batch_put(request: web.Request) -> web.StreamResponse:
@@ -240,5 +257,6 @@ def add_routes(app: web.Application, expect_handler: Any = None) -> None:
     app.router.add_post("/v1/{ns}/lookup", lookup, **kw)
     app.router.add_post("/v1/{ns}/batch-get", batch_get, **kw)
     app.router.add_post("/v1/{ns}/batch-put", batch_put, **kw)
+    app.router.add_post("/v1/{ns}/locate", locate, **kw)
     app.router.add_post("/v1/{ns}/delete", delete, **kw)
     app.router.add_post("/v1/{ns}/list", list_keys, **kw)

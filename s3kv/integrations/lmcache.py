@@ -10,12 +10,17 @@ LMCache's remote storage plugin framework loads it from its config::
       s3kv_namespace: llama-3-8b                     # (or S3KV_NAMESPACE)
       s3kv_access_key: ...                           # (or S3KV_ACCESS_KEY)
       s3kv_secret_key: ...                           # (or S3KV_SECRET_KEY)
+      s3kv_direct_reads: true                        # read located blocks from the object
+                                                     # store itself (gateway --direct-reads)
 
 One chunk is one block: LMCache's ``CacheEngineKey.to_string()`` is the block key inside the
 namespace, and the block holds LMCache's remote metadata header (length, shapes, dtypes, format)
 followed by the chunk's bytes, so partial chunks come back with their own shape. Lookups are one
 prefix-lookup request per home gateway for the whole key list; gets are one streamed batch get,
-each block written into the MemoryObj LMCache's allocator hands out as its bytes arrive; puts are
+each block written into the MemoryObj LMCache's allocator hands out as its bytes arrive (or,
+from a gateway run with ``--direct-reads``, the blocks it locates in sealed segments read
+straight from the object store by presigned ranged GETs and checked against their CRCs, the rest
+by batch get: s3kv/client_direct.py); puts are
 one batch put that honours push-back for ``s3kv_put_within`` seconds, then drops what is left (a
 cache may lose a write, it never blocks the engine). Nothing raises into the engine: a gateway
 that cannot be reached makes misses and dropped puts, logged.
@@ -51,6 +56,13 @@ T = TypeVar("T")
 _CREATE_EVERY = 5.0
 
 
+def _flag(text: str) -> bool:
+    low = text.strip().lower()
+    if low not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ValueError(f"{text!r} is not true or false")
+    return low in ("1", "true", "yes", "on")
+
+
 @dataclass(frozen=True)
 class PluginSettings:
     """The plugin's options: ``extra_config`` keys ``s3kv_<name>``, else ``S3KV_<NAME>``."""
@@ -63,6 +75,7 @@ class PluginSettings:
     put_within: float = 5.0
     down_for: float = 10.0
     connections: int = 16
+    direct_reads: bool = True
 
     @classmethod
     def from_config(cls, config: Any) -> PluginSettings:
@@ -85,7 +98,8 @@ class PluginSettings:
                        timeout=float(opt("timeout", "60") or 60),
                        put_within=float(opt("put_within", "5") or 5),
                        down_for=float(opt("down_for", "10") or 10),
-                       connections=int(opt("connections", "16") or 16))
+                       connections=int(opt("connections", "16") or 16),
+                       direct_reads=_flag(opt("direct_reads", "true") or "true"))
         except ValueError as exc:
             raise ConfigError(f"s3kv plugin option: {exc}") from None
 
@@ -106,7 +120,8 @@ class S3KVConnector(RemoteConnector):
                                   timeout=self.settings.timeout,
                                   lookup_timeout=self.settings.lookup_timeout,
                                   down_for=self.settings.down_for,
-                                  connections=self.settings.connections)
+                                  connections=self.settings.connections,
+                                  direct_reads=self.settings.direct_reads)
         self._opened = False
         self._closed = False
         self._namespace_ready = False

@@ -32,6 +32,7 @@ class StoreStats:
     deletes: int = 0
     readahead_windows: int = 0  # read-ahead windows started (one ranged GET each)
     readahead_blocks: int = 0  # one-block reads served from a read-ahead window
+    direct_located: int = 0  # blocks a client was sent to read from the backend (locate)
 
     @property
     def write_amplification(self) -> float:

@@ -35,6 +35,7 @@ from s3kv.store.fetch import Block, BlockFetcher, as_block
 from s3kv.store.index import BlockIndex, Location
 from s3kv.store.ingest import prepare
 from s3kv.store.landing import LAND_MIN, Landing, reserve, reserve_now
+from s3kv.store.locate import Locator
 from s3kv.store.open_segment import OpenSegment, Room
 from s3kv.store.recovery import Recovery
 from s3kv.store.segments import SegmentInfo, SegmentState, SegmentTable
@@ -83,6 +84,7 @@ class BlockStore:
                                 self.stats, self)
         self.writer.make_room = self._evictor.make_room
         self.shared_reads = SharedReads(settings.max_request_memory // 4)  # ranged GETs
+        self.locator = Locator(backend, prefix, self.catalog, self.dram, self.writer, self.stats)
         self._background: list[asyncio.Task[None]] = []
         self._owns_backend = owns_backend
         self._fill_on_write = self.dram.enabled and settings.dram_fill == "write"
@@ -356,11 +358,6 @@ class BlockStore:
         """The blocks in request order as they arrive (None: a miss; a DRAM-tier hit may be the
         pieces it was written in), read a bounded window ahead (fetch.py); ``aclosing`` it."""
         return self.fetcher.iter_many(self.ns_id(namespace), keys, decode=decode)
-
-    async def get_range(self, namespace: str, key: bytes, start: int, end: int) -> Block | None:
-        """Bytes [start, end) of a block (the whole block is read and verified)."""
-        data = await self.get(namespace, key)
-        return None if data is None else data[start:end]
 
     def list_blocks(self, namespace: str, prefix: bytes = b"", start_after: bytes = b"",
              limit: int | None = 1000) -> list[BlockMeta]:

@@ -214,3 +214,21 @@ class Signer:
         headers["Authorization"] = (f"{ALGORITHM} Credential={self.creds.access_key}/{scope},"
                                     f" SignedHeaders={signed}, Signature={sig}")
         return headers
+
+    def presign(self, method: str, host: str, path: str, expires: int,
+                now: float | None = None) -> str:
+        """The query of a presigned URL for ``method path`` on ``host``, valid ``expires``
+        seconds from ``now``: only ``host`` is signed (a Range header may be added), the
+        payload is not (``path`` URI-encoded as for :meth:`sign`)."""
+        stamp = time.strftime(AMZ_DATE_FMT, time.gmtime(time.time() if now is None else now))
+        scope = credential_scope(stamp[:8], self.creds.region)
+        params = {"X-Amz-Algorithm": ALGORITHM,
+                  "X-Amz-Credential": f"{self.creds.access_key}/{scope}",
+                  "X-Amz-Date": stamp, "X-Amz-Expires": str(expires),
+                  "X-Amz-SignedHeaders": "host"}
+        if self.creds.session_token:
+            params["X-Amz-Security-Token"] = self.creds.session_token
+        query = canonical_query(params)
+        canonical = canonical_request(method, path, query, [("host", host)], "host", UNSIGNED)
+        sig = signature(self._signing_key(stamp[:8]), string_to_sign(stamp, scope, canonical))
+        return f"{query}&X-Amz-Signature={sig}"

@@ -1,6 +1,6 @@
 """The LMCache plugin with the real LMCache 0.5.6 on CPU, through LMCache's ``RemoteBackend``.
 
-The gateway is a real ``s3kv serve`` process on a file store; LMCache's RemoteBackend is created
+The gateway is a real ``s3kv serve`` process on a file store (or on moto, for direct reads); LMCache's RemoteBackend is created
 with ``plugin_name="s3kv"`` and loads the plugin through its remote storage plugin framework, as
 an engine configured per docs/lmcache.md does. Nothing is mocked.
 
@@ -28,9 +28,11 @@ if os.environ.get("S3KV_REQUIRE_LMCACHE"):
 else:
     pytest.importorskip("lmcache")
 
+from tests.conftest import make_s3_client
 from tests.gateway.test_gateway_ops import scrape, value
 from tests.integrations.engine import LLAMA3_8B, Engine, same_bytes
 from tests.support.gateway import GW_ACCESS, GW_SECRET, TOKEN, Gateway
+from tests.support.s3server import MotoServer
 
 pytestmark = pytest.mark.lmcache
 MiB = 1024 * 1024
@@ -242,5 +244,63 @@ def test_corrupted_block_is_a_miss(tmp_path: Path, engine_for: Any) -> None:
         prefix = asyncio.run_coroutine_threadsafe(
             e.backend.batched_get_non_blocking("c", keys), e.loop).result(30)
         assert len(prefix) == 1 and same_bytes(prefix[0], objs[0])
+    finally:
+        gw.cleanup()
+
+
+def test_direct_reads_fill_lmcache_buffers_and_a_corrupt_chunk_is_a_miss(
+        s3_server: MotoServer, engine_for: Any) -> None:
+    """A gateway on S3 (moto) with ``--direct-reads``: LMCache's chunks, 32 MiB and small, are
+    read by the plugin from the S3 server itself into LMCache's buffers (the gateway reads none
+    of them), whole; a chunk corrupted in its segment object is a miss, its neighbours arrive."""
+    bucket = f"lmc-{uuid.uuid4().hex[:10]}"
+    s3 = make_s3_client(s3_server.endpoint)
+    s3.create_bucket(Bucket=bucket)
+    gw = _start(f"s3://{bucket}/kv?endpoint={s3_server.endpoint}", [*BIG, "--direct-reads", "60"])
+    try:
+        e = engine_for(gw, kv_shape=LLAMA3_8B, cpu_gib=0.5)
+        keys = [e.key(i) for i in range(3)]
+        objs = [e.chunk() for _ in keys]
+        e.store(keys, objs)
+        small = engine_for(gw)
+        small_keys = [small.key(i) for i in range(5)]
+        small_objs = [small.chunk() for _ in range(4)] + [small.chunk(tokens=5)]
+        small.store(small_keys, small_objs)
+        _flush(gw)
+        before = scrape(gw)
+        got = e.backend.batched_get_blocking(keys)
+        assert all(g is not None and same_bytes(g, o) for g, o in zip(got, objs, strict=True))
+        for g in got:
+            g.ref_count_down()
+        got = small.backend.batched_get_blocking(small_keys)
+        assert all(g is not None and same_bytes(g, o)
+                   for g, o in zip(got, small_objs, strict=True))
+        assert got[-1].get_shapes() == small_objs[-1].get_shapes()
+        after = scrape(gw)
+        assert (value(after, "s3kv_direct_located_total")
+                - value(before, "s3kv_direct_located_total")) == 8
+        assert (value(after, "s3kv_backend_reads_total")
+                == value(before, "s3kv_backend_reads_total"))
+
+        # one byte of the middle 32 MiB chunk flipped in its segment object (the small chunks
+        # come from the same random stream as the first big one: not those)
+        marker = bytes(memoryview(objs[1].byte_array).cast("B")[:4096])
+        listed = s3.list_objects_v2(Bucket=bucket, Prefix="kv/segments/")["Contents"]
+        flipped = 0
+        for obj in listed:
+            data = bytearray(s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read())
+            at = data.find(marker)
+            if at >= 0:
+                data[at + 100] ^= 0xFF
+                s3.put_object(Bucket=bucket, Key=obj["Key"], Body=bytes(data))
+                flipped += 1
+        assert flipped == 1
+        got = e.backend.batched_get_blocking(keys)
+        assert got[1] is None
+        assert all(g is not None and same_bytes(g, o) for i, (g, o) in
+                   enumerate(zip(got, objs, strict=True)) if i != 1)
+        for g in got:
+            if g is not None:
+                g.ref_count_down()
     finally:
         gw.cleanup()
