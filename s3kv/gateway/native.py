@@ -4,8 +4,9 @@
 - ``POST /v1/{ns}/lookup``     JSON {"keys": [...]} -> {"prefix": n, "present": [bool, ...]}
 - ``POST /v1/{ns}/batch-get``  JSON {"keys": [...]} -> framed blocks (below)
 - ``POST /v1/{ns}/locate``     JSON {"keys": [...]} -> {"expires": t, "urls": [...], "blocks":
-  [null | "gateway" | [url, offset, length, crc], ...]}: where a client may read each block
-  itself (``--direct-reads``; else 501 NotImplemented, store/locate.py)
+  [null | "gateway" | [url index, offset, length, crc], ...]}: where a client may read each
+  block itself (``--direct-reads``, else 501 NotImplemented; store/locate.py); "gateway" for
+  every block when the caller's credential is limited to some namespaces
 - ``POST /v1/{ns}/batch-put``  framed blocks -> {"stored": n}  (``x-s3kv-durability: sealed``);
   a 503 SlowDown says in ``x-s3kv-stored`` how many leading blocks were stored before it
 - ``POST /v1/{ns}/delete``     JSON {"keys": [...]} -> {"deleted": n}
@@ -128,7 +129,9 @@ async def locate(request: web.Request) -> web.StreamResponse:
                            "S3 backend turns them on).", 501)
     nid = st.store.ns_id(request.match_info["ns"])  # raises NoSuchBucket
     keys = [validate_key(k) for k in _keys(await _json(request, st))]
-    found = await st.store.locator.locate(nid, keys, st.settings.direct_reads)
+    # a segment holds blocks of several namespaces: its URL is for callers that may read all
+    found = await st.store.locator.locate(nid, keys, st.settings.direct_reads,
+                                          urls=ops.caller(request).unrestricted)
     return web.json_response({"expires": found.expires, "urls": found.urls,
                               "blocks": found.blocks})
 

@@ -57,13 +57,16 @@ class Locator:
         """Whether this store's backend can sign URLs for its segments at all."""
         return isinstance(self._backend, Presigner)
 
-    async def locate(self, nid: int, keys: Sequence[bytes], expires: int) -> Located:
-        """Where each key's bytes are; URLs valid ``expires`` seconds."""
+    async def locate(self, nid: int, keys: Sequence[bytes], expires: int, *,
+                     urls: bool = True) -> Located:
+        """Where each key's bytes are; URLs valid ``expires`` seconds. ``urls=False``: none
+        (every present block ``VIA_GATEWAY``: a segment holds blocks of several namespaces,
+        so its URL is only for a caller that may read them all)."""
         index, segments = self._catalog.index, self._catalog.segments
         now = time.time()
         out = Located(now + expires)
         url_of: dict[int, int] = {}
-        signer = cast(Presigner, self._backend) if self.possible else None
+        signer = cast(Presigner, self._backend) if self.possible and urls else None
         for key in keys:
             loc = index.get(nid, key)
             if loc is None:

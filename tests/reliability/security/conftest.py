@@ -1,5 +1,5 @@
 """The security suite's gateway: one per package (per test worker), with the tenants'
-credentials file and virtual-host addressing under ``DOMAIN``."""
+credentials file, virtual-host addressing under ``DOMAIN`` and direct reads on."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def cred_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="package")
 def gw(s3_server: MotoServer, cred_file: Path) -> Iterator[Gateway]:
-    args = [*SMALL, "--domain", DOMAIN, "--credentials-file", str(cred_file)]
+    args = [*SMALL, "--domain", DOMAIN, "--credentials-file", str(cred_file),
+            "--direct-reads", "60"]  # locate answers URLs, to unrestricted callers only
     with running_gateway(backend_store(s3_server), args) as g:
         yield g
 

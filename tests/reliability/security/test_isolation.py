@@ -3,6 +3,7 @@ credential on its own, another's and nobody's namespace."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -11,6 +12,7 @@ from typing import Any
 from s3kv.frames import encode_frames
 from tests.reliability.conftest import Report
 from tests.reliability.security.tenants import (
+    A_BUCKET,
     ALL_BUCKETS,
     CREDS,
     DOMAIN,
@@ -71,6 +73,7 @@ def _operations(b: str, upload: str, etag: str) -> list[Op]:
         ("DeleteBucket", "DELETE", f"/{b}", b"", {}),
         ("v1 lookup", "POST", f"/v1/{b}/lookup", keys_json, {}),
         ("v1 batch-get", "POST", f"/v1/{b}/batch-get", keys_json, {}),
+        ("v1 locate", "POST", f"/v1/{b}/locate", keys_json, {}),
         ("v1 batch-put", "POST", f"/v1/{b}/batch-put", _frames("k1", b"evil"),
          {"Content-Type": "application/x-s3kv-frames"}),
     ]
@@ -182,3 +185,24 @@ def test_namespace_isolation_matrix(gw: Gateway, counter: list[int],
         "security", "namespace isolation: 2 restricted credentials x 6 namespaces x "
         f"{len(ops)} operations (SigV4, bearer, virtual-host)", faults=denied,
         requests=counter[0], note=f"{denied} denied, {allowed} allowed")
+
+
+def test_locate_gives_segment_urls_to_unrestricted_callers_only(gw: Gateway,
+                                                                 counter: list[int]) -> None:
+    """A segment object holds blocks of several namespaces, so a presigned URL of it would let
+    a restricted credential read outside its namespaces: ``locate`` answers such a caller
+    "gateway" for every block it may read (batch get, which checks the namespace), and URLs
+    only to an unrestricted one."""
+    admin = client(gw, "admin", counter)
+    assert admin("PUT", f"/{A_BUCKET}").status in (200, 409)
+    assert admin("PUT", f"/{A_BUCKET}/k0", b"zero" * 1000).status == 200
+    assert admin.bearer("POST", "/v1/flush").status == 200
+    keys = b'{"keys": ["k0", "nope"]}'
+    mine = client(gw, "team-a", counter).bearer("POST", f"/v1/{A_BUCKET}/locate", keys)
+    assert mine.status == 200, mine
+    doc = json.loads(mine.body)
+    assert doc["urls"] == [] and doc["blocks"] == ["gateway", None]
+    for who in ("admin", "ops"):
+        r = client(gw, who, counter).bearer("POST", f"/v1/{A_BUCKET}/locate", keys)
+        doc = json.loads(r.body)
+        assert r.status == 200 and len(doc["urls"]) == 1 and doc["blocks"][0][0] == 0, r
