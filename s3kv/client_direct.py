@@ -38,6 +38,9 @@ MAX_GAP = 64 << 10
 IN_FLIGHT = 4
 #: seconds a gateway that answered 501 (direct reads off) is not asked to locate again
 OFF_FOR = 300.0
+#: a gateway's answers to ``locate`` that mean "read through me": direct reads off (501), or a
+#: gateway from before them (no such route: 404, 405)
+_NOT_OFFERED = frozenset({404, 405, 501})
 #: the statuses whose body is the range asked for (a 200 only for a range from byte 0)
 _PARTIAL = frozenset({206})
 _FROM_ZERO = frozenset({200, 206})
@@ -268,8 +271,8 @@ class _RunLanding:
 class DirectReads:
     """The client's direct reads, per gateway (see the module docstring)."""
 
-    def __init__(self, timeout: float, down_for: float) -> None:
-        self._pool = GetPool()
+    def __init__(self, timeout: float, down_for: float, connect_timeout: float = 2.0) -> None:
+        self._pool = GetPool(connect_timeout=connect_timeout)
         self._timeout = timeout
         self._down_for = down_for
         self._off_until: dict[str, float] = {}
@@ -289,9 +292,9 @@ class DirectReads:
         try:
             doc = json.loads(await locate())
         except RequestError as exc:
-            if exc.status != 501:
+            if exc.status not in _NOT_OFFERED:
                 raise
-            self.turn_off(gateway)  # direct reads are off there
+            self.turn_off(gateway)  # direct reads are off there (or it predates them)
             return part
         try:
             runs, via, missing = plan_runs(doc, part)

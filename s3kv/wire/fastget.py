@@ -292,10 +292,13 @@ def _dechunk(data: bytes) -> bytes:
 class GetPool:
     """Keep-alive connections per endpoint, one exchange at a time on each."""
 
-    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
-        """``ssl_context``: for https endpoints (default: the system's trust store)."""
+    def __init__(self, ssl_context: ssl.SSLContext | None = None,
+                 connect_timeout: float | None = None) -> None:
+        """``ssl_context``: for https endpoints (default: the system's trust store);
+        ``connect_timeout``: seconds a new connection may take (TimeoutError past it)."""
         self._idle: dict[str, list[_GetProtocol]] = {}
         self._ssl: ssl.SSLContext | None = ssl_context
+        self._connect_timeout = connect_timeout
 
     async def _connect(self, endpoint: str) -> _GetProtocol:
         u = urlsplit(endpoint)
@@ -303,9 +306,10 @@ class GetPool:
         if secure and self._ssl is None:
             self._ssl = ssl.create_default_context()
         loop = asyncio.get_running_loop()
-        _, proto = await loop.create_connection(
-            _GetProtocol, u.hostname or "localhost", u.port or (443 if secure else 80),
-            ssl=self._ssl if secure else None)
+        async with asyncio.timeout(self._connect_timeout):
+            _, proto = await loop.create_connection(
+                _GetProtocol, u.hostname or "localhost", u.port or (443 if secure else 80),
+                ssl=self._ssl if secure else None)
         return proto
 
     async def get(self, endpoint: str, target: str, headers: dict[str, str],

@@ -211,3 +211,36 @@ async def test_a_server_out_of_reach_sends_every_block_to_the_gateway() -> None:
     assert delivered == [3]  # the miss, told as such
     assert done == [False] * 4
     assert not reads.wanted("http://gw") and reads.wanted("http://other")
+
+
+async def test_a_server_that_never_answers_the_connect_is_given_up_on_quickly() -> None:
+    """A backend the client's packets reach but that never completes the connection (here: a
+    listening socket whose backlog is full) costs the connect timeout, not the read timeout."""
+    import socket
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    first = socket.create_connection(("127.0.0.1", port))  # fills the backlog
+    doc = {"expires": 0, "urls": [f"http://127.0.0.1:{port}/b/kv/segments/s.seg?X-Amz-x=1"],
+           "blocks": [[0, 0, 100, 1]]}
+    reads = DirectReads(timeout=60.0, down_for=30.0, connect_timeout=0.5)
+
+    async def sink(i: int, body: BlockBody | None) -> None:
+        raise AssertionError("nothing arrives")
+
+    async def locate() -> bytes:
+        return json.dumps(doc).encode()
+
+    began = time.monotonic()
+    try:
+        left = await reads.fetch("http://gw", [0], locate, sink, [False])
+    finally:
+        reads.close()
+        first.close()
+        listener.close()
+    assert left == [0]
+    assert time.monotonic() - began < 5
+    assert not reads.wanted("http://gw")

@@ -1,8 +1,9 @@
 """The LMCache plugin with the real LMCache 0.5.6 on CPU, through LMCache's ``RemoteBackend``.
 
-The gateway is a real ``s3kv serve`` process on a file store (or on moto, for direct reads); LMCache's RemoteBackend is created
-with ``plugin_name="s3kv"`` and loads the plugin through its remote storage plugin framework, as
-an engine configured per docs/lmcache.md does. Nothing is mocked.
+The gateway is a real ``s3kv serve`` process on a file store (on moto, for direct reads);
+LMCache's RemoteBackend is created with ``plugin_name="s3kv"`` and loads the plugin through its
+remote storage plugin framework, as an engine configured per docs/lmcache.md does. Nothing is
+mocked.
 
 LMCache is not part of the main test environment: there this module is skipped, and ``.ci/run``
 runs it (``-m lmcache``) in its own environment with S3KV_REQUIRE_LMCACHE=1, where a missing
