@@ -35,7 +35,7 @@ RUN_BYTES = 64 << 20
 #: read through a gap of at most this many bytes between two blocks rather than split the run
 MAX_GAP = 64 << 10
 #: ranged GETs in flight at once per fetch
-IN_FLIGHT = 4
+IN_FLIGHT = 8
 #: seconds a gateway that answered 501 (direct reads off) is not asked to locate again
 OFF_FOR = 300.0
 #: a gateway's answers to ``locate`` that mean "read through me": direct reads off (501), or a

@@ -305,3 +305,24 @@ def test_direct_reads_fill_lmcache_buffers_and_a_corrupt_chunk_is_a_miss(
                 g.ref_count_down()
     finally:
         gw.cleanup()
+
+
+def test_plugin_options_from_extra_config_and_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``s3kv_direct_reads`` (and the rest) from LMCache's extra_config, else S3KV_*; a value
+    that is not a boolean is a ConfigError naming the option, not a silent default."""
+    from types import SimpleNamespace
+
+    from s3kv.errors import ConfigError
+    from s3kv.integrations.lmcache import PluginSettings
+
+    base = {"s3kv_url": "http://gw:9470", "s3kv_namespace": "ns"}
+    assert PluginSettings.from_config(SimpleNamespace(extra_config=base)).direct_reads
+    off = PluginSettings.from_config(SimpleNamespace(
+        extra_config={**base, "s3kv_direct_reads": "false", "s3kv_connections": "4"}))
+    assert not off.direct_reads and off.connections == 4
+    monkeypatch.setenv("S3KV_DIRECT_READS", "0")
+    assert not PluginSettings.from_config(SimpleNamespace(extra_config=base)).direct_reads
+    with pytest.raises(ConfigError, match="s3kv plugin option"):
+        PluginSettings.from_config(SimpleNamespace(
+            extra_config={**base, "s3kv_direct_reads": "maybe"}))
