@@ -102,7 +102,7 @@ class _Block:
         self.held_from = 0  # bytes of ``held`` already read
         self.dest: memoryview | None = None  # the part of the reader's buffer still to fill
         self.dropping = False
-        self.failed = ""
+        self.failed = "" if length or crc == 0 else "checksum mismatch"  # CRC-32 of b"": 0
         self._wake: asyncio.Future[None] | None = None
 
     @property
