@@ -61,30 +61,12 @@ _PIECE = 1 << 20
 
 
 class ByteSource(Protocol):
-    """What a block's bytes are read from: a batch-get response's stream, or a held buffer."""
+    """What a block's bytes are read from: a batch-get response's stream, or a direct read's
+    block as it arrives (client_direct.py)."""
 
     async def readexactly(self, n: int) -> bytes: ...
 
     async def read(self, n: int) -> bytes | memoryview: ...
-
-
-class HeldStream:
-    """A ByteSource over bytes already received and verified (a direct read's run)."""
-
-    def __init__(self, view: memoryview) -> None:
-        self._view = view
-        self._pos = 0
-
-    async def readexactly(self, n: int) -> bytes:
-        piece = await self.read(n)
-        if len(piece) < n:
-            raise asyncio.IncompleteReadError(bytes(piece), n)
-        return bytes(piece)
-
-    async def read(self, n: int) -> memoryview:
-        piece = self._view[self._pos:self._pos + n]
-        self._pos += len(piece)
-        return piece
 
 
 class BlockBody:

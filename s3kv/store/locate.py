@@ -45,7 +45,9 @@ class Located:
 class Locator:
     def __init__(self, backend: Backend, prefix: str, catalog: Catalog, dram: DramCache,
                  writer: SegmentWriter, stats: StoreStats) -> None:
-        self._backend = backend
+        #: the backend, if it signs URLs (decided once: a runtime protocol's isinstance walks
+        #: its members on every call)
+        self._signer = cast(Presigner, backend) if isinstance(backend, Presigner) else None
         self._prefix = prefix
         self._catalog = catalog
         self._dram = dram
@@ -55,7 +57,7 @@ class Locator:
     @property
     def possible(self) -> bool:
         """Whether this store's backend can sign URLs for its segments at all."""
-        return isinstance(self._backend, Presigner)
+        return self._signer is not None
 
     async def locate(self, nid: int, keys: Sequence[bytes], expires: int, *,
                      urls: bool = True) -> Located:
@@ -66,7 +68,7 @@ class Locator:
         now = time.time()
         out = Located(now + expires)
         url_of: dict[int, int] = {}
-        signer = cast(Presigner, self._backend) if self.possible and urls else None
+        signer = self._signer if urls else None
         for key in keys:
             loc = index.get(nid, key)
             if loc is None:
