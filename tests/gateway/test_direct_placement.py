@@ -18,12 +18,13 @@ from aiohttp import web
 
 from s3kv.client_direct import DirectReads
 from s3kv.client_io import BlockBody
+from tests.support.localapp import serve_locally
 
 OBJECT = random.Random(7).randbytes(3 << 20)
 
 
 @pytest.fixture
-async def server(unused_tcp_port: int) -> AsyncIterator[str]:
+async def server() -> AsyncIterator[str]:
     """GET /obj with a Range: 206 and the range, written in pieces of random sizes (seeded by
     the range), the connection cut after half the bytes when the query says ``cut``."""
 
@@ -46,10 +47,8 @@ async def server(unused_tcp_port: int) -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_get("/obj", get)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
-    yield f"http://127.0.0.1:{unused_tcp_port}/obj?X-Amz-Signature=x"
+    runner, port = await serve_locally(app)
+    yield f"http://127.0.0.1:{port}/obj?X-Amz-Signature=x"
     await runner.cleanup()
 
 

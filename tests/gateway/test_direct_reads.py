@@ -94,15 +94,24 @@ def _segments(bucket: str, endpoint: str) -> list[str]:
     return [o["Key"] for o in listed]
 
 
-def test_a_corrupt_block_is_a_miss_and_its_neighbours_arrive(
-        direct: tuple[Gateway, str], request: pytest.FixtureRequest) -> None:
+def _written_alone(direct: tuple[Gateway, str], blocks: dict[str, bytes]
+                   ) -> tuple[str, str, str]:
+    """``blocks`` written and sealed in a segment of their own: (namespace, the S3 server's
+    endpoint, that segment's key)."""
     gw, bucket = direct
     endpoint = gw.store.split("endpoint=", 1)[1]
-    ns = f"c-{uuid.uuid4().hex[:8]}"
-    blocks = {f"k/{i}": os.urandom(64 * KiB) for i in range(8)}
-    before_segments = set(_segments(bucket, endpoint))
+    ns = f"s-{uuid.uuid4().hex[:8]}"
+    before = set(_segments(bucket, endpoint))
     _write(gw.endpoint, ns, blocks)
-    (segment,) = set(_segments(bucket, endpoint)) - before_segments
+    (segment,) = set(_segments(bucket, endpoint)) - before
+    return ns, endpoint, segment
+
+
+def test_a_corrupt_block_is_a_miss_and_its_neighbours_arrive(
+        direct: tuple[Gateway, str]) -> None:
+    gw, bucket = direct
+    blocks = {f"k/{i}": os.urandom(64 * KiB) for i in range(8)}
+    ns, endpoint, segment = _written_alone(direct, blocks)
     s3 = make_s3_client(endpoint)
     data = bytearray(s3.get_object(Bucket=bucket, Key=segment)["Body"].read())
     i = data.find(blocks["k/3"][:64])
@@ -121,12 +130,8 @@ def test_a_corrupt_block_is_a_miss_and_its_neighbours_arrive(
 def test_a_segment_gone_after_locate_makes_misses_not_errors(
         direct: tuple[Gateway, str]) -> None:
     gw, bucket = direct
-    endpoint = gw.store.split("endpoint=", 1)[1]
-    ns = f"e-{uuid.uuid4().hex[:8]}"
     blocks = {f"k/{i}": os.urandom(32 * KiB) for i in range(4)}
-    before_segments = set(_segments(bucket, endpoint))
-    _write(gw.endpoint, ns, blocks)
-    (segment,) = set(_segments(bucket, endpoint)) - before_segments
+    ns, endpoint, segment = _written_alone(direct, blocks)
     make_s3_client(endpoint).delete_object(Bucket=bucket, Key=segment)  # as if evicted
     assert _read(gw.endpoint, ns, list(blocks)) == [None] * len(blocks)
 
