@@ -228,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     d, p = med["s3_direct"], med["plugin"]
     out = {"server": server.name, "tokens": args.tokens, "chunk_bytes": 32 * 1024 * 1024,
            "repeat": args.repeat, "routes": med,
+           # each round's retrieve rate per route, GiB/s (the medians' spread)
+           "retrieve_gib_s_rounds": {r: [x["retrieve_gib_s"] for x in rs]
+                                     for r, rs in rounds.items()},
            "retrieve_ratio_vs_direct": p["retrieve_gib_s"] / d["retrieve_gib_s"],
            "store_ratio_vs_direct": p["store_gib_s"] / d["store_gib_s"],
            "lookup_speedup_vs_direct": d["lookup_ms"] / p["lookup_ms"],
