@@ -63,3 +63,18 @@ def test_presigned_url_matches_botocore_and_verifies() -> None:
     with pytest.raises(RequestError) as info:
         verifier.verify("GET", path, query, headers, now + 601)
     assert info.value.status == 403
+
+
+def test_presigned_url_with_a_session_token_matches_botocore() -> None:
+    """Temporary credentials (web identity, instance roles): the token is a signed query
+    parameter, as botocore's query signer puts it."""
+    path = quote_path("/bucket/kv/segments/n/0001.seg")
+    req = AWSRequest(method="GET", url=f"http://s3.example:9000{path}")
+    S3SigV4QueryAuth(BotoCredentials("AKID", "SECRET", "TOKEN/+="), "s3", "us-east-1",
+                     expires=60).add_auth(req)
+    theirs = parse_qs(req.url.split("?", 1)[1])
+    now = calendar.timegm(time.strptime(theirs["X-Amz-Date"][0], "%Y%m%dT%H%M%SZ"))
+    ours = parse_qs(Signer(Credentials("AKID", "SECRET", "TOKEN/+=")).presign(
+        "GET", "s3.example:9000", path, 60, now=now))
+    assert ours["X-Amz-Security-Token"] == ["TOKEN/+="]
+    assert ours["X-Amz-Signature"] == theirs["X-Amz-Signature"]
