@@ -3,8 +3,8 @@ the object store with the presigned ranged GETs the gateway answered (``locate``
 
 A restore through the gateway costs the gateway's node a receive, a checksum and a send of every
 byte. With ``s3kv serve --direct-reads`` the gateway answers where each block is instead, and
-the client reads runs of neighbouring blocks with one ranged GET each (at most ``RUN_BYTES``
-unless one block is larger, ``IN_FLIGHT`` at once; s3kv.wire.fastget). Each block goes to the
+the client reads runs of neighbouring blocks with one ranged GET each (the located bytes over
+``IN_FLIGHT``, 32-256 MiB, unless one block is larger; ``IN_FLIGHT`` at once; s3kv.wire.fastget). Each block goes to the
 caller's sink as its first bytes arrive, as a :class:`DirectBody`: the bytes after the ones it
 reads first (a header) are received straight into the buffer it gives (``readinto``), and each
 block's CRC-32 is computed as they land and compared with the one the gateway's index holds. A
@@ -33,8 +33,11 @@ from s3kv.errors import RequestError
 from s3kv.store.layout import checksum_more
 from s3kv.wire.fastget import GetPool, ProtocolError
 
-#: bytes of neighbouring blocks read with one ranged GET (a larger block is read alone)
-RUN_BYTES = 64 << 20
+#: bytes of neighbouring blocks read with one ranged GET: the located bytes over IN_FLIGHT,
+#: within these bounds (a larger block is read alone). Fewer, larger GETs cost the object store
+#: less per byte; at least IN_FLIGHT of them keep it busy on a restore inside one segment.
+MIN_RUN_BYTES = 32 << 20
+MAX_RUN_BYTES = 256 << 20
 #: read through a gap of at most this many bytes between two blocks rather than split the run
 MAX_GAP = 64 << 10
 #: ranged GETs in flight at once per fetch
@@ -73,12 +76,14 @@ def plan_runs(doc: dict[str, Any], where: Sequence[int]) -> tuple[list[_Run], li
             located.append((slot, offset, length, crc, pos))
         else:
             via.append(pos)
+    total = sum(length for _, _, length, _, _ in located)
+    cap = min(MAX_RUN_BYTES, max(MIN_RUN_BYTES, -(-total // IN_FLIGHT)))
     runs: list[_Run] = []
     for slot, offset, length, crc, pos in sorted(located):
         last = runs[-1] if runs else None
         end = offset + length
         if (last is not None and last.url == urls[slot] and 0 <= offset - last.end <= MAX_GAP
-                and end - last.start <= RUN_BYTES):
+                and end - last.start <= cap):
             last.end = end
             last.members.append((pos, offset, length, crc))
         else:

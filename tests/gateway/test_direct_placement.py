@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from s3kv.client_direct import DirectReads
+from s3kv.client_direct import MAX_GAP, DirectReads, plan_runs
 from s3kv.client_io import BlockBody
 from tests.support.localapp import serve_locally
 
@@ -109,3 +109,34 @@ async def test_every_byte_lands_in_its_block(server: str, seed: int) -> None:
         assert sorted(left) == ([bad] if bad >= 0 else [])
     assert not set(left) & {i for i, d in enumerate(done) if d}
     await asyncio.sleep(0)
+
+
+def test_runs_are_large_but_at_least_in_flight_when_there_is_enough() -> None:
+    """A restore's located bytes over IN_FLIGHT per ranged GET, 32-256 MiB: fewer, larger GETs
+    cost the object store less per byte, and a restore inside one segment still keeps
+    IN_FLIGHT of them busy; neighbours only (a gap over MAX_GAP, or another segment, splits)."""
+    mib = 1 << 20
+
+    def doc(blocks: list[tuple[int, int, int]]) -> dict[str, object]:
+        return {"urls": [f"u{i}" for i in range(8)],
+                "blocks": [[u, off, n, 0] for u, off, n in blocks]}
+
+    # a session of 40 chunks of 32 MiB + 4 KiB, 7 to a 256 MiB segment: runs of up to an
+    # eighth of it (5 chunks), so 5 + 2 per full segment and the last 5
+    chunk = 32 * mib + 4096
+    session = [(i // 7, (i % 7) * chunk, chunk) for i in range(40)]
+    runs, via, missing = plan_runs(doc(session), list(range(40)))
+    assert not via and not missing
+    assert [len(r.members) for r in runs] == [5, 2] * 5 + [5]
+    assert all(r.end - r.start <= 40 * chunk // 8 for r in runs)
+    assert sorted(p for r in runs for p, *_ in r.members) == list(range(40))
+    # 64 MiB inside one segment: 8 runs of 8 MiB would be too small: runs of up to 32 MiB
+    small = [(0, i * mib, mib) for i in range(64)]
+    runs, _, _ = plan_runs(doc(small), list(range(64)))
+    assert [r.end - r.start for r in runs] == [32 * mib, 32 * mib]
+    # a gap over MAX_GAP splits, so does another segment; "gateway" and null pass through
+    split = plan_runs({"urls": ["a", "b"], "blocks": [[0, 0, 10, 0], [0, 10 + MAX_GAP + 1, 10, 0],
+                                                     [1, 20, 10, 0], "gateway", None]},
+                      [5, 6, 7, 8, 9])
+    assert [[p for p, *_ in r.members] for r in split[0]] == [[5], [6], [7]]
+    assert split[1:] == ([8], [9])
