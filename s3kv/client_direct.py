@@ -3,13 +3,13 @@ the object store with the presigned ranged GETs the gateway answered (``locate``
 
 A restore through the gateway costs the gateway's node a receive, a checksum and a send of every
 byte. With ``s3kv serve --direct-reads`` the gateway answers where each block is instead, and
-the client reads runs of neighbouring blocks with one ranged GET each (the located bytes over
-``IN_FLIGHT``, 32-256 MiB, unless one block is larger; ``IN_FLIGHT`` at once; s3kv.wire.fastget). Each block goes to the
-caller's sink as its first bytes arrive, as a :class:`DirectBody`: the bytes after the ones it
-reads first (a header) are received straight into the buffer it gives (``readinto``), and each
-block's CRC-32 is computed as they land and compared with the one the gateway's index holds. A
-block counts as delivered only once it is whole and its checksum matched; reading one that was
-not raises a ValueError.
+the client reads runs of neighbouring blocks with one ranged GET each (a run is the located
+bytes over ``IN_FLIGHT``, within 32-256 MiB, unless one block is larger; ``IN_FLIGHT`` GETs at
+once; s3kv.wire.fastget). Each block goes to the caller's sink as its first bytes arrive, as a
+:class:`DirectBody`: the bytes after the ones it reads first (a header) are received straight
+into the buffer it gives (``readinto``), and each block's CRC-32 is computed as they land and
+compared with the one the gateway's index holds. A block counts as delivered only once it is
+whole and its checksum matched; reading one that was not raises a ValueError.
 
 What a direct read cannot deliver (the GET failed, expired, found the segment evicted, or a
 block's checksum did not match) is returned to the caller to ask the gateway for, which answers
