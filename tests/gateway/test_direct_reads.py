@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -249,3 +250,20 @@ async def test_a_server_that_never_answers_the_connect_is_given_up_on_quickly() 
     assert left == [0]
     assert time.monotonic() - began < 5
     assert not reads.wanted("http://gw")
+
+
+def test_direct_reads_on_a_file_store_answer_501_and_reads_go_through_the_gateway(
+        tmp_path: Path) -> None:
+    """``--direct-reads`` where the backend cannot sign URLs (the file backend): locate answers
+    501 like a gateway without it, and the client reads through the gateway."""
+    with running_gateway(f"file://{tmp_path}", [*SMALL, "--direct-reads", "60"]) as gw:
+        ns = f"f-{uuid.uuid4().hex[:8]}"
+        blocks = {f"k/{i}": os.urandom(20 * KiB) for i in range(3)}
+        _write(gw.endpoint, ns, blocks)
+        req = urllib.request.Request(f"{gw.endpoint}/v1/{ns}/locate", method="POST",
+                                     data=b'{"keys": ["k/0"]}',
+                                     headers={"Authorization": f"Bearer {TOKEN}"})
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(req, timeout=5)
+        assert info.value.code == 501
+        assert _read(gw.endpoint, ns, list(blocks)) == list(blocks.values())
