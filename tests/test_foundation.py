@@ -50,6 +50,12 @@ def test_settings_validation() -> None:
         Settings.load({"log_format": "xml"}, env={})
     with pytest.raises(ConfigError, match="invalid size"):
         Settings.load(env={"S3KV_CAPACITY": "lots"})
+    # direct reads: 0 (off) up to the 7 days a presigned URL may live
+    assert Settings.load(env={}).direct_reads == 0
+    assert Settings.load({"direct_reads": "604800"}, env={}).direct_reads == 604800
+    for bad in ("-1", "604801"):
+        with pytest.raises(ConfigError, match="direct_reads"):
+            Settings.load({"direct_reads": bad}, env={})
 
 
 def test_serve_checks_store_and_gateway_settings_at_start(tmp_path: Path) -> None:
