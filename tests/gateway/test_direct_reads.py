@@ -229,7 +229,12 @@ async def test_a_server_that_never_answers_the_connect_is_given_up_on_quickly() 
     listener.bind(("127.0.0.1", 0))
     listener.listen(0)
     port = listener.getsockname()[1]
-    first = socket.create_connection(("127.0.0.1", port))  # fills the backlog
+    filling = []  # connections that fill the backlog (however many the kernel queues)
+    for _ in range(4):
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", port))
+        filling.append(sock)
     doc = {"expires": 0, "urls": [f"http://127.0.0.1:{port}/b/kv/segments/s.seg?X-Amz-x=1"],
            "blocks": [[0, 0, 100, 1]]}
     reads = DirectReads(timeout=60.0, down_for=30.0, connect_timeout=0.5)
@@ -245,7 +250,8 @@ async def test_a_server_that_never_answers_the_connect_is_given_up_on_quickly() 
         left = await reads.fetch("http://gw", [0], locate, sink, [False])
     finally:
         reads.close()
-        first.close()
+        for sock in filling:
+            sock.close()
         listener.close()
     assert left == [0]
     assert time.monotonic() - began < 5
