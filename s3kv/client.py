@@ -70,8 +70,7 @@ class S3KVClient:
         self._batch_bytes = batch_bytes
         self._put_concurrency = put_concurrency
         self._session: aiohttp.ClientSession | None = None
-        self._direct = DirectReads(timeout, down_for, connect_timeout) if direct_reads \
-            else None
+        self._direct = DirectReads(timeout, connect_timeout) if direct_reads else None
 
     async def open(self) -> S3KVClient:
         """Open the HTTP session (on the running loop); ``async with`` does it."""

@@ -13,8 +13,8 @@ whole and its checksum matched; reading one that was not raises a ValueError.
 
 What a direct read cannot deliver (the GET failed, expired, found the segment evicted, or a
 block's checksum did not match) is returned to the caller to ask the gateway for, which answers
-a miss for what is gone; a backend the client cannot reach turns direct reads off for that
-gateway for a while. A gateway without direct reads answers 501, and is not asked again for
+a miss for what is gone. A gateway without direct reads answers 501, and an object store the
+client cannot reach fails its GETs: either way that gateway is not asked to locate again for
 ``OFF_FOR`` seconds.
 """
 
@@ -42,7 +42,8 @@ MAX_RUN_BYTES = 256 << 20
 MAX_GAP = 64 << 10
 #: ranged GETs in flight at once per fetch
 IN_FLIGHT = 8
-#: seconds a gateway that answered 501 (direct reads off) is not asked to locate again
+#: seconds a gateway that answered 501 (direct reads off), or whose object store could not be
+#: reached, is not asked to locate again
 OFF_FOR = 300.0
 #: a gateway's answers to ``locate`` that mean "read through me": direct reads off (501), or a
 #: gateway from before them (no such route: 404, 405)
@@ -279,10 +280,9 @@ class _RunLanding:
 class DirectReads:
     """The client's direct reads, per gateway (see the module docstring)."""
 
-    def __init__(self, timeout: float, down_for: float, connect_timeout: float = 2.0) -> None:
+    def __init__(self, timeout: float, connect_timeout: float = 2.0) -> None:
         self._pool = GetPool(connect_timeout=connect_timeout)
         self._timeout = timeout
-        self._down_for = down_for
         self._off_until: dict[str, float] = {}
 
     def wanted(self, gateway: str) -> bool:
@@ -331,7 +331,8 @@ class DirectReads:
 
     async def _get(self, gateway: str, run: _Run, landing: _RunLanding) -> None:
         """The run's bytes to its blocks; whatever did not arrive fails (a backend out of
-        reach also turns direct reads off for ``gateway`` for ``down_for`` seconds)."""
+        reach also turns direct reads off for ``gateway`` for ``OFF_FOR`` seconds: unreachable
+        is mostly a network policy, and each try would cost the engine a connect timeout)."""
         u = urlsplit(run.url)
         headers = {"Host": u.netloc, "Range": f"bytes={run.start}-{run.end - 1}"}
         why = "the object ended first"
@@ -344,7 +345,7 @@ class DirectReads:
                 why = f"HTTP {resp.status}"
         except (OSError, ProtocolError, TimeoutError) as exc:
             why = f"{type(exc).__name__}: {exc}"
-            self.turn_off(gateway, self._down_for)
+            self.turn_off(gateway)
         finally:
             landing.fail(why)  # the blocks not complete by now
 

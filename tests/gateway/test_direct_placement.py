@@ -89,7 +89,7 @@ async def test_every_byte_lands_in_its_block(server: str, seed: int) -> None:
     async def locate() -> bytes:
         return json.dumps(doc).encode()
 
-    reads = DirectReads(timeout=30.0, down_for=30.0)
+    reads = DirectReads(timeout=30.0)
     done = [False] * len(blocks)
     try:
         left = await reads.fetch("http://gw", list(range(len(blocks))), locate, sink, done)

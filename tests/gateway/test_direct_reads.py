@@ -197,11 +197,11 @@ def test_a_gateway_without_direct_reads_answers_501_and_is_not_asked_again(
 async def test_a_server_out_of_reach_sends_every_block_to_the_gateway() -> None:
     """The client side alone: a locate answer naming a port nothing listens on (no gateway is
     needed to produce one); every position comes back to be read through the gateway, nothing
-    reaches the sink, and direct reads stay off for that gateway for ``down_for``."""
+    reaches the sink, and direct reads stay off for that gateway (``OFF_FOR``)."""
     port = free_port()
     doc = {"expires": 0, "urls": [f"http://127.0.0.1:{port}/b/kv/segments/s.seg?X-Amz-x=1"],
            "blocks": [[0, 0, 100, 1], [0, 4096, 100, 2], "gateway", None]}
-    reads = DirectReads(timeout=5.0, down_for=30.0)
+    reads = DirectReads(timeout=5.0)
     delivered: list[int] = []
 
     async def sink(i: int, body: BlockBody | None) -> None:
@@ -237,7 +237,7 @@ async def test_a_server_that_never_answers_the_connect_is_given_up_on_quickly() 
         filling.append(sock)
     doc = {"expires": 0, "urls": [f"http://127.0.0.1:{port}/b/kv/segments/s.seg?X-Amz-x=1"],
            "blocks": [[0, 0, 100, 1]]}
-    reads = DirectReads(timeout=60.0, down_for=30.0, connect_timeout=0.5)
+    reads = DirectReads(timeout=60.0, connect_timeout=0.5)
 
     async def sink(i: int, body: BlockBody | None) -> None:
         raise AssertionError("nothing arrives")
