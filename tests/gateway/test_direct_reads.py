@@ -172,18 +172,25 @@ def _locates(gw: Gateway) -> float:
                if line.startswith('s3kv_requests_total{op="NativeLocate"'))
 
 
-def test_a_gateway_without_direct_reads_answers_501_and_is_not_asked_again(
-        gateway: Gateway) -> None:
+def _refused_locate(gw: Gateway) -> tuple[str, dict[str, bytes]]:
+    """Three blocks written to a fresh namespace, whose ``locate`` the gateway answers
+    ``501 NotImplemented``: (the namespace, the blocks)."""
     ns = f"n-{uuid.uuid4().hex[:8]}"
     blocks = {f"k/{i}": os.urandom(10 * KiB) for i in range(3)}
-    _write(gateway.endpoint, ns, blocks)
-    req = urllib.request.Request(f"{gateway.endpoint}/v1/{ns}/locate", method="POST",
+    _write(gw.endpoint, ns, blocks)
+    req = urllib.request.Request(f"{gw.endpoint}/v1/{ns}/locate", method="POST",
                                  data=b'{"keys": ["k/0"]}',
                                  headers={"Authorization": f"Bearer {TOKEN}"})
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(req, timeout=5)
     assert info.value.code == 501
     assert json.loads(info.value.read())["error"] == "NotImplemented"
+    return ns, blocks
+
+
+def test_a_gateway_without_direct_reads_answers_501_and_is_not_asked_again(
+        gateway: Gateway) -> None:
+    ns, blocks = _refused_locate(gateway)
     before = _locates(gateway)
 
     async def go() -> None:
@@ -263,13 +270,5 @@ def test_direct_reads_on_a_file_store_answer_501_and_reads_go_through_the_gatewa
     """``--direct-reads`` where the backend cannot sign URLs (the file backend): locate answers
     501 like a gateway without it, and the client reads through the gateway."""
     with running_gateway(f"file://{tmp_path}", [*SMALL, "--direct-reads", "60"]) as gw:
-        ns = f"f-{uuid.uuid4().hex[:8]}"
-        blocks = {f"k/{i}": os.urandom(20 * KiB) for i in range(3)}
-        _write(gw.endpoint, ns, blocks)
-        req = urllib.request.Request(f"{gw.endpoint}/v1/{ns}/locate", method="POST",
-                                     data=b'{"keys": ["k/0"]}',
-                                     headers={"Authorization": f"Bearer {TOKEN}"})
-        with pytest.raises(urllib.error.HTTPError) as info:
-            urllib.request.urlopen(req, timeout=5)
-        assert info.value.code == 501
+        ns, blocks = _refused_locate(gw)
         assert _read(gw.endpoint, ns, list(blocks)) == list(blocks.values())
