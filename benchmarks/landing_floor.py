@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     args = p.parse_args(argv)
     if min(args.block, args.mib, args.file_bytes, args.rounds) < 1 or args.lag < 0:
-        p.error("--block, --mib, --file-bytes and --rounds must be positive")
+        p.error("--block, --mib, --file-bytes and --rounds must be positive, --lag at least 0")
     doc = measure(args)
     if args.json:
         print(json.dumps(doc))

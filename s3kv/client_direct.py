@@ -369,10 +369,12 @@ async def _deliver(run: _Run, blocks: list[_Block], sink: Sink, done: list[bool]
 
 
 async def _all(jobs: list[Awaitable[None]]) -> None:
-    """Run ``jobs`` together; the first error cancels the others and is raised."""
+    """Run ``jobs`` together; the first error cancels the others (awaited, so none is left
+    running or unretrieved) and is raised."""
     tasks = [asyncio.ensure_future(j) for j in jobs]
     try:
         await asyncio.gather(*tasks)
     finally:
         for t in tasks:
             t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

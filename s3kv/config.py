@@ -24,7 +24,8 @@ ENV_PREFIX = "S3KV_"
 MAX_PRESIGN = 7 * 24 * 3600
 
 
-def _parse_bool(text: str) -> bool:
+def parse_bool(text: str) -> bool:
+    """true/false, yes/no, on/off, 1/0 (any case; empty: false); ConfigError otherwise."""
     low = text.strip().lower()
     if low in ("1", "true", "yes", "on"):
         return True
@@ -52,7 +53,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "size": parse_size,
     "int": _parse_int,
     "float": _parse_float,
-    "bool": _parse_bool,
+    "bool": parse_bool,
 }
 
 

@@ -46,6 +46,7 @@ from lmcache.v1.protocol import RemoteMetadata
 from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 
 from s3kv.client import BlockBody, S3KVClient
+from s3kv.config import parse_bool
 from s3kv.errors import ConfigError, NamespaceNotFound, S3KVError
 from s3kv.log import get_logger
 
@@ -54,13 +55,6 @@ T = TypeVar("T")
 
 #: how often a namespace that could not be created (gateway down) is tried again, seconds
 _CREATE_EVERY = 5.0
-
-
-def _flag(text: str) -> bool:
-    low = text.strip().lower()
-    if low not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-        raise ValueError(f"{text!r} is not true or false")
-    return low in ("1", "true", "yes", "on")
 
 
 @dataclass(frozen=True)
@@ -99,8 +93,8 @@ class PluginSettings:
                        put_within=float(opt("put_within", "5") or 5),
                        down_for=float(opt("down_for", "10") or 10),
                        connections=int(opt("connections", "16") or 16),
-                       direct_reads=_flag(opt("direct_reads", "true") or "true"))
-        except ValueError as exc:
+                       direct_reads=parse_bool(opt("direct_reads", "true") or "true"))
+        except (ValueError, ConfigError) as exc:
             raise ConfigError(f"s3kv plugin option: {exc}") from None
 
 
