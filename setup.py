@@ -1,7 +1,9 @@
-"""The one compiled part of s3kv: kvq's non-BLAS loops (s3kv/store/codecs/_kvq_native.c).
+"""The compiled parts of s3kv: kvq's non-BLAS loops (s3kv/store/codecs/_kvq_native.c) and a
+landing body's receive loop (s3kv/wire/_landrecv.c).
 
-Everything else is in pyproject.toml. The extension is optional: where it does not build (no
-C compiler), kvq runs its numpy path, which gives the same bytes.
+Everything else is in pyproject.toml. Both extensions are optional: where they do not build (no
+C compiler), kvq runs its numpy path, which gives the same bytes, and the event loop receives
+every landing body.
 """
 
 import sys
@@ -12,4 +14,6 @@ FLAGS = [] if sys.platform == "win32" else ["-O3", "-ffp-contract=off", "-std=c1
 
 setup(ext_modules=[Extension("s3kv.store.codecs._kvq_native",
                              ["s3kv/store/codecs/_kvq_native.c"],
+                             extra_compile_args=FLAGS, optional=True),
+                   Extension("s3kv.wire._landrecv", ["s3kv/wire/_landrecv.c"],
                              extra_compile_args=FLAGS, optional=True)])

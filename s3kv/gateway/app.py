@@ -237,7 +237,10 @@ async def _stamp_request_id(request: web.Request, response: web.StreamResponse) 
 
 
 async def _close_sums(app: web.Application) -> None:
-    app[STATE].sums.close()
+    st = app[STATE]
+    st.sums.close()
+    if st.receiver is not None:
+        st.receiver.close()
 
 
 def make_app(store: BlockStore, settings: Settings) -> web.Application:

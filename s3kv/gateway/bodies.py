@@ -21,10 +21,11 @@ from s3kv.gateway.payload import BodyReader, BodyResult
 from s3kv.gateway.protocol import S3RequestHandler
 from s3kv.gateway.s3xml_parse import MAX_XML_BYTES
 from s3kv.gateway.state import GatewayState
-from s3kv.gateway.takeover import BodyLanding, BodyTake
+from s3kv.gateway.takeover import BodyLanding, BodyTake, Sums
 from s3kv.gateway.watchdog import IdleWatchdog
 from s3kv.wire.body import Buffer, joined
 from s3kv.wire.headers import HeaderValues, index_headers
+from s3kv.wire.landrecv import Receiver
 from s3kv.wire.reads import larger_reads
 
 #: a body that delivers no byte for this long is abandoned (its memory reservation freed)
@@ -35,12 +36,13 @@ BODY_IDLE_TIMEOUT = 20.0
 class Destination:
     """Where a body goes (:data:`Land`): ``head``, its first bytes, which the caller read
     already through the request's stream, then ``spans``, the windows the rest lands in, in
-    order (none: the rest is read as usual); ``watch``, if given, is called with each piece of
-    the spans as it is filled (takeover.BodyLanding)."""
+    order (none: the rest is read as usual); ``sums``, if given, the blocks' checksums, fed
+    each piece of the spans as it is filled or settled by a receive off the event loop
+    (takeover.BodyLanding)."""
 
     head: list[bytes]
     spans: list[memoryview]
-    watch: Callable[[memoryview], None] | None = None
+    sums: Sums | None = None
 
 
 #: asked, given the body's length, where it goes (None: read it as usual)
@@ -83,7 +85,7 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
     take: BodyTake | None = None
     try:
         try:
-            take = await _take_body(request, reader, heads, land, idle)
+            take = await _take_body(request, reader, heads, land, idle, st.receiver)
             # one timer for the body, not one per piece (asyncio.timeout's cost per piece)
             # an admitted body: read in large reads, within what was reserved for it
             # (a body not admitted, an idle connection: asyncio's 256 KiB reads)
@@ -95,6 +97,8 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
                                400) from None
         result = await reader.verify()
         st.metrics.bytes_in.inc(result.size)
+        if isinstance(take, BodyLanding) and take.off_loop:
+            st.metrics.bytes_off_loop.inc(take.off_loop)
         return Body(pieces, result, reserved, isinstance(take, BodyLanding))
     except BaseException:
         if take is not None:  # the rest of the body is read and dropped
@@ -104,7 +108,8 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
 
 
 async def _take_body(request: web.Request, reader: BodyReader, heads: HeaderValues,
-                     land: Land | None, idle: float) -> BodyTake | None:
+                     land: Land | None, idle: float, receiver: Receiver | None
+                     ) -> BodyTake | None:
     """An admitted plain body framed by its Content-Length, taken from the socket past
     aiohttp's parser, or landed where ``land`` says (:mod:`s3kv.gateway.takeover`); None:
     read through the parser."""
@@ -119,7 +124,8 @@ async def _take_body(request: web.Request, reader: BodyReader, heads: HeaderValu
     head = dest.head if dest is not None else []
     take: BodyTake | None = None
     if dest is not None and dest.spans:
-        take = handler.land_body(request.content, length, dest.spans, head, dest.watch)
+        take = handler.land_body(request.content, length, dest.spans, head, dest.sums,
+                                 receiver)
     if take is None:
         take = handler.take_body(request.content, length, head)
     if take is not None:

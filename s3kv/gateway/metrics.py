@@ -107,6 +107,8 @@ class GatewayMetrics:
         self.bytes_out = Tally()
         #: requests the plain lane answered (plainlane.py)
         self.plain_lane = Tally()
+        #: body bytes received off the event loop (wire/landrecv.py)
+        self.bytes_off_loop = Tally()
         self._requests: dict[tuple[str, int], int] = {}
         #: op -> [count per bucket of _BUCKETS, then +Inf; sum of seconds]
         self._latency: dict[str, list[float]] = {}
@@ -143,7 +145,10 @@ class GatewayMetrics:
                                  ("s3kv_http_bytes_out", "Response body bytes sent",
                                   self.bytes_out),
                                  ("s3kv_plain_lane_requests", "Requests answered in the plain "
-                                  "lane (plain object PUTs and GETs)", self.plain_lane)):
+                                  "lane (plain object PUTs and GETs)", self.plain_lane),
+                                 ("s3kv_http_bytes_in_off_loop", "Request body bytes received "
+                                  "off the event loop by the compiled receive (landing native "
+                                  "batch puts)", self.bytes_off_loop)):
             family = CounterMetricFamily(name, doc)
             family.add_metric([], tally.value)
             yield family

@@ -163,7 +163,7 @@ async def batch_put(request: web.Request) -> web.StreamResponse:
         if landing is None:
             return Destination(head, [])
         sums = st.sums.start(landing.lengths())
-        return Destination(head, landing.spans(), sums.feed)
+        return Destination(head, landing.spans(), sums)
 
     try:
         body = await read_body(request, st, limit, heads=heads, land=land)

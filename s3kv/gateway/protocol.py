@@ -26,8 +26,9 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from s3kv.gateway.s3xml import XML, error_document
-from s3kv.gateway.takeover import TAKE_MIN, BodyLanding, BodyTake, LandingReads, drain
+from s3kv.gateway.takeover import TAKE_MIN, BodyLanding, BodyTake, LandingReads, Sums, drain
 from s3kv.log import get_logger
+from s3kv.wire.landrecv import Received, Receiver
 
 log = get_logger(__name__)
 
@@ -116,14 +117,16 @@ class S3RequestHandler(RequestHandler):
         return self._take
 
     def land_body(self, content: StreamReader, length: int, spans: list[memoryview],
-                  head: Sequence[bytes] = (),
-                  watch: Callable[[memoryview], None] | None = None) -> BodyLanding | None:
+                  head: Sequence[bytes] = (), sums: Sums | None = None,
+                  receiver: Receiver | None = None) -> BodyLanding | None:
         """Receive the current request's body (``length`` bytes by its Content-Length) straight
         into ``spans`` (writable windows), but for ``head``, bytes of it its caller read
         already through the parser: its bytes received so far are copied in, then the
         transport reads into them up to the body's last byte. None: not possible (spans that
         are not the rest of the body, a broken body, a connection that cannot land: read it
-        as usual). ``watch``: called with each piece of the spans as it is filled."""
+        as usual). ``sums``: fed each piece of the spans as it is filled; with a
+        ``receiver`` that has a worker free, the rest is received off the event loop, the
+        sums worked out as it comes (wire/landrecv.py)."""
         transport = self.transport
         if transport is None or not self.can_land() or not self._takeable(content) \
                 or sum(map(len, head)) + sum(map(len, spans)) != length:
@@ -131,11 +134,46 @@ class S3RequestHandler(RequestHandler):
         first = drain(content)
         if content.exception() is not None:  # broken framing: the reader gets the error
             return None
-        landing = BodyLanding(content, list(head), first, spans, watch)
+        off_loop = sums is not None and receiver is not None and receiver.can_start() \
+            and not content.is_eof() and transport.is_reading() \
+            and length - sum(map(len, head)) - sum(map(len, first)) > 0
+        landing = BodyLanding(content, list(head), first, spans, sums, deferred=off_loop)
         if landing.remaining and not content.is_eof():
             self._take = landing
             transport.set_protocol(LandingReads(self, landing, self._end_landing))
+            if off_loop and receiver is not None:
+                self._receive_off_loop(landing, receiver)
+        elif off_loop:
+            landing.received_off_loop(None)
         return landing
+
+    def _receive_off_loop(self, landing: BodyLanding, receiver: Receiver) -> None:
+        """The rest of ``landing`` received by ``receiver``'s compiled loop, the transport's
+        reading paused meanwhile; then whatever is left by the transport as usual."""
+        transport = self.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        assert transport is not None and sock is not None and landing.sums is not None
+        try:
+            landing.receiving, done = receiver.start(
+                sock.fileno(), landing.spans, landing.filled, landing.sums.lengths)
+        except (OSError, ValueError) as exc:  # no descriptor to spare, lengths that don't add
+            log.info("http.landing_on_loop", reason=repr(exc))
+            landing.received_off_loop(None)
+            return
+        transport.pause_reading()
+        done.add_done_callback(lambda f: self._received_off_loop(landing, f))
+
+    def _received_off_loop(self, landing: BodyLanding, done: asyncio.Future[Received]) -> None:
+        got = None if done.cancelled() or done.exception() is not None else done.result()
+        if got is None and not done.cancelled():
+            log.warning("http.landing_receive_failed", error=repr(done.exception()))
+        landing.received_off_loop(got)
+        transport = self.transport
+        if self._take is not landing or transport is None or transport.is_closing():
+            return  # the connection was lost meanwhile
+        if landing.remaining == 0:
+            self._end_landing()
+        transport.resume_reading()  # the rest, or the connection's end or error, as usual
 
     def _end_landing(self) -> None:
         take, transport = self._take, self.transport

@@ -19,21 +19,39 @@ the windows itself (:class:`LandingReads`, an ``asyncio.BufferedProtocol`` put i
 connection's protocol until the body's last byte), so the kernel's copy out of the socket is
 the only one; the reader's pieces are views of the windows as they fill. A landing given up
 reads the rest of the body into a scratch buffer: its windows are never written after that.
+A landing whose blocks are checksummed (:class:`Sums`) can instead be received off the event
+loop by the compiled loop of wire/landrecv.py (:meth:`BodyLanding.received_off_loop`), which
+works the CRCs out as the bytes come; what it does not finish the transport reads as above.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from aiohttp.streams import StreamReader
+
+from s3kv.wire.landrecv import Received, Receiving
 
 #: a body is taken only if at least this many of its bytes are still to come from the socket
 #: (below it, the parser's copy costs less than the take)
 TAKE_MIN = 256 * 1024
 #: the most a landing given up reads at a time (into a scratch buffer, then dropped)
 _SCRATCH = 256 * 1024
+
+
+class Sums(Protocol):
+    """The blocks' checksums of a landing (store/blocksums.py's ``RunningSums``): fed the
+    spans' bytes in order, or told the values outright."""
+
+    #: the blocks' lengths, in order: they add up to the spans' bytes
+    lengths: Sequence[int]
+
+    def feed(self, piece: memoryview) -> None: ...
+
+    def settle(self, crcs: list[int]) -> None: ...
 
 
 class BodyTake:
@@ -107,16 +125,21 @@ class BodyLanding(BodyTake):
     """The rest of one request body, received into ``spans`` (writable windows, in order,
     whose lengths add up to what is left of the body) through :class:`LandingReads`.
     ``head``: the body's bytes its caller read already, its first pieces as they are;
-    ``first``: the bytes received since (copied in); ``watch``: called with each piece of the
-    spans as it is filled, in order (a native batch put's blocks are checksummed from them as
-    they arrive)."""
+    ``first``: the bytes received since (copied in); ``sums``: fed each piece of the spans as
+    it is filled, in order (a native batch put's blocks are checksummed as they arrive);
+    ``deferred``: not yet (a receive off the loop may settle them, :meth:`received_off_loop`)."""
 
     def __init__(self, content: StreamReader, head: list[bytes], first: list[bytes],
-                 spans: list[memoryview],
-                 watch: Callable[[memoryview], None] | None = None) -> None:
+                 spans: list[memoryview], sums: Sums | None = None, *,
+                 deferred: bool = False) -> None:
         super().__init__(content, head, sum(map(len, spans)))
         self.spans = spans
-        self._watch = watch
+        self.sums = sums
+        #: the receive off the event loop under way, if any (cancelled if the body is given up)
+        self.receiving: Receiving | None = None
+        #: bytes received off the event loop
+        self.off_loop = 0
+        self._deferred = deferred
         self._span = 0  # the span being filled
         self._filled = 0  # bytes of it filled
         self._scratch: memoryview | None = None
@@ -128,6 +151,11 @@ class BodyLanding(BodyTake):
                 buf[:n] = view[:n]
                 self.received(n)
                 view = view[n:]
+
+    @property
+    def filled(self) -> int:
+        """Bytes of the spans received."""
+        return sum(map(len, self.spans)) - self.remaining
 
     def buffer(self) -> memoryview:
         """Where the next socket read goes: the rest of the span being filled; once given up,
@@ -147,12 +175,48 @@ class BodyLanding(BodyTake):
         span = self.spans[self._span]
         piece = span[self._filled:self._filled + n]
         self._pieces.append(piece)
-        if self._watch is not None:
-            self._watch(piece)
+        if self.sums is not None and not self._deferred:
+            self.sums.feed(piece)
         self._filled += n
         if self._filled == len(span) and self._span + 1 < len(self.spans):
             self._span, self._filled = self._span + 1, 0
         self._wake()
+
+    def received_off_loop(self, got: Received | None) -> None:
+        """The compiled loop received ``got.n`` more bytes into the spans (None: it failed to
+        run): they become pieces; the blocks' sums are settled if it received them all, else
+        fed every byte in so far, and the rest is fed as it comes."""
+        self.receiving = None
+        left = got.n if got is not None else 0
+        self.off_loop += left
+        if self._dropping:  # given up meanwhile: counted, and dropped
+            self.received(left)
+            left = 0
+        while left:  # one piece per span
+            n = min(left, len(self.spans[self._span]) - self._filled)
+            self.received(n)
+            left -= n
+        if self._deferred and self.sums is not None and not self._dropping:
+            if got is not None and got.whole:
+                self.sums.settle(got.crcs)
+            else:
+                filled = self.filled
+                for span in self.spans:
+                    if filled <= 0:
+                        break
+                    self.sums.feed(span[:filled])
+                    filled -= len(span)
+        self._deferred = False
+
+    def drop(self) -> None:
+        super().drop()
+        if self.receiving is not None:
+            self.receiving.cancel()
+
+    def fail(self, exc: BaseException) -> None:
+        if self.receiving is not None:
+            self.receiving.cancel()
+        super().fail(exc)
 
 
 class LandingReads(asyncio.BufferedProtocol):

@@ -74,7 +74,10 @@ class RunningSums:
 
     def __init__(self, worker: SumWorker, lengths: Sequence[int]) -> None:
         self._worker = worker
+        #: the blocks' lengths, in order
+        self.lengths = lengths
         self._sums = BlockSums(lengths)
+        self._settled: list[int] | None = None
         self._error: ValueError | None = None
         self._fed = 0  # pieces queued (on the loop)
         self._summed = 0  # pieces the worker is through with (written by the worker only)
@@ -92,10 +95,19 @@ class RunningSums:
         finally:
             self._summed += 1
 
+    def settle(self, crcs: list[int]) -> None:
+        """The checksums are known, worked out as the bytes came (gateway/takeover.py's receive
+        off the event loop): nothing is fed."""
+        if self._fed or len(crcs) != len(self.lengths):
+            raise ValueError("a landing's sums are either fed or settled, one per block")
+        self._settled = crcs
+
     async def values(self) -> list[int]:
         """Each block's checksum, once the worker has every piece fed so far (at once if it
         has: no hop to the worker and back); raises ValueError if they are not the blocks'
         bytes, whole."""
+        if self._settled is not None:
+            return list(self._settled)
         if self._summed == self._fed:
             if self._error is not None:
                 raise self._error

@@ -47,7 +47,7 @@ async def _server() -> AsyncIterator[tuple[int, Gate]]:
     gate = Gate()
 
     async def handler(request: web.Request) -> web.Response:
-        st: Any = SimpleNamespace(budget=gate.budget, metrics=SimpleNamespace(
+        st: Any = SimpleNamespace(budget=gate.budget, receiver=None, metrics=SimpleNamespace(
             bytes_in=SimpleNamespace(inc=lambda _n: None)))
         await asyncio.sleep(gate.delay)
         task = asyncio.create_task(read_body(request, st, 64 * MiB, idle=gate.idle))
@@ -195,16 +195,29 @@ async def test_a_body_cut_short_is_freed_without_the_garbage_collector() -> None
         gc.enable()
 
 
+class _Seen:
+    """A landing's sums that keep the pieces they are fed."""
+
+    def __init__(self, seen: list[bytes]) -> None:
+        self.seen = seen
+        self.lengths: list[int] = []
+
+    def feed(self, piece: memoryview) -> None:
+        self.seen.append(bytes(piece))
+
+    def settle(self, crcs: list[int]) -> None:
+        raise AssertionError("fed, not settled")
+
+
 async def test_a_landing_shows_its_watch_each_piece_of_its_spans_once_in_order() -> None:
-    """BodyLanding's watch (how a batch put's blocks are checksummed as they arrive) sees the
+    """BodyLanding's sums (how a batch put's blocks are checksummed as they arrive) sees the
     bytes copied in from what the parser had, then each read, as the spans hold them; nothing
     once the landing is given up (its later bytes go to a scratch buffer)."""
     loop = asyncio.get_running_loop()
     content = StreamReader(BaseProtocol(loop), 2**16, loop=loop)
     spans = [memoryview(bytearray(100)), memoryview(bytearray(57))]
     seen: list[bytes] = []
-    landing = BodyLanding(content, [b"head"], [b"x" * 30], spans,
-                          lambda piece: seen.append(bytes(piece)))
+    landing = BodyLanding(content, [b"head"], [b"x" * 30], spans, _Seen(seen))
     data, at = os.urandom(127), 0
     while at < len(data):
         buf = landing.buffer()
@@ -217,8 +230,7 @@ async def test_a_landing_shows_its_watch_each_piece_of_its_spans_once_in_order()
     assert max(map(len, seen)) <= 37
 
     seen.clear()
-    dropped = BodyLanding(content, [], [], [memoryview(bytearray(64))],
-                          lambda piece: seen.append(bytes(piece)))
+    dropped = BodyLanding(content, [], [], [memoryview(bytearray(64))], _Seen(seen))
     dropped.buffer()[:16] = b"y" * 16
     dropped.received(16)
     dropped.drop()
