@@ -85,7 +85,8 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
     take: BodyTake | None = None
     try:
         try:
-            take = await _take_body(request, reader, heads, land, idle, st.receiver)
+            take = await _take_body(request, reader, heads, land, idle,
+                                      None if land is None else st.receiver)
             # one timer for the body, not one per piece (asyncio.timeout's cost per piece)
             # an admitted body: read in large reads, within what was reserved for it
             # (a body not admitted, an idle connection: asyncio's 256 KiB reads)

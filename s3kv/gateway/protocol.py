@@ -28,6 +28,7 @@ from aiohttp.web_request import BaseRequest
 from s3kv.gateway.s3xml import XML, error_document
 from s3kv.gateway.takeover import TAKE_MIN, BodyLanding, BodyTake, LandingReads, Sums, drain
 from s3kv.log import get_logger
+from s3kv.wire import landrecv
 from s3kv.wire.landrecv import Received, Receiver
 
 log = get_logger(__name__)
@@ -136,7 +137,7 @@ class S3RequestHandler(RequestHandler):
             return None
         off_loop = sums is not None and receiver is not None and receiver.can_start() \
             and not content.is_eof() and transport.is_reading() \
-            and length - sum(map(len, head)) - sum(map(len, first)) > 0
+            and length - sum(map(len, head)) - sum(map(len, first)) >= landrecv.LEAST
         landing = BodyLanding(content, list(head), first, spans, sums, deferred=off_loop)
         if landing.remaining and not content.is_eof():
             self._take = landing

@@ -47,7 +47,7 @@ async def _server() -> AsyncIterator[tuple[int, Gate]]:
     gate = Gate()
 
     async def handler(request: web.Request) -> web.Response:
-        st: Any = SimpleNamespace(budget=gate.budget, receiver=None, metrics=SimpleNamespace(
+        st: Any = SimpleNamespace(budget=gate.budget, metrics=SimpleNamespace(
             bytes_in=SimpleNamespace(inc=lambda _n: None)))
         await asyncio.sleep(gate.delay)
         task = asyncio.create_task(read_body(request, st, 64 * MiB, idle=gate.idle))
