@@ -125,8 +125,11 @@ async def _take_body(request: web.Request, reader: BodyReader, heads: HeaderValu
     head = dest.head if dest is not None else []
     take: BodyTake | None = None
     if dest is not None and dest.spans:
-        take = handler.land_body(request.content, length, dest.spans, head, dest.sums,
+        crc = reader.landing_crc() if dest.sums is None else None
+        take = handler.land_body(request.content, length, dest.spans, head, dest.sums or crc,
                                  receiver)
+        if take is not None and crc is not None:
+            reader.crc_landed()
     if take is None:
         take = handler.take_body(request.content, length, head)
     if take is not None:

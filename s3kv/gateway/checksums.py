@@ -43,6 +43,22 @@ class _Crc32:
         return self._crc.to_bytes(4, "big")
 
 
+class LandedCrc(_Crc32):
+    """The store's CRC-32 of a body that lands in its segment (gateway/takeover.py): fed its
+    pieces as they land, or settled by the receive off the event loop that worked it out as
+    the bytes came (takeover.Sums, one block of ``length`` bytes)."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__()
+        self.lengths = [length]
+
+    def feed(self, piece: memoryview) -> None:
+        self._crc = zlib_ng.crc32(piece, self._crc)
+
+    def settle(self, crcs: list[int]) -> None:
+        [self._crc] = crcs
+
+
 # -- numpy reflected CRC ------------------------------------------------------------------------
 
 class _CrcModel:

@@ -47,6 +47,11 @@ class BodyDigests:
         #: the previous batch, hashing in a worker thread
         self._pending: asyncio.Future[None] | None = None
 
+    def drop(self, hasher: Checksum) -> None:
+        """``hasher`` is fed elsewhere from now on (before any piece)."""
+        self._hashers = [h for h in self._hashers if h is not hasher]
+        self._on_loop = all(map(is_cheap, self._hashers))
+
     async def feed(self, piece: bytes | memoryview) -> None:
         """Take the next piece of the body (kept, unchanged, until hashed)."""
         if self.add(piece):

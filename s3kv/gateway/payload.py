@@ -15,11 +15,10 @@ byte is read. Nothing read is trustworthy until ``verify()`` has returned: the c
 pieces private (a buffer it can drop) until then.
 
 The MD5 for the ETag is computed by default (``md5=False``: ``--etag fast``); ``crc=True`` adds
-the store's CRC-32 of the body (``BodyResult.crc``). Digests (MD5, a signed payload's SHA-256,
-the client's checksum, the CRC) are fed piece by piece, never on a joined body, and large bodies
-are hashed in a worker thread while the loop reads on (digests.py). Plain bodies are handed
-over in the pieces aiohttp received them in (no join, no copy); aws-chunked ones in pieces of
-at most ``piece_size``.
+the store's CRC-32 (``BodyResult.crc``; a body that lands has it from its landing). Digests are
+fed piece by piece, never on a joined body, large bodies' in a worker thread while the loop
+reads on (digests.py). Plain bodies are handed over in the pieces aiohttp received them in (no
+join, no copy); aws-chunked ones in pieces of at most ``piece_size``.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from s3kv.errors import RequestError
 from s3kv.gateway.body_headers import b64, checksum_headers, int_header
-from s3kv.gateway.checksums import ALGORITHMS, Checksum, new_checksum
+from s3kv.gateway.checksums import ALGORITHMS, Checksum, LandedCrc, new_checksum
 from s3kv.gateway.digests import OFFLOAD_BYTES, BodyDigests
 from s3kv.sizes import MiB
 from s3kv.wire.headers import HeaderValues, comma_list
@@ -130,7 +129,8 @@ class BodyReader:
                 self._checksum = new_checksum(self._algo)
         self._crc: Checksum | None = None
         if crc:  # the store's CRC-32 is the client's crc32 checksum when it sends one
-            self._crc = self._checksum if self._algo == "crc32" else new_checksum("crc32")
+            self._crc = self._checksum if self._algo == "crc32" \
+                else LandedCrc(self.declared_size or 0)
         hashers: list[Any] = [self._md5, self._sha, self._checksum, self._crc]
         self._digests = BodyDigests([h for h in hashers if h is not None], offload_bytes)
         self.size = 0
@@ -148,6 +148,16 @@ class BodyReader:
         if self._started or not self.plain:
             raise RuntimeError("only a plain body not yet read can change its stream")
         self._chunks = stream
+
+    def landing_crc(self) -> LandedCrc | None:
+        """The body's store CRC-32 for its landing to work out instead of the reader
+        (:meth:`crc_landed`); None: none asked, or it is the client's crc32 checksum."""
+        return self._crc if isinstance(self._crc, LandedCrc) else None
+
+    def crc_landed(self) -> None:
+        """The body lands (not read yet): its landing feeds :meth:`landing_crc`."""
+        assert self._crc is not None and not self._started
+        self._digests.drop(self._crc)
 
     def _too_large(self) -> RequestError:
         return RequestError("EntityTooLarge", "Your proposed upload exceeds the maximum allowed "

@@ -19,9 +19,10 @@ the windows itself (:class:`LandingReads`, an ``asyncio.BufferedProtocol`` put i
 connection's protocol until the body's last byte), so the kernel's copy out of the socket is
 the only one; the reader's pieces are views of the windows as they fill. A landing given up
 reads the rest of the body into a scratch buffer: its windows are never written after that.
-A landing whose blocks are checksummed (:class:`Sums`) can instead be received off the event
-loop by the compiled loop of wire/landrecv.py (:meth:`BodyLanding.received_off_loop`), which
-works the CRCs out as the bytes come; what it does not finish the transport reads as above.
+A landing whose blocks are checksummed (:class:`Sums`: a batch put's blocks, a PutObject's
+store CRC) can instead be received off the event loop by the compiled loop of wire/landrecv.py
+(:meth:`BodyLanding.received_off_loop`), which works the CRCs out as the bytes come; what it
+does not finish the transport reads as above.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ class Sums(Protocol):
     """The blocks' checksums of a landing (store/blocksums.py's ``RunningSums``): fed the
     spans' bytes in order, or told the values outright."""
 
-    #: the blocks' lengths, in order: they add up to the spans' bytes
-    lengths: Sequence[int]
+    @property
+    def lengths(self) -> Sequence[int]:
+        """The blocks' lengths, in order: they add up to the spans' bytes."""
 
     def feed(self, piece: memoryview) -> None: ...
 

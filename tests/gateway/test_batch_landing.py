@@ -188,13 +188,13 @@ def test_batches_are_received_off_the_event_loop(gw: Gateway) -> None:
     assert _off_loop(gw) - before >= 5 * MiB  # all but what came with the head, or nearly
     assert _get(gw, [k for k, _ in blocks]) == [d for _, d in blocks]
 
-    slow = [(f"slow/{i}", os.urandom(1 * MiB)) for i in range(4)]
+    slow = [(f"slow/{i}", os.urandom(1 * MiB)) for i in range(10)]
     body = _framed(slow)
     with _raw(gw) as sock:
         sock.sendall(_batch_head(len(body)) + body[:len(body) // 2])
         time.sleep(landrecv.BUDGET + 0.5)
         sock.sendall(body[len(body) // 2:])
         status, answer = _answer(sock.makefile("rb"))
-    assert (status, json.loads(answer)) == ("HTTP/1.1 200 OK", {"stored": 4})
+    assert (status, json.loads(answer)) == ("HTTP/1.1 200 OK", {"stored": 10})
     assert _get(gw, [k for k, _ in slow]) == [d for _, d in slow]
     assert _landed(gw, flush=True) == len(blocks) + len(slow)

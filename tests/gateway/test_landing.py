@@ -12,6 +12,8 @@ import base64
 import hashlib
 import os
 import socket
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from s3kv.sizes import MiB
+from s3kv.wire import landrecv
 from tests.support.gateway import Gateway, gateway_client, running_gateway, store_stats
 
 ARGS = ["--segment-size", "64MiB", "--part-size", "8MiB", "--max-block-size", "32MiB",
@@ -120,3 +123,48 @@ def test_a_request_pipelined_after_a_landed_body(gw: Gateway) -> None:
     assert s3.get_object(Bucket="landing", Key="p1")["Body"].read() == first
     assert s3.get_object(Bucket="landing", Key="p2")["Body"].read() == second
     assert _landed(gw) == 2
+
+
+def _off_loop(gw: Gateway) -> float:
+    with urllib.request.urlopen(gw.endpoint + "/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("s3kv_http_bytes_in_off_loop_total"))
+
+
+def test_large_bodies_are_received_off_the_event_loop(gw: Gateway) -> None:
+    """A body with landrecv.LEAST or more to come is received by the compiled loop, its CRC
+    worked out as it comes (a wrong one would make the sealed block a checksum failure, a
+    miss): it reads back whole, a request pipelined after it is parsed, a client that stops
+    for longer than the loop's budget has the rest received by the event loop, one gone inside
+    or with a wrong Content-MD5 stores nothing, and a client's own crc32 checksum is checked."""
+    s3 = _client(gw)
+    big = {"off/a": os.urandom(8 * MiB + 1), "off/b": os.urandom(12 * MiB)}
+    before = _off_loop(gw)
+    with _raw(gw) as sock:
+        sock.sendall(b"".join(_head(k, len(d)) + d for k, d in big.items()))
+        assert [a.split(b"\r\n", 1)[0] for a in _responses(sock, 2)] == [b"HTTP/1.1 200 OK"] * 2
+    assert _off_loop(gw) - before >= 18 * MiB
+    slow = big["off/slow"] = os.urandom(10 * MiB)
+    with _raw(gw) as sock:
+        sock.sendall(_head("off/slow", len(slow)) + slow[:5 * MiB])
+        time.sleep(landrecv.BUDGET + 0.5)
+        sock.sendall(slow[5 * MiB:])
+        assert _responses(sock, 1)[0].startswith(b"HTTP/1.1 200 OK")
+    with _raw(gw) as sock:
+        sock.sendall(_head("off/cut", 10 * MiB) + os.urandom(6 * MiB))
+        sock.shutdown(socket.SHUT_WR)
+        sock.recv(65536)
+    wrong = base64.b64encode(hashlib.md5(b"something else").digest()).decode()
+    with pytest.raises(ClientError) as err:
+        s3.put_object(Bucket="landing", Key="off/md5", Body=os.urandom(8 * MiB), ContentMD5=wrong)
+    assert err.value.response["Error"]["Code"] == "BadDigest"
+    sent = big["off/crc"] = os.urandom(9 * MiB)
+    s3.put_object(Bucket="landing", Key="off/crc", Body=sent, ChecksumAlgorithm="CRC32")
+    assert _landed(gw, flush=True) == 4
+    for key, data in big.items():  # from the sealed segment's file, checked against its CRC
+        assert s3.get_object(Bucket="landing", Key=key)["Body"].read() == data, key
+    for key in ("off/cut", "off/md5"):
+        with pytest.raises(ClientError):
+            s3.head_object(Bucket="landing", Key=key)
+    assert store_stats(gw.endpoint)["checksum_failures"] == 0
