@@ -95,25 +95,31 @@ class Receiver:
         self._crc = _crc_address()
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="s3kv-landrecv")
         self._free = workers
+        self._closed = False
         self._max_read = max_read
         self._budget_ms = max(0, int(budget * 1000))
 
     def can_start(self) -> bool:
         """Whether a worker is free (else the event loop receives the body)."""
-        return self._free > 0
+        return self._free > 0 and not self._closed
 
     def start(self, fd: int, spans: Sequence[memoryview], filled: int,
               lengths: Sequence[int]) -> tuple[Receiving, asyncio.Future[Received]]:
         """Receive into ``spans`` from byte ``filled`` on (those before are in) from the socket
         ``fd``; the future's result says how far it got. Call only when :meth:`can_start`.
-        Raises ValueError if ``lengths`` do not add up to the spans' bytes."""
+        Raises ValueError if ``lengths`` do not add up to the spans' bytes, OSError if no
+        descriptor is to spare or the receiver is closed."""
         if sum(lengths) != sum(map(len, spans)) or not 0 <= filled <= sum(lengths):
             raise ValueError("the blocks' lengths must add up to the spans' bytes")
         receiving = Receiving()
         dup = os.dup(fd)
+        try:
+            future = asyncio.get_running_loop().run_in_executor(
+                self._pool, self._run, dup, list(spans), filled, list(lengths), receiving.stop)
+        except RuntimeError as exc:  # the pool is shut down
+            os.close(dup)
+            raise OSError("the receiver is closed") from exc
         self._free -= 1
-        future = asyncio.get_running_loop().run_in_executor(
-            self._pool, self._run, dup, list(spans), filled, list(lengths), receiving.stop)
         future.add_done_callback(self._done)
         return receiving, future
 
@@ -134,7 +140,7 @@ class Receiver:
 
     def close(self) -> None:
         """No new receives; those under way end within ``budget``."""
-        self._free = 0
+        self._closed = True
         self._pool.shutdown(wait=False)
 
 

@@ -104,6 +104,10 @@ async def test_a_worker_per_body_and_lengths_that_do_not_add_up_refused(
     receiving.cancel()
     await done
     assert receiver.can_start()
+    receiver.close()
+    assert not receiver.can_start()  # closed: the event loop receives every body
+    with pytest.raises(OSError):
+        receiver.start(ours.fileno(), [window], 0, [64])
     compiled = importlib.import_module("s3kv.wire._landrecv")
     with pytest.raises(BufferError):  # a read-only window is refused before any read
         compiled.receive(ours.fileno(), [memoryview(b"0" * 8)], 0, [8], 1, 8, bytearray(1), 0)
