@@ -147,8 +147,8 @@ class GatewayMetrics:
                                  ("s3kv_plain_lane_requests", "Requests answered in the plain "
                                   "lane (plain object PUTs and GETs)", self.plain_lane),
                                  ("s3kv_http_bytes_in_off_loop", "Request body bytes received "
-                                  "off the event loop by the compiled receive (landing native "
-                                  "batch puts)", self.bytes_off_loop)):
+                                  "off the event loop by the compiled receive (landing bodies "
+                                  "with 4 MiB or more to come)", self.bytes_off_loop)):
             family = CounterMetricFamily(name, doc)
             family.add_metric([], tally.value)
             yield family
