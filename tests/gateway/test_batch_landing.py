@@ -18,7 +18,6 @@ import os
 import socket
 import struct
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -29,7 +28,7 @@ from s3kv.client import S3KVClient
 from s3kv.frames import encode_frames
 from s3kv.sizes import KiB, MiB
 from s3kv.wire import landrecv
-from tests.support.gateway import Gateway, running_gateway, store_stats
+from tests.support.gateway import Gateway, metric, running_gateway, store_stats
 
 ARGS = ["--segment-size", "64MiB", "--part-size", "8MiB", "--max-block-size", "32MiB",
         "--sync-interval", "0", "--dram-cache", "0"]
@@ -171,10 +170,7 @@ def test_a_request_pipelined_after_a_landed_batch(gw: Gateway) -> None:
 
 
 def _off_loop(gw: Gateway) -> float:
-    with urllib.request.urlopen(gw.endpoint + "/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    return sum(float(line.split()[-1]) for line in text.splitlines()
-               if line.startswith("s3kv_http_bytes_in_off_loop_total"))
+    return metric(gw.endpoint, "s3kv_http_bytes_in_off_loop_total")
 
 
 def test_batches_are_received_off_the_event_loop(gw: Gateway) -> None:

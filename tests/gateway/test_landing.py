@@ -13,7 +13,6 @@ import hashlib
 import os
 import socket
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from botocore.exceptions import ClientError
 
 from s3kv.sizes import MiB
 from s3kv.wire import landrecv
-from tests.support.gateway import Gateway, gateway_client, running_gateway, store_stats
+from tests.support.gateway import Gateway, gateway_client, metric, running_gateway, store_stats
 
 ARGS = ["--segment-size", "64MiB", "--part-size", "8MiB", "--max-block-size", "32MiB",
         "--sync-interval", "0", "--dram-cache", "0"]
@@ -126,10 +125,7 @@ def test_a_request_pipelined_after_a_landed_body(gw: Gateway) -> None:
 
 
 def _off_loop(gw: Gateway) -> float:
-    with urllib.request.urlopen(gw.endpoint + "/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    return sum(float(line.split()[-1]) for line in text.splitlines()
-               if line.startswith("s3kv_http_bytes_in_off_loop_total"))
+    return metric(gw.endpoint, "s3kv_http_bytes_in_off_loop_total")
 
 
 def test_large_bodies_are_received_off_the_event_loop(gw: Gateway) -> None:

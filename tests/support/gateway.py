@@ -197,3 +197,11 @@ def store_stats(endpoint: str, *, flush: bool = False) -> dict[str, Any]:
                 await kv.flush()
             return await kv.stats()
     return asyncio.run(run())
+
+
+def metric(endpoint: str, name: str) -> float:
+    """A metric of the gateway's ``/metrics`` (the sum of its series: 0 if it has none)."""
+    with urllib.request.urlopen(f"{endpoint}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.split("{")[0].split(" ")[0] == name)
