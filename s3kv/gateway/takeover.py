@@ -194,8 +194,10 @@ class BodyLanding(BodyTake):
         if self._dropping:  # given up meanwhile: counted, and dropped
             self.received(left)
             left = 0
-        while left:  # one piece per span
+        while left:  # one piece per span (each non-empty, as :meth:`buffer` needs too)
             n = min(left, len(self.spans[self._span]) - self._filled)
+            if n <= 0:
+                raise RuntimeError("more bytes received than the spans hold")
             self.received(n)
             left -= n
         if self._deferred and self.sums is not None and not self._dropping:
