@@ -122,11 +122,11 @@ class BodyReader:
         self._md5 = hashlib.md5() if (md5 or self._md5_expected is not None) else None
         self._checksum: Checksum | None = None
         self._sha = hashlib.sha256() if self._content_sha is not None else None
-        if self._algo is not None:
-            if self._algo == "sha256" and self._sha is not None:
-                self._checksum = self._sha
-            else:
-                self._checksum = new_checksum(self._algo)
+        if self._algo == "sha256" and self._sha is not None:
+            self._checksum = self._sha
+        elif self._algo is not None:  # a crc32 one may be worked out by the body's landing
+            self._checksum = (LandedCrc(self.declared_size or 0) if self._algo == "crc32"
+                              else new_checksum(self._algo))
         self._crc: Checksum | None = None
         if crc:  # the store's CRC-32 is the client's crc32 checksum when it sends one
             self._crc = self._checksum if self._algo == "crc32" \
@@ -150,8 +150,8 @@ class BodyReader:
         self._chunks = stream
 
     def landing_crc(self) -> LandedCrc | None:
-        """The body's store CRC-32 for its landing to work out instead of the reader
-        (:meth:`crc_landed`); None: none asked, or it is the client's crc32 checksum."""
+        """The body's store CRC-32 (the client's crc32 checksum too, if it sent one) for its
+        landing to work out instead of the reader (:meth:`crc_landed`); None: none asked."""
         return self._crc if isinstance(self._crc, LandedCrc) else None
 
     def crc_landed(self) -> None:

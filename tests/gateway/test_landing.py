@@ -13,6 +13,7 @@ import hashlib
 import os
 import socket
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -83,9 +84,9 @@ def _raw(gw: Gateway) -> socket.socket:
     return socket.create_connection((host, int(port)), timeout=30)
 
 
-def _head(key: str, length: int) -> bytes:
+def _head(key: str, length: int, extra: str = "") -> bytes:
     return (f"PUT /landing/{key} HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n"
-            "x-amz-content-sha256: UNSIGNED-PAYLOAD\r\n\r\n").encode()
+            f"x-amz-content-sha256: UNSIGNED-PAYLOAD\r\n{extra}\r\n").encode()
 
 
 def _responses(sock: socket.socket, count: int) -> list[bytes]:
@@ -133,7 +134,8 @@ def test_large_bodies_are_received_off_the_event_loop(gw: Gateway) -> None:
     worked out as it comes (a wrong one would make the sealed block a checksum failure, a
     miss): it reads back whole, a request pipelined after it is parsed, a client that stops
     for longer than the loop's budget has the rest received by the event loop, one gone inside
-    or with a wrong Content-MD5 stores nothing, and a client's own crc32 checksum is checked."""
+    or with a wrong Content-MD5 stores nothing, and a client's own crc32 checksum is worked
+    out as the body comes too, and checked."""
     s3 = _client(gw)
     big = {"off/a": os.urandom(8 * MiB + 1), "off/b": os.urandom(12 * MiB)}
     before = _off_loop(gw)
@@ -156,11 +158,21 @@ def test_large_bodies_are_received_off_the_event_loop(gw: Gateway) -> None:
         s3.put_object(Bucket="landing", Key="off/md5", Body=os.urandom(8 * MiB), ContentMD5=wrong)
     assert err.value.response["Error"]["Code"] == "BadDigest"
     sent = big["off/crc"] = os.urandom(9 * MiB)
+    before = _off_loop(gw)
     s3.put_object(Bucket="landing", Key="off/crc", Body=sent, ChecksumAlgorithm="CRC32")
+    assert _off_loop(gw) - before >= 8 * MiB  # the client's crc32 worked out as it came
+    wrong_crc = base64.b64encode(zlib.crc32(b"something else").to_bytes(4, "big")).decode()
+    with _raw(gw) as sock:
+        sock.sendall(_head("off/badcrc", 8 * MiB, f"x-amz-checksum-crc32: {wrong_crc}\r\n")
+                     + os.urandom(8 * MiB))
+        answer = b""
+        while b"</Error>" not in answer and (chunk := sock.recv(65536)):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400") and b"BadDigest" in answer
     assert _landed(gw, flush=True) == 4
     for key, data in big.items():  # from the sealed segment's file, checked against its CRC
         assert s3.get_object(Bucket="landing", Key=key)["Body"].read() == data, key
-    for key in ("off/cut", "off/md5"):
+    for key in ("off/cut", "off/md5", "off/badcrc"):
         with pytest.raises(ClientError):
             s3.head_object(Bucket="landing", Key=key)
     assert store_stats(gw.endpoint)["checksum_failures"] == 0
