@@ -53,7 +53,7 @@ class LandedCrc(_Crc32):
         self.lengths = [length]
 
     def feed(self, piece: memoryview) -> None:
-        self._crc = zlib_ng.crc32(piece, self._crc)
+        self.update(piece)
 
     def settle(self, crcs: list[int]) -> None:
         [self._crc] = crcs

@@ -144,8 +144,6 @@ class S3RequestHandler(RequestHandler):
             transport.set_protocol(LandingReads(self, landing, self._end_landing))
             if off_loop and receiver is not None:
                 self._receive_off_loop(landing, receiver)
-        elif off_loop:
-            landing.received_off_loop(None)
         return landing
 
     def _receive_off_loop(self, landing: BodyLanding, receiver: Receiver) -> None:
