@@ -109,6 +109,8 @@ class GatewayMetrics:
         self.plain_lane = Tally()
         #: body bytes received off the event loop (wire/landrecv.py)
         self.bytes_off_loop = Tally()
+        #: batch-get block bytes checked and sent by the compiled loop (wire/blocksend.py)
+        self.bytes_out_compiled = Tally()
         self._requests: dict[tuple[str, int], int] = {}
         #: op -> [count per bucket of _BUCKETS, then +Inf; sum of seconds]
         self._latency: dict[str, list[float]] = {}
@@ -148,7 +150,10 @@ class GatewayMetrics:
                                   "lane (plain object PUTs and GETs)", self.plain_lane),
                                  ("s3kv_http_bytes_in_off_loop", "Request body bytes received "
                                   "off the event loop by the compiled receive (landing bodies "
-                                  "with 4 MiB or more to come)", self.bytes_off_loop)):
+                                  "with 4 MiB or more to come)", self.bytes_off_loop),
+                                 ("s3kv_http_bytes_out_compiled", "Batch-get block bytes "
+                                  "checked and sent by the compiled send (blocks the backend "
+                                  "lends at once)", self.bytes_out_compiled)):
             family = CounterMetricFamily(name, doc)
             family.add_metric([], tally.value)
             yield family

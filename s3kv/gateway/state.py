@@ -15,6 +15,7 @@ from s3kv.gateway.conditions import KeyLocks
 from s3kv.gateway.metrics import GatewayMetrics
 from s3kv.store.blocksums import SumWorker
 from s3kv.store.store import BlockStore
+from s3kv.wire.blocksend import Sender, sender
 from s3kv.wire.landrecv import Receiver, receiver
 from s3kv.wire.sigv2 import SigV2Verifier
 from s3kv.wire.sigv4_verify import SigV4Verifier
@@ -60,6 +61,8 @@ class GatewayState:
     sums: SumWorker = field(default_factory=SumWorker)
     #: receives landing bodies off the event loop (None: not built; closed with the app)
     receiver: Receiver | None = field(default_factory=receiver)
+    #: checks and sends runs of a batch get's blocks in one compiled call (None: not built)
+    sender: Sender | None = field(default_factory=sender)
     shutting_down: bool = False
     inflight: int = 0  # requests being handled now (the middleware counts them)
     #: set when the last request in flight leaves; exists only while drain() waits for it

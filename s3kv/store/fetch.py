@@ -14,10 +14,12 @@ their own (not one GET per block).
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
+from typing import cast
 
 from s3kv.backends.base import Backend, NowViewer, RangeViewer, stream_range
 from s3kv.errors import BackendError, IntegrityError, ObjectMissing
@@ -29,9 +31,10 @@ from s3kv.store.index import BlockIndex, Location
 from s3kv.store.readahead import ReadAhead
 from s3kv.store.readbudget import ReadBudget
 from s3kv.store.reader import MAX_RUN, ReadRun, plan_reads
-from s3kv.store.runread import RunRead
+from s3kv.store.runread import RunRead, RunSink
 from s3kv.store.segments import SegmentState, SegmentTable, segment_key
 from s3kv.store.stats import StoreStats
+from s3kv.store.unverified import Unverified
 from s3kv.store.writer import SegmentWriter
 from s3kv.wire.body import Pieces, joined, pieces_of, size_of
 
@@ -71,27 +74,6 @@ async def checksum_async(data: Pieces) -> int:
     return layout.checksum_pieces(parts)
 
 
-class _RunSink:
-    """A run's bytes as the backend streams them, counted as they arrive (a request may have
-    all its blocks before the GET ends), received in place where the backend can
-    (``fastget.Landing``)."""
-
-    def __init__(self, run: RunRead, stats: StoreStats) -> None:
-        self._run = run
-        self._stats = stats
-
-    def __call__(self, view: memoryview) -> None:
-        self._stats.backend_read_bytes += len(view)
-        self._run.feed(view)
-
-    def space(self) -> memoryview | None:
-        return self._run.space()
-
-    def landed(self, n: int) -> None:
-        self._stats.backend_read_bytes += n
-        self._run.landed(n)
-
-
 class BlockFetcher:
     """Reads blocks for the store; knows the store's parts, not the store."""
 
@@ -122,12 +104,25 @@ class BlockFetcher:
         """Whether backend reads are in flight or waiting (the writer paces uploads by it)."""
         return self._budget.busy
 
-    async def iter_many(self, nid: int, keys: Sequence[bytes], *, decode: bool = True,
-                        read_ahead: int = READ_AHEAD) -> AsyncGenerator[Pieces | None, None]:
+    def iter_many(self, nid: int, keys: Sequence[bytes], *, decode: bool = True,
+                  read_ahead: int = READ_AHEAD) -> AsyncGenerator[Pieces | None, None]:
         """One item per key, in order: the block's bytes (one buffer, or the pieces a DRAM-tier
         hit was written in), or None on a miss (absent, evicted, corrupt, backend down).
         Close the iterator (``contextlib.aclosing``) when stopping early: that cancels the
         reads still running."""
+        return cast(AsyncGenerator[Pieces | None, None],
+                    self._blocks(nid, keys, decode, read_ahead, False))
+
+    def iter_unverified(self, nid: int, keys: Sequence[bytes]
+                        ) -> AsyncGenerator[Pieces | Unverified | None, None]:
+        """:meth:`iter_many`, but a block the backend lends (a view of a mapped segment),
+        stored as it is and with no DRAM tier to fill, comes unchecked, as
+        :class:`Unverified` (its reader checks it as it sends it: unverified.py)."""
+        return self._blocks(nid, keys, True, READ_AHEAD, True)
+
+    async def _blocks(self, nid: int, keys: Sequence[bytes], decode: bool, read_ahead: int,
+                      unverified: bool) -> AsyncGenerator[Pieces | Unverified | None, None]:
+        defer = unverified and not self.dram.enabled
         locs: list[Location | None] = []
         cached: dict[int, Pieces] = {}  # DRAM tier hits (verified when they were stored)
         in_memory: set[int] = set()  # in a segment the writer still holds: copied when due
@@ -163,12 +158,13 @@ class BlockFetcher:
                 loc = locs[pos]
                 raw: Pieces | None = None
                 block: Pieces | None = None
+                view: memoryview | None = None  # lent by the backend
                 if loc is None:
                     pass
                 elif pos in cached:
                     block = cached.pop(pos)
                 elif pos in lent:
-                    raw = lent.pop(pos)
+                    raw = view = lent.pop(pos)
                 elif pos in in_memory:
                     raw = self.writer.read(loc.segment, loc.offset, loc.length)
                     if raw is None:  # sealed and let go since the plan
@@ -186,7 +182,15 @@ class BlockFetcher:
                         if reading is not None:
                             runs[started] = reading
                         started += 1
-                    raw = lent.pop(pos) if pos in lent else await runs[i].block(loc)
+                    view = lent.pop(pos, None)
+                    if view is None:
+                        raw = view = await runs[i].block(loc)
+                        view = view if runs[i].lent else None
+                if defer and view is not None and loc is not None \
+                        and loc.codec == NONE_ID and len(view) == loc.length:
+                    self._count(nid, key, True)  # until rejected
+                    yield Unverified(view, loc.crc, functools.partial(self._reject, nid, key, loc))
+                    continue
                 if loc is not None and raw is not None and block is None:
                     block = await self._verified(nid, key, loc, raw, decode)
                 self._count(nid, key, block is not None)
@@ -326,7 +330,7 @@ class BlockFetcher:
                 return
             key = segment_key(self.prefix, info.name)
             backend, stats = self.backend, self.stats
-            sink = _RunSink(run, stats)
+            sink = RunSink(run, stats)
             viewer = self._viewers()[0]
 
             async def attempt() -> int:
@@ -368,15 +372,26 @@ class BlockFetcher:
                 if len(data) != loc.raw_length:
                     problem = "decoded length mismatch"
         if problem:
-            self.stats.checksum_failures += 1
-            log.error("block.corrupt", key=key[:80], segment=loc.segment, offset=loc.offset,
-                      problem=problem)
-            if self.index.get(nid, key) == loc:
-                self.index.remove(nid, key)
-                self._dead(loc)
+            self._corrupt(nid, key, loc, problem)
             return None
         if self.dram.enabled and decode:
             # the tier keeps immutable pieces, or a copy of its own (not a view of a whole GET)
             data = frozen_copy(data)
             self.dram.put(nid, key, loc, data)
         return data
+
+    def _reject(self, nid: int, key: bytes, loc: Location) -> None:
+        """An :class:`Unverified` block failed its reader's check: a miss, not the hit it was
+        counted as."""
+        self.stats.hits -= 1
+        self.stats.misses += 1
+        self._corrupt(nid, key, loc, "checksum mismatch")
+
+    def _corrupt(self, nid: int, key: bytes, loc: Location, problem: str) -> None:
+        """A block read back is not what was stored: counted, logged, and forgotten."""
+        self.stats.checksum_failures += 1
+        log.error("block.corrupt", key=key[:80], segment=loc.segment, offset=loc.offset,
+                  problem=problem)
+        if self.index.get(nid, key) == loc:
+            self.index.remove(nid, key)
+            self._dead(loc)

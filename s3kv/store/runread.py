@@ -27,6 +27,7 @@ import numpy as np
 
 from s3kv.store.index import Location
 from s3kv.store.reader import ReadRun
+from s3kv.store.stats import StoreStats
 
 Extent = tuple[int, int]  # (offset in the segment, length)
 #: blocks at least this large get a buffer the backend fills without zeroing it first
@@ -62,6 +63,8 @@ class RunRead:
         #: for the read to pass an offset inside the member being received
         self._waiters: list[tuple[int, int, int, asyncio.Future[memoryview | None]]] = []
         self._tie = itertools.count()
+        #: whether the backend lent the run (its blocks are views of memory the backend maps)
+        self.lent = False
         self.restart()
 
     @property
@@ -131,6 +134,7 @@ class RunRead:
     def lend(self, view: memoryview) -> None:
         """The whole run as one view (fewer bytes only at the object's end): every block still
         waiting becomes a view of it; a block the view does not cover stays waiting."""
+        self.lent = True
         for off, length in self._extents:
             fut = self._blocks.get((off, length))
             inner = off - self.plan.start
@@ -185,3 +189,24 @@ class RunRead:
         if (self.task is not None and not self.task.done()
                 and self._next < len(self._extents)):
             self.task.cancel()
+
+
+class RunSink:
+    """A run's bytes as the backend streams them, counted as they arrive (a request may have
+    all its blocks before the GET ends), received in place where the backend can
+    (``fastget.Landing``)."""
+
+    def __init__(self, run: RunRead, stats: StoreStats) -> None:
+        self._run = run
+        self._stats = stats
+
+    def __call__(self, view: memoryview) -> None:
+        self._stats.backend_read_bytes += len(view)
+        self._run.feed(view)
+
+    def space(self) -> memoryview | None:
+        return self._run.space()
+
+    def landed(self, n: int) -> None:
+        self._stats.backend_read_bytes += n
+        self._run.landed(n)

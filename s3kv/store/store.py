@@ -41,6 +41,7 @@ from s3kv.store.recovery import Recovery
 from s3kv.store.segments import SegmentInfo, SegmentState, SegmentTable
 from s3kv.store.shared_reads import SharedReads
 from s3kv.store.stats import StoreStats
+from s3kv.store.unverified import Sendable
 from s3kv.store.writer import SegmentWriter
 from s3kv.wire.body import Pieces
 
@@ -348,8 +349,7 @@ class BlockStore:
 
     async def get_many(self, namespace: str, keys: Sequence[bytes], *,
                        decode: bool = True) -> list[Block | None]:
-        """Several blocks, each as one buffer; adjacent blocks of one segment come from one
-        ranged GET. ``decode=False``: the stored bytes, verified (for compaction)."""
+        """Several blocks, each as one buffer (``decode=False``: stored bytes, for compaction)."""
         return [None if b is None else as_block(b)
                 async for b in self.iter_many(namespace, keys, decode=decode)]
 
@@ -358,6 +358,9 @@ class BlockStore:
         """The blocks in request order as they arrive (None: a miss; a DRAM-tier hit may be the
         pieces it was written in), read a bounded window ahead (fetch.py); ``aclosing`` it."""
         return self.fetcher.iter_many(self.ns_id(namespace), keys, decode=decode)
+
+    def iter_unverified(self, ns: str, keys: Sequence[bytes]) -> AsyncGenerator[Sendable, None]:
+        return self.fetcher.iter_unverified(self.ns_id(ns), keys)  # unverified.py
 
     def list_blocks(self, namespace: str, prefix: bytes = b"", start_after: bytes = b"",
              limit: int | None = 1000) -> list[BlockMeta]:

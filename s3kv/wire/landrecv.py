@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import ModuleType
 
-import zlib_ng.zlib_ng
-
 from s3kv.log import get_logger
+from s3kv.wire.zngcrc import crc_address
 
 log = get_logger(__name__)
 
@@ -76,23 +74,13 @@ class Receiving:
         self.stop[0] = 1
 
 
-def _crc_address() -> int:
-    """The address of zlib-ng's ``zng_crc32`` in the zlib_ng package's extension (loaded
-    already: dlopen hands back the same library)."""
-    lib = ctypes.CDLL(zlib_ng.zlib_ng.__file__)
-    address = ctypes.cast(lib.zng_crc32, ctypes.c_void_p).value
-    if not address:
-        raise OSError("zlib_ng exports no zng_crc32")
-    return address
-
-
 class Receiver:
     """Up to ``workers`` landing bodies received off the event loop at once."""
 
     def __init__(self, workers: int = WORKERS, *, max_read: int = MAX_READ,
                  budget: float = BUDGET) -> None:
         assert _landrecv is not None
-        self._crc = _crc_address()
+        self._crc = crc_address()
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="s3kv-landrecv")
         self._free = workers
         self._closed = False
