@@ -54,9 +54,10 @@ from s3kv.wire.body import pieces_of, size_of
 from s3kv.wire.headers import index_headers
 
 MAX_BATCH_KEYS = 4096
-#: unchecked blocks (lent by the backend: at hand) at most checked and sent in one go
-#: (wire/blocksend.py), between which other requests have the event loop
+#: unchecked blocks (lent by the backend: at hand) at most checked and sent in one go, and
+#: their bytes (wire/blocksend.py)
 SEND_RUN = 64
+SEND_RUN_BYTES = 16 * 1024 * 1024
 
 
 def _keys(doc: Any) -> list[str]:
@@ -113,18 +114,16 @@ async def batch_get(request: web.Request) -> web.StreamResponse:
     sender = ChunkSender(request, resp)
     await sender.start()
     sent = 0
-    run: list[tuple[str, Unverified]] = []  # unchecked blocks, checked and sent together
+    run = _Run(sender, st.sender)  # unchecked blocks, checked and sent together
     async with aclosing(blocks):
         names_left = iter(names)
         async for block in blocks:
             name = next(names_left)
             if isinstance(block, Unverified):
-                run.append((name, block))
-                if len(run) >= SEND_RUN:
-                    sent += await _send_run(sender, run, st.sender)
+                if run.add(name, block):
+                    sent += await run.send()
                 continue
-            if run:
-                sent += await _send_run(sender, run, st.sender)
+            sent += await run.send()
             size = None if block is None else size_of(block)
             record = block_record(name, size)
             if block is not None and size:
@@ -132,8 +131,7 @@ async def batch_get(request: web.Request) -> web.StreamResponse:
                 sent += size
             else:
                 await sender.write(record)
-        if run:
-            sent += await _send_run(sender, run, st.sender)
+        sent += await run.send()
     await sender.write(end_record(len(names)))
     await resp.write_eof()
     st.metrics.bytes_out.inc(sent)
@@ -141,23 +139,39 @@ async def batch_get(request: web.Request) -> web.StreamResponse:
     return resp
 
 
-async def _send_run(sender: ChunkSender, run: list[tuple[str, Unverified]],
-                    compiled: Sender | None) -> int:
-    """The ``run``'s blocks, each checked before it is sent (a miss if it fails: the store
-    forgets it); emptied. Returns the bytes of blocks sent."""
-    def bad(i: int) -> bytes:
-        name, block = run[i]
-        block.reject()
-        return block_record(name, None)
+class _Run:
+    """Unchecked blocks (lent by the backend: at hand) gathered for one compiled call that
+    checks and sends them (wire/blocksend.py); between runs other requests have the loop."""
 
-    try:
-        sent = await sender.write_checked([block_record(n, len(b.view)) for n, b in run],
-                                          [b.view for _, b in run], [b.crc for _, b in run],
-                                          bad, compiled)
-    finally:
-        run.clear()
-    await asyncio.sleep(0)  # lent blocks need no wait: other requests' turn between runs
-    return sent
+    def __init__(self, sender: ChunkSender, compiled: Sender | None) -> None:
+        self._sender = sender
+        self._compiled = compiled
+        self._blocks: list[tuple[str, Unverified]] = []
+        self._bytes = 0
+
+    def add(self, name: str, block: Unverified) -> bool:
+        """Gather the block; whether the run is full (send it then)."""
+        self._blocks.append((name, block))
+        self._bytes += len(block.view)
+        return len(self._blocks) >= SEND_RUN or self._bytes >= SEND_RUN_BYTES
+
+    async def send(self) -> int:
+        """The run's blocks, each checked before it is sent (a miss if it fails: the store
+        forgets it); the bytes of blocks sent. The run is empty after."""
+        run, self._blocks, self._bytes = self._blocks, [], 0
+        if not run:
+            return 0
+
+        def bad(i: int) -> bytes:
+            name, block = run[i]
+            block.reject()
+            return block_record(name, None)
+
+        sent = await self._sender.write_checked(
+            [block_record(n, len(b.view)) for n, b in run], [b.view for _, b in run],
+            [b.crc for _, b in run], bad, self._compiled)
+        await asyncio.sleep(0)
+        return sent
 
 
 async def locate(request: web.Request) -> web.StreamResponse:

@@ -116,8 +116,8 @@ class BlockFetcher:
     def iter_unverified(self, nid: int, keys: Sequence[bytes]
                         ) -> AsyncGenerator[Pieces | Unverified | None, None]:
         """:meth:`iter_many`, but a block the backend lends (a view of a mapped segment),
-        stored as it is and with no DRAM tier to fill, comes unchecked, as
-        :class:`Unverified` (its reader checks it as it sends it: unverified.py)."""
+        stored as it is, small enough to check on the loop and with no DRAM tier to fill,
+        comes unchecked, as :class:`Unverified` (its reader checks it as it sends it)."""
         return self._blocks(nid, keys, True, READ_AHEAD, True)
 
     async def _blocks(self, nid: int, keys: Sequence[bytes], decode: bool, read_ahead: int,
@@ -182,12 +182,12 @@ class BlockFetcher:
                         if reading is not None:
                             runs[started] = reading
                         started += 1
-                    view = lent.pop(pos, None)
-                    if view is None:
-                        raw = view = await runs[i].block(loc)
-                        view = view if runs[i].lent else None
-                if defer and view is not None and loc is not None \
-                        and loc.codec == NONE_ID and len(view) == loc.length:
+                    raw = view = lent.pop(pos, None)
+                    if raw is None:
+                        raw = await runs[i].block(loc)
+                        view = raw if runs[i].lent else None
+                if defer and view is not None and loc is not None and loc.codec == NONE_ID \
+                        and len(view) == loc.length <= THREAD_THRESHOLD:
                     self._count(nid, key, True)  # until rejected
                     yield Unverified(view, loc.crc, functools.partial(self._reject, nid, key, loc))
                     continue

@@ -10,6 +10,7 @@ from typing import Any
 
 from s3kv.backends.base import Backend, RangeViewer, Sink
 from s3kv.sizes import KiB
+from s3kv.store import layout
 from s3kv.store.store import BlockStore
 from s3kv.wire.body import pieces_of
 from tests.store.helpers import block, open_store
@@ -225,6 +226,33 @@ async def test_blocks_at_hand_in_a_batch_are_read_without_a_task_or_thread(
         assert got == [blocks[1], blocks[2], blocks[5], None, blocks[3]] and not threads
         assert store.stats.backend_reads == reads + 1
         assert store.stats.checksum_failures == 1
+    finally:
+        await store.close()
+        await backend.close()
+
+
+async def test_lent_blocks_come_unverified_to_a_reader_that_checks_them(tmp_path: Any) -> None:
+    """``iter_unverified`` (the native batch get with the compiled send) hands blocks the
+    backend lends as :class:`Unverified`, counted as hits; ``reject()`` makes one the miss a
+    corrupt block is (counted, forgotten). A block the writer holds in memory comes checked."""
+    from s3kv.backends import FileBackend
+    from s3kv.store.unverified import Unverified
+
+    backend = await FileBackend(tmp_path / "store").open()
+    store, keys, blocks = await _chain(backend, 6, 64 * KiB)
+    try:
+        await store.put("kvns", b"open", b"o" * 1000)  # in the open segment
+        got = [b async for b in store.iter_unverified("kvns", [*keys, b"open", b"absent"])]
+        lent = [g for g in got[:6] if isinstance(g, Unverified)]
+        assert len(lent) == 6 and [bytes(u.view) for u in lent] == blocks
+        assert [u.crc for u in lent] == [layout.checksum(b) for b in blocks]
+        assert got[6] is not None and b"".join(pieces_of(got[6])) == b"o" * 1000  # checked
+        assert got[7] is None
+        hits, misses = store.stats.hits, store.stats.misses
+        lent[2].reject()
+        assert (store.stats.hits, store.stats.misses) == (hits - 1, misses + 1)
+        assert store.stats.checksum_failures == 1
+        assert store.index.get(store.ns_id("kvns"), keys[2]) is None
     finally:
         await store.close()
         await backend.close()
