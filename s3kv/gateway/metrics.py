@@ -153,7 +153,7 @@ class GatewayMetrics:
                                   "with 4 MiB or more to come)", self.bytes_off_loop),
                                  ("s3kv_http_bytes_out_compiled", "Batch-get block bytes "
                                   "checked and sent by the compiled send (blocks the backend "
-                                  "lends at once)", self.bytes_out_compiled)):
+                                  "lends as views of mapped segments)", self.bytes_out_compiled)):
             family = CounterMetricFamily(name, doc)
             family.add_metric([], tally.value)
             yield family

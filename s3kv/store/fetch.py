@@ -122,6 +122,7 @@ class BlockFetcher:
 
     async def _blocks(self, nid: int, keys: Sequence[bytes], decode: bool, read_ahead: int,
                       unverified: bool) -> AsyncGenerator[Pieces | Unverified | None, None]:
+        """:meth:`iter_many`'s walk (``unverified``: as :meth:`iter_unverified`'s)."""
         defer = unverified and not self.dram.enabled
         locs: list[Location | None] = []
         cached: dict[int, Pieces] = {}  # DRAM tier hits (verified when they were stored)
