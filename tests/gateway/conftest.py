@@ -8,6 +8,7 @@ gateway is shared by the whole session (starting one costs about a second).
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -82,3 +83,13 @@ def no_server_errors(gateway: Gateway) -> Iterator[None]:
     bad = {series: count for series, count in server_errors(gateway).items()
            if count > before.get(series, 0.0)}
     assert not bad, bad
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A connected socket pair, ours non-blocking as an event loop's socket is (the compiled
+    socket loops' tests)."""
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    with ours, theirs:
+        yield ours, theirs

@@ -12,7 +12,6 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -24,14 +23,6 @@ pytestmark = pytest.mark.skipif(blocksend.sender() is None,
                                 reason="the compiled send did not build (no C compiler)")
 
 TAIL = b"\r\n"
-
-
-@pytest.fixture
-def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    ours, theirs = socket.socketpair()
-    ours.setblocking(False)  # as an event loop's socket is
-    with ours, theirs:
-        yield ours, theirs
 
 
 def _read(sock: socket.socket, n: int) -> bytes:

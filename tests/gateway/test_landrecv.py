@@ -11,7 +11,6 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -21,14 +20,6 @@ from s3kv.wire.landrecv import Receiver
 
 pytestmark = pytest.mark.skipif(landrecv.receiver() is None,
                                 reason="the compiled receive did not build (no C compiler)")
-
-
-@pytest.fixture
-def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    ours, theirs = socket.socketpair()
-    ours.setblocking(False)  # as an event loop's socket is
-    with ours, theirs:
-        yield ours, theirs
 
 
 def _send_later(sock: socket.socket, data: bytes, delay: float = 0.05) -> threading.Thread:
