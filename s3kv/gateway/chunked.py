@@ -87,14 +87,15 @@ class ChunkSender(BodySender):
         plain and the transport has nothing queued, else one by one here. Returns the bytes of
         the blocks sent; :attr:`compiled_bytes` counts those the compiled loop sent."""
         sent, i, n = 0, 0, len(views)
+        heads: list[bytes] = []  # each block's chunk size line and record, made once
         while i < n:
             transport = self._transport
             if transport is None or transport.is_closing():
                 raise ConnectionResetError("the client closed the connection")
             if compiled is not None and self._fd >= 0 and not transport.get_write_buffer_size():
-                heads = [b"%x\r\n" % (len(r) + len(v)) + r
-                         for r, v in zip(records[i:], views[i:], strict=True)]
-                done = compiled.send(self._fd, heads, views[i:], crcs[i:], CRLF)
+                heads = heads or [b"%x\r\n" % (len(r) + len(v)) + r
+                                  for r, v in zip(records, views, strict=True)]
+                done = compiled.send(self._fd, heads[i:], views[i:], crcs[i:], CRLF)
                 if done.error:
                     raise ConnectionResetError(os.strerror(done.error))
                 whole = sum(map(len, views[i:i + done.blocks]))
@@ -108,7 +109,7 @@ class ChunkSender(BodySender):
                     i += 1
                     continue
                 if done.partial:  # checked, in part sent: the transport queues the rest
-                    await self._send(_after([heads[done.blocks], views[i], CRLF], done.partial))
+                    await self._send(_after([heads[i], views[i], CRLF], done.partial))
                     sent += len(views[i])
                     i += 1
                     continue
