@@ -335,9 +335,12 @@ def main(argv: list[str] | None = None) -> int:
             spent = {k.removeprefix(f"restore_{kind}_").removesuffix("_cpu_s"): v
                      for k, v in results.items()
                      if k.startswith(f"restore_{kind}_") and k.endswith("_cpu_s")}
+            per_cpu = [v for k, v in sorted(results.items())
+                       if k.startswith(f"restore_{kind}_cpu") and k.endswith("_busy")]
             print(f"  CPU-s of the {kind.replace('_', '-')} restore: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in sorted(spent.items()))
-                  + f"; server busy {results.get(f'restore_{kind}_server_busy', 0):.2f}")
+                  + f"; server busy {results.get(f'restore_{kind}_server_busy', 0):.2f}"
+                  + "; CPUs busy " + " / ".join(f"{v:.2f}" for v in per_cpu))
     return 0
 
 

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks import cores
 from benchmarks.harness import (
     CPUMeter,
     Progress,
@@ -70,14 +71,18 @@ async def throughput(gw: S3Side, direct: S3Side, size: int, n: int, concurrency:
 
 def restore_cpu(meter: CPUMeter | None, run: str, before: dict[str, float], seconds: float
                 ) -> dict[str, float]:
-    """CPU-seconds each process spent on one restore (``restore_{run}_{process}_cpu_s``), and
-    how busy that kept the server's core: its CPU-seconds per second of the restore (about 1
-    with ``--split-cores``: the storage core was the bound)."""
+    """CPU-seconds each process spent on one restore (``restore_{run}_{process}_cpu_s``; also
+    the machine's, its interrupts' and what ran outside them: ``machine``, ``interrupts``,
+    ``other``), how busy that kept the server: its CPU-seconds per second of the restore (about
+    1 with ``--split-cores``: the storage core was the bound), and each CPU
+    (``restore_{run}_cpu{i}_busy``)."""
     if meter is None:
         return {}
     cpu = meter.delta(before, meter.sample())
-    out = {f"restore_{run}_{name}_cpu_s": round(v, 3) for name, v in cpu.items()}
+    out = {f"restore_{run}_{name}_cpu_s": round(v, 3) for name, v in cpu.items()
+           if not name.startswith("cpu")}
     out[f"restore_{run}_server_busy"] = round(cpu["server"] / seconds, 3) if seconds else 0.0
+    out.update({f"restore_{run}_{k}": v for k, v in cores.busy(cpu, seconds).items()})
     return out
 
 

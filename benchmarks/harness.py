@@ -13,7 +13,9 @@ with these parts:
   without one, on a ``file://`` store; :func:`gateway_subprocess` also gives its pid);
 - CPU accounting: :class:`CPUMeter` samples user+system CPU-seconds of named process groups
   (``client``, ``gateway``, and each server process: ``rgw``, ``osd``, ``mon``) and
-  :meth:`CPUMeter.delta` turns two samples into CPU-seconds per group and their server sum;
+  :meth:`CPUMeter.delta` turns two samples into CPU-seconds per group and their server sum,
+  and (``benchmarks.cores``) the whole machine's per CPU, its interrupts, and what ran
+  outside the named processes;
 - server counters: :func:`server_counters` reads RGW's own request and byte counters (None on
   servers without them), so both sides are counted the same way, where the server sees them;
 - the two sides: :class:`S3Side` (one S3 endpoint, the gateway's front or the server itself,
@@ -42,6 +44,7 @@ from typing import Any
 
 import psutil
 
+from benchmarks import cores
 from benchmarks.s3_clients import BlockClient, SlowDown
 from benchmarks.servers import (
     BenchServer,
@@ -87,18 +90,21 @@ def server_process_names(server: BenchServer) -> dict[str, int]:
 @dataclass
 class CPUMeter:
     """CPU-seconds (user + system, all threads) of named processes; ``server`` names which of
-    them are the S3 server's, whose sum is reported as ``server``."""
+    them are the S3 server's, whose sum is reported as ``server``. With ``machine``, also the
+    whole machine's (``benchmarks.cores``: ``machine``, ``interrupts``, ``steal``, each CPU's
+    ``cpu{i}``) and ``other``, the busy CPU-seconds outside the named processes."""
 
     procs: dict[str, int] = field(default_factory=dict)
     server: tuple[str, ...] = ()
+    machine: bool = False
 
     @classmethod
     def for_run(cls, server: BenchServer, **others: int) -> CPUMeter:
         names = server_process_names(server)
-        return cls({"client": os.getpid(), **others, **names}, tuple(names))
+        return cls({"client": os.getpid(), **others, **names}, tuple(names), machine=True)
 
     def sample(self) -> dict[str, float]:
-        out: dict[str, float] = {}
+        out: dict[str, float] = cores.sample() if self.machine else {}
         for name, pid in self.procs.items():
             try:
                 t = psutil.Process(pid).cpu_times()
@@ -110,6 +116,8 @@ class CPUMeter:
     def delta(self, before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
         d = {k: max(0.0, after[k] - before.get(k, 0.0)) for k in after}
         d["server"] = sum(d[k] for k in self.server)
+        if self.machine and "machine" in d:
+            d["other"] = max(0.0, d["machine"] - sum(d[k] for k in self.procs if k in d))
         return d
 
 

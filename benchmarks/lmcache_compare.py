@@ -22,7 +22,11 @@ from a fresh RemoteBackend (a fresh S3 connector has no size cache, as another e
 a restarted one has none: it sends one HEAD per chunk). Routes run interleaved, ``--repeat``
 rounds in rotating order, on one server; figures are medians over the rounds. CPU is each
 process's user + system time (psutil) over each phase; "server" sums all of the S3 server's
-processes (RGW: radosgw, the OSD and the mon).
+processes (RGW: radosgw, the OSD and the mon); "machine" is every CPU's busy time, "other" the
+part of it outside those processes (interrupts taken while idle, kernel threads: the virtual
+disk's reads show there), "interrupts" the hard and soft interrupts in it, and
+``{phase}_cpu{i}_busy`` how busy each CPU was (benchmarks/cores.py): a phase with every CPU
+near 1 was bound by this machine's CPUs, and its ratio is the two routes' CPU per GiB apart.
 
 LMCache's S3 connector addresses buckets virtual-hosted style (``Host: BUCKET.DOMAIN:PORT``,
 resolved by awscrt), so ``lmcgw.s3.localtest`` and ``lmcdirect.s3.localtest`` must resolve to
@@ -57,6 +61,7 @@ import numpy as np
 import psutil
 import xxhash
 
+from benchmarks import cores
 from benchmarks.lmcache_engine import (
     ACCESS,
     BACKEND_BUCKET,
@@ -86,11 +91,24 @@ def _say(msg: str) -> None:
 
 
 def _cpu(pids: dict[str, tuple[int, ...]]) -> dict[str, float]:
-    """CPU-seconds so far per name, summed over its processes."""
-    out = {}
+    """CPU-seconds so far per name, summed over its processes, and the machine's
+    (``benchmarks.cores``)."""
+    out = cores.sample()
     for name, group in pids.items():
         times = [psutil.Process(pid).cpu_times() for pid in group]
         out[name] = sum(t.user + t.system for t in times)
+    return out
+
+
+def _spent(before: dict[str, float], after: dict[str, float], pids: dict[str, tuple[int, ...]],
+           phase: str, gib: float, seconds: float) -> dict[str, float]:
+    """A phase's CPU-seconds per GiB by name (``{phase}_cpu_s_per_gib_{name}``; ``other``: the
+    machine's busy time outside the named processes) and how busy each CPU was."""
+    d = cores.between(before, after)
+    d["other"] = max(0.0, d["machine"] - sum(d[k] for k in pids))
+    out = {f"{phase}_cpu_s_per_gib_{k}": v / gib for k, v in d.items()
+           if k in pids or k in (*cores.TOTALS, "other")}
+    out.update({f"{phase}_{k}": v for k, v in cores.busy(d, seconds).items()})
     return out
 
 
@@ -146,8 +164,8 @@ def one_round(e: Engine, route: str, server: BenchServer, urls: dict[str, str],
     return {"store_gib_s": size / GiB / (t1 - t0), "retrieve_gib_s": size / GiB / (t2 - t1b),
             "lookup_ms": (t4 - t3) * 1000, "lookup_found": float(found),
             "verified": float(ok), "bytes": float(size),
-            **{f"store_cpu_s_per_gib_{k}": (c1[k] - c0[k]) / (size / GiB) for k in pids},
-            **{f"retrieve_cpu_s_per_gib_{k}": (c2[k] - c1[k]) / (size / GiB) for k in pids}}
+            **_spent(c0, c1, pids, "store", size / GiB, t1 - t0),
+            **_spent(c1, c2, pids, "retrieve", size / GiB, t2 - t1b)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,6 +271,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r:11s} store {m['store_gib_s']:.3f} GiB/s  retrieve "
                   f"{m['retrieve_gib_s']:.3f} GiB/s  lookup({args.lookup_chunks}) "
                   f"{m['lookup_ms']:.1f} ms found {m['lookup_found']:.0f}")
+            print("            retrieve CPU-s per GiB: " + ", ".join(
+                f"{k} {m[f'retrieve_cpu_s_per_gib_{k}']:.2f}" for k in
+                ("client", "gateway", "server", "other", "interrupts", "machine")
+                if f"retrieve_cpu_s_per_gib_{k}" in m) + "; CPUs busy " + " / ".join(
+                f"{v:.2f}" for k, v in sorted(m.items())
+                if k.startswith("retrieve_cpu") and k.endswith("_busy")))
         print(f"plugin vs direct: retrieve x{out['retrieve_ratio_vs_direct']:.2f}, store "
               f"x{out['store_ratio_vs_direct']:.2f}, lookup x{out['lookup_speedup_vs_direct']:.1f}")
         if DRAM_ROUTE in med:

@@ -14,6 +14,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 from benchmarks.harness import BenchServer, CPUMeter, bucket_objects_on, server_counters
@@ -70,7 +71,9 @@ def test_backend_cost_quick_on_moto_split_cores() -> None:
                 assert _number(got[side][key]) and got[side][key] >= 0, (tag, side, key)
             # moto keeps no request counters: those figures are null, not guessed
             assert got[side]["requests"] is None and got[side]["bytes_written"] is None
-            assert set(got[side]["cpu_s"]) == {"client", "gateway", "server"}
+            assert set(got[side]["cpu_s"]) == {
+                "client", "gateway", "server", "machine", "interrupts", "steal", "other",
+                *(f"cpu{i}" for i in range(psutil.cpu_count()))}
         # one object per block: exactly one object per block written
         assert got["direct"]["objects"] == pytest.approx((1 << 30) / got["block_bytes"])
         assert got["requests_ratio"] is None

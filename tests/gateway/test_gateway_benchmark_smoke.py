@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -22,6 +23,9 @@ from tests.support.benchmarks import run_json
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"put_ratio_256KiB_c1", "put_ratio_256KiB_c8", "get_ratio_2MiB_c1", "get_ratio_2MiB_c8",
         "restore_ratio"}
+#: what each phase is costed by: the processes, and the machine's CPUs (benchmarks/cores.py)
+COSTED = {"client", "gateway", "server", "machine", "interrupts", "steal", "other",
+          *(f"cpu{i}" for i in range(psutil.cpu_count()))}
 
 
 def test_gateway_benchmark_quick_json() -> None:
@@ -51,7 +55,7 @@ def test_gateway_benchmark_quick_json() -> None:
     assert doc["backend_requests_ratio_put_256KiB"] is None
     assert doc["gateway_put_requests_per_GiB_256KiB_c8"] is None
     cpu = doc["gateway_put_cpu_s_per_GiB_256KiB_c8"]
-    assert set(cpu) == {"client", "gateway", "server"}
+    assert set(cpu) == COSTED
     # the direct phase is not charged with the gateway's work: the gateway sits idle then, and
     # its timers (eviction, sync) cost at most a psutil tick or two (0.32 CPU-s per GiB, one
     # 10 ms tick over the 32 MiB phase, was read once on a loaded machine)
@@ -59,7 +63,10 @@ def test_gateway_benchmark_quick_json() -> None:
     assert cpu["gateway"] > 0 and idle < cpu["gateway"] / 10, (idle, cpu["gateway"])
     # and every GET phase: the gateway's own CPU only on its side
     got = doc["gateway_get_cpu_s_per_GiB_2MiB_c8"]
-    assert set(got) == {"client", "gateway", "server"} and got["gateway"] > 0
+    assert set(got) == COSTED and got["gateway"] > 0
+    # the machine's busy time covers the named processes' (to a tick per process and CPU)
+    assert got["machine"] + 0.01 * (3 + psutil.cpu_count()) * 1024 / 32 >= (
+        got["client"] + got["gateway"] + got["server"])
     # the idle gateway's timers may cost one psutil tick in the direct phase too (10 ms over
     # its 32 MiB: 0.32 CPU-s per GiB, read once on a loaded machine), never more
     assert doc["direct_get_cpu_s_per_GiB_2MiB_c8"]["gateway"] <= round(0.01 * 1024 / 32, 2)
@@ -69,9 +76,11 @@ def test_gateway_benchmark_quick_json() -> None:
     # read 0; each figure is its own median over the repeats, so busy is not checked against
     # the medians of the other two: test_restore_cpu_per_process does that)
     for kind in ("batch", "per_block"):
-        for name in ("client", "gateway", "server"):
+        for name in ("client", "gateway", "server", "machine", "interrupts", "other"):
             assert doc[f"restore_{kind}_{name}_cpu_s"] >= 0, (kind, name)
         assert doc[f"restore_{kind}_server_busy"] >= 0
+        for i in range(psutil.cpu_count()):  # how busy each CPU was (0-1, to a tick)
+            assert 0 <= doc[f"restore_{kind}_cpu{i}_busy"] <= 1.5, (kind, i)
 
 
 def test_gateway_benchmark_quick_json_warp_client() -> None:
@@ -85,7 +94,7 @@ def test_gateway_benchmark_quick_json_warp_client() -> None:
                  "gateway_get_MiBps_2MiB_c1", "direct_get_MiBps_2MiB_c1", "restore_batch_s"):
         assert doc[name] > 0, name
     cpu = doc["gateway_put_cpu_s_per_GiB_256KiB_c8"]
-    assert set(cpu) == {"client", "gateway", "server"} and cpu["gateway"] > 0
+    assert set(cpu) == COSTED and cpu["gateway"] > 0
     assert doc["gateway_put_slowdowns"] >= 0 and doc["direct_put_slowdowns"] >= 0
 
 
@@ -190,3 +199,19 @@ def test_restore_cpu_per_process() -> None:
                    "restore_batch_rgw_cpu_s": 0.75, "restore_batch_osd_cpu_s": 0.5,
                    "restore_batch_server_cpu_s": 1.25, "restore_batch_server_busy": 1.0}
     assert restore_cpu(None, "batch", before, 1.25) == {}
+
+
+def test_restore_cpu_with_the_machine() -> None:
+    """With the machine's counters: its busy time, what ran outside the named processes, and
+    how busy each CPU was over the restore."""
+    meter = _Ticks([{"client": 2.0, "gateway": 1.5, "rgw": 3.0, "osd": 1.0, "machine": 14.0,
+                     "interrupts": 1.0, "steal": 0.0, "cpu0": 7.5, "cpu1": 6.5}])
+    meter.machine = True
+    before = {"client": 1.5, "gateway": 1.0, "rgw": 2.25, "osd": 0.5, "machine": 11.0,
+              "interrupts": 0.75, "steal": 0.0, "cpu0": 6.0, "cpu1": 5.0}
+    got = restore_cpu(meter, "batch", before, 1.5)
+    assert got["restore_batch_machine_cpu_s"] == 3.0
+    assert got["restore_batch_other_cpu_s"] == 0.75  # 3.0 - (0.5 + 0.5 + 0.75 + 0.5)
+    assert got["restore_batch_interrupts_cpu_s"] == 0.25
+    assert got["restore_batch_cpu0_busy"] == 1.0 and got["restore_batch_cpu1_busy"] == 1.0
+    assert "restore_batch_cpu0_cpu_s" not in got
