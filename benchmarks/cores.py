@@ -1,12 +1,13 @@
 """CPU time of the whole machine, per CPU: what a per-process account cannot see.
 
 A benchmark's per-process CPU-seconds (user + system of the client, the gateway, the server's
-daemons) leave out whatever runs outside them: interrupts taken while a CPU was idle (the
-virtual disk's completions when the S3 server reads from disk), kernel threads, other
-processes. On these 2-CPU machines that share was 0.3-0.4 CPU-s per GiB restored from Ceph
-RGW (session 43), enough to decide whether a run was bound by its CPUs. :func:`sample` reads
-the kernel's per-CPU counters (``/proc/stat`` through psutil) and :func:`between` turns two
-samples into CPU-seconds:
+daemons) leave out whatever runs outside them: interrupts taken while a CPU was idle, kernel
+threads, other processes; and they cannot say whether the CPUs were full. Restoring from Ceph
+RGW on these 2-CPU machines (session 43), interrupts (the virtual disk's reads, the loopback's
+packets) were 0.3-0.4 CPU-s per GiB, most of them charged to the process they interrupted, what
+ran outside the named processes 0.06-0.13, and both CPUs 93-99 % busy: the routes' ratio was
+their CPU per GiB apart. :func:`sample` reads the kernel's per-CPU counters (``/proc/stat``
+through psutil) and :func:`between` turns two samples into CPU-seconds:
 
 - ``machine``: busy CPU-seconds over every CPU (everything but idle, iowait and time the host
   stole from this VM);

@@ -23,10 +23,11 @@ a restarted one has none: it sends one HEAD per chunk). Routes run interleaved, 
 rounds in rotating order, on one server; figures are medians over the rounds. CPU is each
 process's user + system time (psutil) over each phase; "server" sums all of the S3 server's
 processes (RGW: radosgw, the OSD and the mon); "machine" is every CPU's busy time, "other" the
-part of it outside those processes (interrupts taken while idle, kernel threads: the virtual
-disk's reads show there), "interrupts" the hard and soft interrupts in it, and
-``{phase}_cpu{i}_busy`` how busy each CPU was (benchmarks/cores.py): a phase with every CPU
-near 1 was bound by this machine's CPUs, and its ratio is the two routes' CPU per GiB apart.
+part of it outside those processes (interrupts taken while idle, kernel threads),
+"interrupts" the hard and soft interrupts in it (the virtual disk's reads show there, mostly
+charged to the processes they interrupted), and ``{phase}_cpu{i}_busy`` how busy each CPU was
+(benchmarks/cores.py): a phase with every CPU near 1 was bound by this machine's CPUs, and
+then two routes' rates are their CPU per GiB apart.
 
 LMCache's S3 connector addresses buckets virtual-hosted style (``Host: BUCKET.DOMAIN:PORT``,
 resolved by awscrt), so ``lmcgw.s3.localtest`` and ``lmcdirect.s3.localtest`` must resolve to
