@@ -68,6 +68,8 @@ def _measured(meter: CPUMeter, args: list[str], env: dict[str, str]) -> dict[str
     doc = _bench(args, env)
     cpu = meter.delta(before, meter.sample())
     cpu["client"] = _children_cpu() - kids
+    if "other" in cpu:  # the ranks are the client, not something outside the named processes
+        cpu["other"] = max(0.0, cpu["other"] - cpu["client"])
     doc["cpu_s"] = {k: round(v, 2) for k, v in cpu.items()}
     return doc
 
