@@ -40,11 +40,8 @@ MIN_RUN_BYTES = 32 << 20
 MAX_RUN_BYTES = 256 << 20
 #: read through a gap of at most this many bytes between two blocks rather than split the run
 MAX_GAP = 64 << 10
-#: ranged GETs in flight at once per fetch. More streams cost Ceph RGW more per byte: a
-#: 10K-token LMCache session (1.25 GiB) read 0.89-0.94 GiB/s with 4 in flight against
-#: 0.77-0.93 with 8 (RGW + OSD 1.50-1.62 CPU-s per GiB against 1.57-1.80), 0.88-0.91 with 2
-#: (docs/performance.md, session 43)
-IN_FLIGHT = 4
+#: ranged GETs in flight at once per fetch
+IN_FLIGHT = 8
 #: seconds a gateway that answered 501 (direct reads off), or whose object store could not be
 #: reached, is not asked to locate again
 OFF_FOR = 300.0

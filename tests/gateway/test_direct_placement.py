@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from s3kv.client_direct import IN_FLIGHT, MAX_GAP, MAX_RUN_BYTES, DirectReads, plan_runs
+from s3kv.client_direct import MAX_GAP, DirectReads, plan_runs
 from s3kv.client_io import BlockBody
 from tests.support.localapp import serve_locally
 
@@ -121,21 +121,15 @@ def test_runs_are_large_but_at_least_in_flight_when_there_is_enough() -> None:
         return {"urls": [f"u{i}" for i in range(8)],
                 "blocks": [[u, off, n, 0] for u, off, n in blocks]}
 
-    # a session of 40 chunks of 32 MiB + 4 KiB, 7 to a 256 MiB segment: a quarter of it
-    # (IN_FLIGHT = 4) is over MAX_RUN_BYTES, so runs of up to 256 MiB: one per full segment
-    # (7 chunks) and the last 5
-    assert IN_FLIGHT == 4
+    # a session of 40 chunks of 32 MiB + 4 KiB, 7 to a 256 MiB segment: runs of up to an
+    # eighth of it (5 chunks), so 5 + 2 per full segment and the last 5
     chunk = 32 * mib + 4096
     session = [(i // 7, (i % 7) * chunk, chunk) for i in range(40)]
     runs, via, missing = plan_runs(doc(session), list(range(40)))
     assert not via and not missing
-    assert [len(r.members) for r in runs] == [7] * 5 + [5]
-    assert all(r.end - r.start <= MAX_RUN_BYTES for r in runs)
+    assert [len(r.members) for r in runs] == [5, 2] * 5 + [5]
+    assert all(r.end - r.start <= 40 * chunk // 8 for r in runs)
     assert sorted(p for r in runs for p, *_ in r.members) == list(range(40))
-    # 20 of them: a quarter each (5 chunks), so 5 + 2 per full segment, then 5 + 1
-    runs, _, _ = plan_runs(doc(session[:20]), list(range(20)))
-    assert [len(r.members) for r in runs] == [5, 2, 5, 2, 5, 1]
-    assert all(r.end - r.start <= 20 * chunk // 4 for r in runs)
     # 64 MiB inside one segment: 8 runs of 8 MiB would be too small: runs of up to 32 MiB
     small = [(0, i * mib, mib) for i in range(64)]
     runs, _, _ = plan_runs(doc(small), list(range(64)))
