@@ -22,6 +22,7 @@ through psutil) and :func:`between` turns two samples into CPU-seconds:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import psutil
@@ -55,6 +56,12 @@ def sample() -> dict[str, float]:
 def between(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """CPU-seconds spent between two :func:`sample` calls, by name."""
     return {k: max(0.0, after[k] - before.get(k, 0.0)) for k in after}
+
+
+def outside(spent: dict[str, float], names: Iterable[str]) -> float:
+    """``other``: the machine's busy CPU-seconds in ``spent`` outside the processes ``names``
+    (each named process's CPU-seconds in ``spent`` too)."""
+    return max(0.0, spent["machine"] - sum(spent[k] for k in names))
 
 
 def busy(spent: dict[str, float], seconds: float) -> dict[str, float]:

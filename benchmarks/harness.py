@@ -117,7 +117,7 @@ class CPUMeter:
         d = {k: max(0.0, after[k] - before.get(k, 0.0)) for k in after}
         d["server"] = sum(d[k] for k in self.server)
         if self.machine and "machine" in d:
-            d["other"] = max(0.0, d["machine"] - sum(d[k] for k in self.procs if k in d))
+            d["other"] = cores.outside(d, (k for k in self.procs if k in d))
         return d
 
 

@@ -106,7 +106,7 @@ def _spent(before: dict[str, float], after: dict[str, float], pids: dict[str, tu
     """A phase's CPU-seconds per GiB by name (``{phase}_cpu_s_per_gib_{name}``; ``other``: the
     machine's busy time outside the named processes) and how busy each CPU was."""
     d = cores.between(before, after)
-    d["other"] = max(0.0, d["machine"] - sum(d[k] for k in pids))
+    d["other"] = cores.outside(d, pids)
     out = {f"{phase}_cpu_s_per_gib_{k}": v / gib for k, v in d.items()
            if k in pids or k in (*cores.TOTALS, "other")}
     out.update({f"{phase}_{k}": v for k, v in cores.busy(d, seconds).items()})

@@ -4,8 +4,8 @@ the same pass as it sends it (the native batch get: s3kv/wire/blocksend.py).
 The store checks every block it reads: a block that fails is a miss, counted, logged and
 forgotten, never data. Checked on the event loop just before its send, a block lent as a view
 of a mapped segment costs a read of its bytes from memory no cache holds, and the send then
-reads them again. A reader that asks for unverified blocks (``BlockStore.iter_many(...,
-unverified=True)``) gets such blocks as :class:`Unverified`: it must compare the block's CRC-32
+reads them again. A reader that asks for unverified blocks (``BlockStore.iter_unverified``)
+gets such blocks as :class:`Unverified`: it must compare the block's CRC-32
 with ``crc`` before a byte of it leaves, and on a mismatch call :meth:`Unverified.reject`,
 which does what the store does with a corrupt block, and send a miss instead.
 """
