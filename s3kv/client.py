@@ -26,6 +26,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 
@@ -41,9 +42,11 @@ from s3kv.client_io import (
     framed_parts,
     request_parts,
 )
+from s3kv.client_stream import fetch_stream
 from s3kv.errors import BackendUnavailable, Backpressure, RequestError
 from s3kv.frames import FRAMES, read_records
 from s3kv.routing import GatewaySet, Resolver, resolve_all
+from s3kv.wire.fastget import GetPool, ProtocolError
 
 __all__ = ["BlockBody", "BlockData", "S3KVClient", "Sink"]
 
@@ -71,6 +74,7 @@ class S3KVClient:
         self._put_concurrency = put_concurrency
         self._session: aiohttp.ClientSession | None = None
         self._direct = DirectReads(timeout, connect_timeout) if direct_reads else None
+        self._pool = GetPool(connect_timeout=connect_timeout)  # batch gets (client_stream.py)
 
     async def open(self) -> S3KVClient:
         """Open the HTTP session (on the running loop); ``async with`` does it."""
@@ -90,6 +94,7 @@ class S3KVClient:
     async def close(self) -> None:
         if self._direct is not None:
             self._direct.close()
+        self._pool.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -186,20 +191,21 @@ class S3KVClient:
 
     async def _fetch_part(self, gateway: str, namespace: str, want: list[str],
                           where: list[int], sink: Sink, done: list[bool]) -> None:
-        async with self._open(gateway, "POST", f"/v1/{namespace}/batch-get",
-                              json_body={"keys": want}) as resp:
-            try:
-                n = 0
-                async for _, length in read_records(resp.content, want):
-                    body = None if length is None else BlockBody(resp.content, length)
-                    await sink(where[n], body)
-                    if body is not None:
-                        await body.drain()
-                        done[where[n]] = True
-                    n += 1
-            except (asyncio.IncompleteReadError, ValueError) as exc:
-                raise RequestError("MalformedFrames", f"bad batch-get stream from "
-                                   f"{gateway}: {exc}", 502) from exc
+        """One batch get, its stream received straight into the sink's buffers
+        (client_stream.py)."""
+        u = urlsplit(gateway)
+        body = json.dumps({"keys": want}).encode()
+        headers = {"Host": u.netloc, "Content-Type": "application/json",
+                   "Content-Length": str(len(body)), **self._headers}
+        try:
+            async with asyncio.timeout(self._timeout.total):
+                await fetch_stream(self._pool, f"{u.scheme}://{u.netloc}",
+                                   f"{u.path.rstrip('/')}/v1/{quote(namespace, safe='')}"
+                                   "/batch-get", headers, body, want, where, sink, done)
+        except (OSError, ProtocolError, TimeoutError) as exc:
+            self.gateways.mark_down(gateway)
+            raise BackendUnavailable(f"gateway {gateway} unreachable: "
+                                     f"{type(exc).__name__}: {exc}") from exc
 
     async def get_many(self, namespace: str, keys: Sequence[str]) -> list[bytes | None]:
         """The blocks (None for a miss), in the order of ``keys``."""

@@ -161,6 +161,18 @@ class FramedPayload(aiohttp.payload.Payload):
             await writer.write(part)
 
 
+async def together(jobs: list[Awaitable[None]]) -> None:
+    """Run ``jobs`` together; the first error cancels the others (awaited, so none is left
+    running or unretrieved) and is raised."""
+    tasks = [asyncio.ensure_future(j) for j in jobs]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 def error_from_response(status: int, body: bytes, headers: Mapping[str, str]) -> Exception:
     try:
         doc = json.loads(body)

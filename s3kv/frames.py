@@ -165,32 +165,56 @@ async def _read_prefixed(stream: Readable, limit: int) -> tuple[bytes, bytes | N
     return prefix, (None if n > limit else await stream.readexactly(n))
 
 
-async def read_records(stream: Readable, keys: Sequence[str]
-                       ) -> AsyncIterator[tuple[str, int | None]]:
-    """(key, length or None) of each record of the batch-get stream that answers ``keys``:
-    exactly one record per key, in their order. After each block's header the caller reads
-    exactly ``length`` bytes before asking for the next. Raises ValueError on a malformed
-    stream, asyncio.IncompleteReadError on a truncated one."""
-    count = 0
-    while True:
-        doc = await read_doc(stream)
+class RecordCheck:
+    """The record headers of a batch-get stream that answers ``keys``, checked one at a time:
+    exactly one record per key, in their order, then the end record counting them."""
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        self._keys = keys
+        self.count = 0
+
+    def record(self, doc: Any) -> tuple[str, int | None] | None:
+        """(key, length or None for a miss) of the record whose header is ``doc``; None for
+        the end record. Raises ValueError on a malformed or unexpected record."""
         if not isinstance(doc, dict):
             raise ValueError("record header is not an object")
+        count, keys = self.count, self._keys
         if doc.get("end") is True:
             if doc.get("count") != count or count != len(keys):
                 raise ValueError(f"end record counts {doc.get('count')}, {count} received "
                                  f"for {len(keys)} keys")
-            if await stream.read(1):
-                raise ValueError("bytes after the end record")
-            return
+            return None
         key = doc.get("key")
         if count >= len(keys) or key != keys[count]:
             raise ValueError(f"record {count} is for key {key!r}, not the one asked")
-        count += 1
+        self.count += 1
         if doc.get("missing") is True:
-            yield key, None
-            continue
+            return key, None
         length = doc.get("length")
         if not isinstance(length, int) or isinstance(length, bool) or length < 0:
-            raise ValueError(f"record {count - 1}: bad block length {length!r}")
-        yield key, length
+            raise ValueError(f"record {count}: bad block length {length!r}")
+        return key, length
+
+
+def header_length(prefix: bytes | bytearray | memoryview, limit: int = MAX_HEADER) -> int:
+    """The length a record header's prefix declares; ValueError past ``limit``."""
+    (n,) = _LEN.unpack(prefix)
+    if n > limit:
+        raise ValueError(f"record header of {n} bytes")
+    return int(n)
+
+
+async def read_records(stream: Readable, keys: Sequence[str]
+                       ) -> AsyncIterator[tuple[str, int | None]]:
+    """(key, length or None) of each record of the batch-get stream that answers ``keys``
+    (:class:`RecordCheck`). After each block's header the caller reads exactly ``length``
+    bytes before asking for the next. Raises ValueError on a malformed stream,
+    asyncio.IncompleteReadError on a truncated one."""
+    check = RecordCheck(keys)
+    while True:
+        record = check.record(await read_doc(stream))
+        if record is None:
+            if await stream.read(1):
+                raise ValueError("bytes after the end record")
+            return
+        yield record

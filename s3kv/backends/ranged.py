@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 
 from s3kv.backends.base import Sink
 from s3kv.errors import BackendError, BackendUnavailable, ObjectMissing
-from s3kv.wire.fastget import GetPool, ProtocolError, landing_of
+from s3kv.wire.fastget import GetPool, ProtocolError
+from s3kv.wire.landing import landing_of
 from s3kv.wire.sigv4 import EMPTY_SHA256, Credentials, Signer, quote_path
 
 _CODE = re.compile(rb"<Code>([^<]{1,64})</Code>")

@@ -8,70 +8,42 @@ buffer is reused for the next read. Nothing is allocated per chunk and no body i
 
 Only what a GET or a PUT needs of HTTP/1.1: one request at a time per keep-alive connection,
 request bodies sent with their Content-Length (views written as the transport takes them, no
-join), response bodies delimited by Content-Length (S3 servers answer with it); a chunked
-response is accepted for short (error) bodies only, and one with neither is read to the end of
-the connection. A PUT through here costs the client a fraction of an aiohttp request's CPU.
+join), response bodies delimited by Content-Length (S3 servers answer with it) or chunked
+(only to a landing, below: a gateway's batch-get stream; otherwise for short error bodies
+only), and one with neither is read to the end of the connection. A PUT through here costs the
+client a fraction of an aiohttp request's CPU.
 
-A sink that is also a :class:`Landing` offers the memory the next body bytes belong in (the
-S3 backend's ranged reads: the block being read), and the kernel receives them straight into
-it: no copy out of the connection's buffer. Bytes it has no place for (a gap between blocks,
-the end of the head's read) go through the sink as before.
+A sink that is also a :class:`~s3kv.wire.landing.Landing` offers the memory the next body bytes
+belong in (the S3 backend's ranged reads and the client's direct reads: the block being read),
+and the kernel receives them straight into it: no copy out of the connection's buffer. Bytes it
+has no place for (a gap between blocks, the end of the head's read) go through the sink as
+before. A chunked body's framing is taken off on the way (s3kv.wire.dechunk). A ValueError
+from a sink ends the exchange with it (the connection is closed).
 
-Used by warp's S3 client for its GETs and PUTs and by the S3 backend's ranged reads
-(:mod:`s3kv.backends.ranged`).
+Used by warp's S3 client for its GETs and PUTs, by the S3 backend's ranged reads
+(:mod:`s3kv.backends.ranged`) and by the native client's reads (direct and batch get).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, cast, runtime_checkable
 from urllib.parse import urlsplit
 
 from s3kv.clock import now_ns
 from s3kv.wire.body import Buffer
+from s3kv.wire.dechunk import Dechunker
+from s3kv.wire.landing import Landing, Sink, landing_of, paced
 
 RECV_BUFFER = 1 << 20
 HEAD_LIMIT = 64 << 10
 ERROR_BODY_LIMIT = 64 << 10
 
-Sink = Callable[[memoryview], None]
-
 
 class ProtocolError(Exception):
     pass
-
-
-@runtime_checkable
-class Landing(Protocol):
-    """A sink that can take body bytes in place."""
-
-    def __call__(self, view: memoryview) -> None: ...
-
-    def space(self) -> memoryview | None:
-        """Writable memory for the next body bytes, at most as many as belong there; None:
-        none now (they come through ``__call__``)."""
-        ...
-
-    def landed(self, n: int) -> None:
-        """``n`` bytes were received into the start of the last ``space()``."""
-        ...
-
-
-@functools.cache
-def _lands(cls: type) -> bool:
-    return issubclass(cls, Landing)
-
-
-def landing_of(sink: Sink) -> Landing | None:
-    """``sink`` as a :class:`Landing` when its class takes bytes in place, else None. Decided
-    once per class: ``isinstance`` against a runtime protocol walks the protocol's members on
-    every call (~4 % of the gateway's CPU when it was asked once per ranged read)."""
-    kind: type = type(sink)
-    return cast(Landing, sink) if _lands(kind) else None
 
 
 @dataclass
@@ -99,6 +71,7 @@ class _GetProtocol(asyncio.BufferedProtocol):
         self._left = -1  # body bytes still expected; -1: until the connection closes
         self._in_head = True
         self._chunked = False
+        self._dechunk: Dechunker | None = None  # a chunked body going to a landing
         self.closed = False
         #: set while the transport's buffer is full (pause_writing), until it drains
         self._writable: asyncio.Future[None] | None = None
@@ -116,6 +89,10 @@ class _GetProtocol(asyncio.BufferedProtocol):
         self._resp, self._sink, self._sink_statuses = Response(), sink, sink_statuses
         self._landing = landing_of(sink)
         self._head_len, self._in_head, self._left, self._chunked = 0, True, -1, False
+        self._dechunk = None
+        pacer = paced(sink)
+        if pacer is not None:
+            pacer.pace(self.transport.pause_reading, self.transport.resume_reading)
         self.transport.write(request)
         return self._waiter
 
@@ -152,12 +129,12 @@ class _GetProtocol(asyncio.BufferedProtocol):
         if self._in_head:
             return memoryview(self._head)[self._head_len:]
         self._landed = False
-        if self._landing is not None and self._left > 0 and not self._chunked \
+        if self._landing is not None and (self._left > 0 or self._dechunk is not None) \
                 and self._to_sink():
             space = self._landing.space()
             if space is not None and len(space):
                 self._landed = True
-                return space[:self._left]
+                return space[:self._left] if self._left > 0 else space
         return self._body_buf
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -181,23 +158,31 @@ class _GetProtocol(asyncio.BufferedProtocol):
             self._in_head = False
             rest = memoryview(self._head)[end + 4:self._head_len]
             if len(rest):
-                self._body(rest)
+                self._feed(rest)
             elif self._left == 0:
                 self._finish()
             return
         if self._landed:
             self._landed = False
-            self._left -= nbytes
+            if self._left > 0:
+                self._left -= nbytes
             self._resp.size += nbytes
             assert self._landing is not None
-            self._landing.landed(nbytes)
-            if self._left == 0:
+            try:
+                self._landing.landed(nbytes)
+            except ValueError as exc:  # a body its landing finds malformed
+                self._fail(exc)
+                return
+            if self._left == 0 or (self._dechunk is not None and self._dechunk.done):
                 self._finish()
             return
-        self._body(self._body_buf[:nbytes])
+        self._feed(self._body_buf[:nbytes])
+
+    def _ends_at_close(self) -> bool:
+        return self._left < 0 and not self._in_head and self._dechunk is None
 
     def eof_received(self) -> bool | None:
-        if self._left < 0 and not self._in_head:
+        if self._ends_at_close():
             self._resp.keep_alive = False
             self._finish()
         else:
@@ -207,7 +192,7 @@ class _GetProtocol(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._release_writer()
-        if self._left < 0 and not self._in_head and exc is None:
+        if self._ends_at_close() and exc is None:
             self._resp.keep_alive = False
             self._finish()
         self._fail(exc or ConnectionResetError("connection lost"))
@@ -228,6 +213,15 @@ class _GetProtocol(asyncio.BufferedProtocol):
             self._chunked = "chunked" in h.get("transfer-encoding", "").lower()
             if not self._chunked:
                 self._resp.keep_alive = False  # read to the end of the connection
+            elif self._landing is not None and self._to_sink():
+                self._dechunk = Dechunker(self._landing)  # its data lands in place
+                self._landing = self._sink = self._dechunk
+
+    def _feed(self, data: memoryview) -> None:
+        try:
+            self._body(data)
+        except ValueError as exc:  # a body its sink finds malformed
+            self._fail(exc)
 
     def _body(self, data: memoryview) -> None:
         r = self._resp
@@ -235,7 +229,7 @@ class _GetProtocol(asyncio.BufferedProtocol):
             data = data[:self._left]
             self._left -= len(data)
         r.size += len(data)
-        if self._chunked:  # only short bodies (S3 errors) come chunked
+        if self._chunked and self._dechunk is None:  # short bodies: S3 errors
             r.error_body += bytes(data)
             if r.error_body.endswith(b"0\r\n\r\n") and (
                     r.error_body == b"0\r\n\r\n" or r.error_body.endswith(b"\r\n0\r\n\r\n")):
@@ -248,7 +242,7 @@ class _GetProtocol(asyncio.BufferedProtocol):
                 r.error_body += bytes(data)
         elif self._sink is not None:
             self._sink(data)
-        if self._left == 0:
+        if self._left == 0 or (self._dechunk is not None and self._dechunk.done):
             self._finish()
 
     def _to_sink(self) -> bool:
@@ -259,7 +253,7 @@ class _GetProtocol(asyncio.BufferedProtocol):
     def _finish(self) -> None:
         self._release_writer()  # an answer before the whole body: the sender stops
         if self._waiter is not None and not self._waiter.done():
-            if self._chunked:
+            if self._chunked and self._dechunk is None:
                 self._resp.error_body = _dechunk(self._resp.error_body)
                 self._resp.size = len(self._resp.error_body)
                 if self._resp.status < 300:
