@@ -14,6 +14,7 @@ import aiohttp
 
 from s3kv.errors import Backpressure, InvalidInput, NamespaceNotFound, RequestError, TooLarge
 from s3kv.frames import FRAMES, STORED_HEADER, frames_head
+from s3kv.wire.body import slices
 
 #: a block to put: one buffer, or several sent back to back (a header and a payload)
 BlockData = bytes | memoryview | tuple[bytes | memoryview, ...]
@@ -157,8 +158,10 @@ class FramedPayload(aiohttp.payload.Payload):
         raise TypeError("a framed batch-put body is binary")
 
     async def write(self, writer: Any) -> None:
-        for part in self._parts:
-            await writer.write(part)
+        # in views of at most SLICE bytes: what one write() cannot send at once the transport
+        # copies into a buffer of its own (a whole 32 MiB block, less what the socket took)
+        for piece in slices(self._parts):
+            await writer.write(piece)
 
 
 async def together(jobs: list[Awaitable[None]]) -> None:

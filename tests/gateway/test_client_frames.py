@@ -12,8 +12,10 @@ import pytest
 from aiohttp import web
 
 from s3kv.client import S3KVClient
+from s3kv.client_io import FramedPayload, framed_parts
 from s3kv.errors import RequestError
-from s3kv.frames import STREAM, block_record, end_record
+from s3kv.frames import STREAM, block_record, decode_frames, end_record
+from s3kv.wire.body import SLICE
 
 
 def _raw(doc: object) -> bytes:
@@ -89,3 +91,21 @@ async def test_blocks_arrive_before_the_stream_ends(unused_tcp_port: int) -> Non
             assert got == [("a", b"xyz"), ("b", b"hi")]
     finally:
         await runner.cleanup()
+
+
+async def test_a_framed_body_goes_out_in_slices() -> None:
+    """A batch put's body is written as views of at most SLICE bytes: a whole 32 MiB block
+    handed to one write() has the transport copy all the socket did not take at once."""
+    big = memoryview(bytearray(range(256)) * (12 * 1024 * 4))  # 12 MiB
+    items = [("a", b"xyz"), ("big", big), ("hb", (b"head", big[:5 * SLICE // 2]))]
+    writes: list[bytes] = []
+
+    class Recorder:  # the writer aiohttp would pass (records what it is given)
+        async def write(self, chunk: bytes | memoryview) -> None:
+            writes.append(bytes(chunk))
+
+    await FramedPayload(framed_parts(items)).write(Recorder())
+    assert max(map(len, writes)) <= SLICE
+    decoded = decode_frames([b"".join(writes)])
+    assert [(k, b"".join(v)) for k, v in decoded] == [
+        ("a", b"xyz"), ("big", bytes(big)), ("hb", b"head" + bytes(big[:5 * SLICE // 2]))]
