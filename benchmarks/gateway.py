@@ -25,9 +25,9 @@ What is measured:
   stops; its GETs are served from the server (the DRAM tier is off);
 - the time to restore a 10K-token session (Qwen2.5-7B geometry: 56 KiB per token, 16-token
   blocks of 896 KiB, 625 blocks) as a prefix chain: one native prefix lookup plus streamed
-  native batch gets (``S3KVClient.iter_many``, ``--restore-batch`` keys per request, by default
-  the whole chain in one; every block is checked as it arrives and dropped, as the per-block
-  side does) against per-block GETs
+  native batch gets (``S3KVClient.fetch``, ``--restore-batch`` keys per request, by default
+  the whole chain in one; every block is received into one buffer, checked and dropped, as the
+  per-block side does) against per-block GETs
   of one object per block at concurrency 8 (and, for reference, per-block GETs through the
   gateway's S3 front at concurrency 8).
 

@@ -24,7 +24,7 @@ from benchmarks.harness import (
     run_concurrently,
     settle_disk,
 )
-from s3kv.client import S3KVClient
+from s3kv.client import BlockBody, S3KVClient
 from s3kv.errors import Backpressure
 from s3kv.models import block_bytes
 
@@ -116,7 +116,7 @@ async def restore(gw_url: str, gw: S3Side, direct: S3Side, tokens: int, batch: i
     await direct.get_all(*direct.warm, 8)
 
     async with S3KVClient(gw_url, token=token, connections=batch_concurrency + 1,
-                          timeout=600) as kv:
+                          timeout=600, direct_reads=False) as kv:
         await settle_disk()
         cpu0 = meter.sample() if meter is not None else {}
         t0 = time.perf_counter()
@@ -124,13 +124,18 @@ async def restore(gw_url: str, gw: S3Side, direct: S3Side, tokens: int, batch: i
         starts = list(range(0, present, batch))
         bad: list[str] = []
 
-        async def one(j: int) -> None:  # each block is checked as it arrives, then dropped,
-            s = starts[j]                # as the per-block side does
-            pos = s
-            async for key, block in kv.iter_many(ns, chain[s:s + batch]):
-                if block != blocks[pos]:
-                    bad.append(key)
-                pos += 1
+        async def one(j: int) -> None:  # each block is received into one buffer, checked and
+            s = starts[j]                # dropped, as the per-block side does
+            buf = memoryview(bytearray(bsize))
+
+            async def check(i: int, body: BlockBody | None) -> None:
+                if body is not None and body.length == bsize:
+                    await body.readinto(buf)
+                    if buf != blocks[s + i]:
+                        bad.append(chain[s + i])
+
+            done = await kv.fetch(ns, chain[s:s + batch], check)
+            bad.extend(chain[s + i] for i, ok in enumerate(done) if not ok)
 
         await run_concurrently(len(starts), batch_concurrency, one)
         batch_s = time.perf_counter() - t0
