@@ -126,11 +126,12 @@ async def restore(gw_url: str, gw: S3Side, direct: S3Side, tokens: int, batch: i
 
         async def one(j: int) -> None:  # each block is received into one buffer, checked and
             s = starts[j]                # dropped, as the per-block side does
-            buf = memoryview(bytearray(bsize))
+            buf = bytearray(bsize)  # compared as a bytearray: a memcmp (a memoryview's == goes
+            view = memoryview(buf)  # item by item)
 
             async def check(i: int, body: BlockBody | None) -> None:
                 if body is not None and body.length == bsize:
-                    await body.readinto(buf)
+                    await body.readinto(view)
                     if buf != blocks[s + i]:
                         bad.append(chain[s + i])
 
