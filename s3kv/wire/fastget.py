@@ -27,6 +27,7 @@ Used by warp's S3 client for its GETs and PUTs, by the S3 backend's ranged reads
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,6 +73,7 @@ class _GetProtocol(asyncio.BufferedProtocol):
         self._in_head = True
         self._chunked = False
         self._dechunk: Dechunker | None = None  # a chunked body going to a landing
+        self._exchange = 0  # counts exchanges begun and ended: a paced sink's pause is its own
         self.closed = False
         #: set while the transport's buffer is full (pause_writing), until it drains
         self._writable: asyncio.Future[None] | None = None
@@ -90,9 +92,12 @@ class _GetProtocol(asyncio.BufferedProtocol):
         self._landing = landing_of(sink)
         self._head_len, self._in_head, self._left, self._chunked = 0, True, -1, False
         self._dechunk = None
+        self._exchange += 1
         pacer = paced(sink)
         if pacer is not None:
-            pacer.pace(self.transport.pause_reading, self.transport.resume_reading)
+            ex = self._exchange
+            pacer.pace(functools.partial(self._pace, ex, True),
+                       functools.partial(self._pace, ex, False))
         self.transport.write(request)
         return self._waiter
 
@@ -250,8 +255,20 @@ class _GetProtocol(asyncio.BufferedProtocol):
         status = self._resp.status
         return status < 300 if self._sink_statuses is None else status in self._sink_statuses
 
+    def _pace(self, exchange: int, pause: bool) -> None:
+        """A paced sink pauses or resumes reading: only while its exchange lasts."""
+        transport = self.transport
+        if exchange == self._exchange and transport is not None and not transport.is_closing():
+            if pause:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
+
     def _finish(self) -> None:
         self._release_writer()  # an answer before the whole body: the sender stops
+        self._exchange += 1  # its sink's pace is over: the connection reads for the next one
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()  # (nothing if it was not paused)
         if self._waiter is not None and not self._waiter.done():
             if self._chunked and self._dechunk is None:
                 self._resp.error_body = _dechunk(self._resp.error_body)

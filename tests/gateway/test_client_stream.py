@@ -19,7 +19,7 @@ from s3kv.client import S3KVClient
 from s3kv.client_io import BlockBody
 from s3kv.client_landing import BlockIn
 from s3kv.client_stream import AHEAD, END, RecordLanding
-from s3kv.errors import RequestError
+from s3kv.errors import BackendUnavailable, RequestError
 from s3kv.frames import STREAM, block_record, end_record
 from s3kv.wire.dechunk import ChunkError, Dechunker
 from tests.gateway.conftest import TOKEN, Gateway
@@ -287,3 +287,78 @@ async def test_a_gateways_batch_get_lands_in_the_readers_buffer(
     assert done == [True] * len(blocks) + [False]
     total = sum(map(len, blocks.values()))
     assert landed[0] > 0.9 * total, (landed[0], total)
+
+
+@pytest.mark.parametrize("stall", [False, True])
+async def test_a_gateway_lost_mid_stream_is_unavailable(stall: bool,
+                                                        unused_tcp_port: int) -> None:
+    """A gateway that drops the connection (or stops sending) in the middle of a block: the
+    fetch ends with BackendUnavailable within the client's timeout, the block is not
+    delivered, and the gateway is marked down."""
+    over = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": STREAM})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        await resp.write(block_record("a", 1 * MiB) + os.urandom(100 * KiB))
+        if stall:
+            await asyncio.wait_for(over.wait(), 30)
+        assert request.transport is not None
+        request.transport.close()
+        return resp
+
+    runner = await _serve(handler, unused_tcp_port)
+    seen: list[int] = []
+
+    async def sink(i: int, body: BlockBody | None) -> None:
+        assert body is not None
+        seen.append(i)
+        await body.readinto(memoryview(bytearray(body.length)))
+
+    try:
+        url = f"http://127.0.0.1:{unused_tcp_port}"
+        async with S3KVClient(url, timeout=1.0) as kv:
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            with pytest.raises(BackendUnavailable):
+                await kv.fetch("ns", ["a"], sink)
+            assert loop.time() - t0 < 5
+            assert seen == [0]
+            assert not kv.gateways.is_up(url)
+    finally:
+        over.set()
+        await runner.cleanup()
+
+
+async def test_a_connection_paused_for_a_reader_is_not_reused_paused(
+        unused_tcp_port: int) -> None:
+    """A stream of small blocks can be all in while its reader is still behind (the connection
+    paused for it); when that reader then fails, the connection goes on serving the client's
+    next batch get instead of waiting for a resume that never comes."""
+    blocks = [(str(i), os.urandom(2 * KiB)) for i in range(10)]
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": STREAM})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        await resp.write(_records([(k, d) for k, d in blocks]))
+        await resp.write_eof()
+        return resp
+
+    class Stop(Exception):
+        pass
+
+    async def slow_then_fails(i: int, body: BlockBody | None) -> None:
+        await asyncio.sleep(0.3)  # every byte arrives meanwhile
+        raise Stop
+
+    runner = await _serve(handler, unused_tcp_port)
+    try:
+        async with S3KVClient(f"http://127.0.0.1:{unused_tcp_port}", timeout=3.0) as kv:
+            with pytest.raises(Stop):
+                await kv.fetch("ns", [k for k, _ in blocks], slow_then_fails)
+            for _ in range(2):
+                assert await kv.get_many("ns", [k for k, _ in blocks]) == [d for _, d in blocks]
+    finally:
+        await runner.cleanup()
