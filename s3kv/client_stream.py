@@ -30,6 +30,7 @@ from s3kv.client_landing import BlockIn, LandedBody, Undelivered
 from s3kv.errors import RequestError
 from s3kv.frames import RecordCheck, header_length
 from s3kv.wire.fastget import GetPool
+from s3kv.wire.landing import FramedLanding
 
 #: bytes read at once while a record's header is next: its length prefix and its JSON (a few
 #: dozen bytes); the block bytes read with them are copied into the block
@@ -47,19 +48,17 @@ END = _End()
 Record = BlockIn | None | _End
 
 
-class RecordLanding:
+class RecordLanding(FramedLanding):
     """A fastget Landing (and Paced sink) over a batch-get response's body: parses its records
     and queues them, in order, for :func:`deliver`; the bytes of each block go to its
     :class:`BlockIn`. A ValueError from any call: the stream is malformed."""
 
     def __init__(self, keys: Sequence[str]) -> None:
+        super().__init__(HEAD_READ)
         self._check = RecordCheck(keys)
-        self._scratch = memoryview(bytearray(HEAD_READ))
-        self._own = False  # the last space() was the scratch
         self._head = bytearray()  # the record header's bytes so far
         self._doc_len = -1  # its JSON's length, once its prefix is in
-        self._block: BlockIn | None = None  # the block whose bytes come next
-        self._left = 0  # of them, still to come
+        self._block: BlockIn | None = None  # the block whose bytes come next (``_left`` of them)
         self.ended = False
         self._records: deque[Record] = deque()
         self._wake: asyncio.Future[None] | None = None
@@ -74,43 +73,28 @@ class RecordLanding:
     def pace(self, pause: Callable[[], None], resume: Callable[[], None]) -> None:
         self._pause, self._resume = pause, resume
 
-    def space(self) -> memoryview | None:
-        if self._block is not None:
-            self._own = False
-            space = self._block.space()
-            return None if space is None else space[:self._left]
-        if self.ended:
-            return None
-        self._own = True
-        return self._scratch
+    def _in_payload(self) -> bool:
+        return self._block is not None
 
-    def landed(self, n: int) -> None:
-        if self._own:
-            self(self._scratch[:n])
-            return
+    def _over(self) -> bool:
+        return self.ended
+
+    def _payload_space(self) -> memoryview | None:
+        assert self._block is not None
+        return self._block.space()
+
+    def _payload_landed(self, n: int) -> None:
         assert self._block is not None
         self._block.landed(n)
-        self._left -= n
-        if not self._left:
-            self._block = None
 
-    def __call__(self, view: memoryview) -> None:
-        data = view
-        while len(data):
-            block = self._block
-            if block is not None:
-                k = min(self._left, len(data))
-                block.take(data[:k])
-                self._left -= k
-                data = data[k:]
-                if not self._left:
-                    self._block = None
-            elif self.ended:
-                raise ValueError("bytes after the end record")
-            else:
-                data = self._header_from(data)
+    def _payload_end(self) -> None:
+        self._block = None
 
-    def _header_from(self, data: memoryview) -> memoryview:
+    def _payload_take(self, data: memoryview) -> None:
+        assert self._block is not None
+        self._block.take(data)
+
+    def _framing_from(self, data: memoryview) -> memoryview:  # a record's header
         head = self._head
         want = _PREFIX if self._doc_len < 0 else _PREFIX + self._doc_len
         k = want - len(head)

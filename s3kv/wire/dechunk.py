@@ -12,7 +12,7 @@ empty chunk and its trailer section.
 
 from __future__ import annotations
 
-from s3kv.wire.landing import Landing
+from s3kv.wire.landing import FramedLanding, Landing
 
 #: a chunk's size line longer than this (extensions included) is refused
 LINE_LIMIT = 4096
@@ -28,64 +28,50 @@ class ChunkError(ValueError):
     """The body's chunked framing is malformed."""
 
 
-class Dechunker:
+class Dechunker(FramedLanding):
     """A Landing over a chunked body that passes the chunks' data to ``inner``."""
 
+    malformed = ChunkError
+
     def __init__(self, inner: Landing) -> None:
+        super().__init__(FRAMING_READ)
         self._inner = inner
         self._state = _SIZE
-        self._left = 0  # data bytes of the current chunk still to come
         self._line = bytearray()
         self._crlf = b""  # of the CRLF closing a chunk's data, the bytes seen
-        self._scratch = memoryview(bytearray(FRAMING_READ))
-        self._own = False  # the last space() was the scratch
 
     @property
     def done(self) -> bool:
         return self._state == _DONE
 
-    def space(self) -> memoryview | None:
-        if self._state == _DATA:
-            self._own = False
-            space = self._inner.space()
-            return None if space is None else space[:self._left]
-        if self._state == _DONE:
-            return None
-        self._own = True
-        return self._scratch
+    def _in_payload(self) -> bool:
+        return self._state == _DATA
 
-    def landed(self, n: int) -> None:
-        if self._own:
-            self(self._scratch[:n])
-            return
-        self._left -= n
+    def _over(self) -> bool:
+        return self._state == _DONE
+
+    def _payload_space(self) -> memoryview | None:
+        return self._inner.space()
+
+    def _payload_landed(self, n: int) -> None:
         self._inner.landed(n)
-        if not self._left:
-            self._state = _DATA_END
 
-    def __call__(self, view: memoryview) -> None:
-        data = view
-        while len(data):
-            state = self._state
-            if state == _DATA:
-                k = min(self._left, len(data))
-                self._inner(data[:k])
-                self._left -= k
-                data = data[k:]
-                if not self._left:
-                    self._state = _DATA_END
-            elif state == _DATA_END:
-                k = 2 - len(self._crlf)
-                self._crlf += bytes(data[:k])
-                data = data[k:]
-                if len(self._crlf) == 2:
-                    if self._crlf != b"\r\n":
-                        raise ChunkError("chunk data not followed by CRLF")
-                    self._crlf, self._state = b"", _SIZE
-            elif state == _DONE:
-                raise ChunkError("bytes after the end of a chunked body")
-            else:
-                data = self._line_from(data)
+    def _payload_end(self) -> None:
+        self._state = _DATA_END
+
+    def _payload_take(self, data: memoryview) -> None:
+        self._inner(data)
+
+    def _framing_from(self, data: memoryview) -> memoryview:
+        if self._state != _DATA_END:
+            return self._line_from(data)
+        k = 2 - len(self._crlf)
+        self._crlf += bytes(data[:k])
+        if len(self._crlf) == 2:
+            if self._crlf != b"\r\n":
+                raise ChunkError("chunk data not followed by CRLF")
+            self._crlf, self._state = b"", _SIZE
+        return data[k:]
 
     def _line_from(self, data: memoryview) -> memoryview:
         """Take a size or trailer line's bytes off ``data``; act on the line once whole."""

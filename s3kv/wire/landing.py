@@ -58,3 +58,82 @@ def paced(sink: Sink) -> Paced | None:
     """``sink`` as a :class:`Paced` sink, else None (decided once per class)."""
     kind: type = type(sink)
     return cast(Paced, sink) if _is(kind, Paced) else None
+
+
+class FramedLanding:
+    """A Landing over a body of framing and payload (a chunked body, a stream of records): the
+    payload's bytes are received where :meth:`_payload_space` offers memory, the framing's
+    into a few bytes of its own (so the kernel never writes framing into the payload's memory
+    and never reads past it into the connection's buffer). Subclasses parse what comes through
+    :meth:`_framing_from` (the bytes that are not payload, from the scratch or received
+    elsewhere) and keep ``_left``, the payload bytes still to come before the next framing.
+    A ValueError from any call: the body is malformed."""
+
+    #: what a malformed body raises
+    malformed: type[ValueError] = ValueError
+
+    def __init__(self, framing_read: int) -> None:
+        self._scratch = memoryview(bytearray(framing_read))
+        self._own = False  # the last space() was the scratch
+        self._left = 0
+
+    def __call__(self, view: memoryview) -> None:
+        data = view
+        while len(data):
+            if self._in_payload():
+                k = min(self._left, len(data))
+                self._payload_take(data[:k])
+                self._left -= k
+                data = data[k:]
+                if not self._left:
+                    self._payload_end()
+            elif self._over():
+                raise self.malformed(f"{len(data)} bytes after the end of the body")
+            else:
+                data = self._framing_from(data)
+
+    def _framing_from(self, data: memoryview) -> memoryview:
+        """Parse framing off the start of ``data``; what is left of it."""
+        raise NotImplementedError
+
+    def _payload_take(self, data: memoryview) -> None:
+        """Payload bytes received elsewhere (into the scratch, or the connection's buffer)."""
+        raise NotImplementedError
+
+    def _in_payload(self) -> bool:
+        """Whether the next bytes are payload."""
+        raise NotImplementedError
+
+    def _over(self) -> bool:
+        """Whether the body is over (no more bytes belong anywhere)."""
+        raise NotImplementedError
+
+    def _payload_space(self) -> memoryview | None:
+        raise NotImplementedError
+
+    def _payload_landed(self, n: int) -> None:
+        """``n`` payload bytes landed; ``_left`` counts them off after."""
+        raise NotImplementedError
+
+    def _payload_end(self) -> None:
+        """The payload before the next framing is in (``_left`` is 0)."""
+        raise NotImplementedError
+
+    def space(self) -> memoryview | None:
+        if self._in_payload():
+            self._own = False
+            space = self._payload_space()
+            return None if space is None else space[:self._left]
+        if self._over():
+            return None
+        self._own = True
+        return self._scratch
+
+    def landed(self, n: int) -> None:
+        if self._own:
+            self(self._scratch[:n])
+            return
+        self._payload_landed(n)
+        self._left -= n
+        if not self._left:
+            self._payload_end()
