@@ -46,7 +46,7 @@ from s3kv.client_stream import fetch_stream
 from s3kv.errors import BackendUnavailable, Backpressure, RequestError
 from s3kv.frames import FRAMES, read_records
 from s3kv.routing import GatewaySet, Resolver, resolve_all
-from s3kv.wire.fastget import GetPool, ProtocolError
+from s3kv.wire.fastget import GetPool
 
 __all__ = ["BlockBody", "BlockData", "S3KVClient", "Sink"]
 
@@ -202,10 +202,13 @@ class S3KVClient:
                 await fetch_stream(self._pool, f"{u.scheme}://{u.netloc}",
                                    f"{u.path.rstrip('/')}/v1/{quote(namespace, safe='')}"
                                    "/batch-get", headers, body, want, where, sink, done)
-        except (OSError, ProtocolError, TimeoutError) as exc:
+        except BackendUnavailable:
             self.gateways.mark_down(gateway)
-            raise BackendUnavailable(f"gateway {gateway} unreachable: "
-                                     f"{type(exc).__name__}: {exc}") from exc
+            raise
+        except TimeoutError as exc:
+            self.gateways.mark_down(gateway)
+            raise BackendUnavailable(f"gateway {gateway}: the batch get took over "
+                                     f"{self._timeout.total} s") from exc
 
     async def get_many(self, namespace: str, keys: Sequence[str]) -> list[bytes | None]:
         """The blocks (None for a miss), in the order of ``keys``."""

@@ -27,9 +27,9 @@ from multidict import CIMultiDict
 
 from s3kv.client_io import Sink, error_from_response, together
 from s3kv.client_landing import BlockIn, LandedBody, Undelivered
-from s3kv.errors import RequestError
+from s3kv.errors import BackendUnavailable, RequestError
 from s3kv.frames import RecordCheck, header_length
-from s3kv.wire.fastget import GetPool
+from s3kv.wire.fastget import GetPool, ProtocolError
 from s3kv.wire.landing import FramedLanding
 
 #: bytes read at once while a record's header is next: its length prefix and its JSON (a few
@@ -193,8 +193,8 @@ async def fetch_stream(pool: GetPool, endpoint: str, target: str, headers: dict[
     """POST ``body`` (the batch get's JSON) to ``endpoint`` + ``target`` and hand the blocks
     of the stream that answers it (for the keys ``want``, at the caller's positions
     ``where``) to ``sink``. Raises RequestError (MalformedFrames for a bad stream, or what
-    the gateway's error answer says), or OSError, fastget.ProtocolError or TimeoutError: the
-    gateway could not be read."""
+    the gateway's error answer says), BackendUnavailable (the gateway could not be read), or
+    what ``sink`` raised."""
     landing = RecordLanding(want)
 
     async def receive() -> None:
@@ -205,8 +205,13 @@ async def fetch_stream(pool: GetPool, endpoint: str, target: str, headers: dict[
                                           CIMultiDict(resp.headers))
             landing.finish()
         except ValueError as exc:
-            error = RequestError("MalformedFrames", f"bad batch-get stream from {endpoint}: "
-                                 f"{exc}", 502)
+            error: Exception = RequestError("MalformedFrames", f"bad batch-get stream from "
+                                            f"{endpoint}: {exc}", 502)
+            landing.fail(error)
+            raise error from exc
+        except (OSError, ProtocolError) as exc:
+            error = BackendUnavailable(f"gateway {endpoint} unreachable: "
+                                       f"{type(exc).__name__}: {exc}")
             landing.fail(error)
             raise error from exc
         except BaseException as exc:

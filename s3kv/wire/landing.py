@@ -5,6 +5,8 @@ buffer). A sink whose class is also a :class:`Landing` offers the memory the nex
 in, and the kernel receives them straight into it: no copy out of the connection's buffer. A
 sink that is also :class:`Paced` is given the connection's pause and resume for reading, so
 it can stop the bytes while its reader falls behind (bounded memory for what it holds).
+:class:`FramedLanding` is the base of landings over bodies of framing and payload (a chunked
+body: wire/dechunk.py; a batch-get stream of records: s3kv/client_stream.py).
 """
 
 from __future__ import annotations

@@ -362,3 +362,24 @@ async def test_a_connection_paused_for_a_reader_is_not_reused_paused(
                 assert await kv.get_many("ns", [k for k, _ in blocks]) == [d for _, d in blocks]
     finally:
         await runner.cleanup()
+
+
+async def test_a_sinks_own_error_is_not_the_gateways(unused_tcp_port: int) -> None:
+    """An OSError the caller's sink raises (its disk, say) comes out as it is: the gateway is
+    not taken for unreachable."""
+    async def handler(_request: web.Request) -> web.Response:
+        return web.Response(body=_records([("a", b"xyz")]), content_type=STREAM)
+
+    async def sink(_i: int, _body: BlockBody | None) -> None:
+        raise OSError(28, "No space left on device")
+
+    runner = await _serve(handler, unused_tcp_port)
+    try:
+        url = f"http://127.0.0.1:{unused_tcp_port}"
+        async with S3KVClient(url) as kv:
+            with pytest.raises(OSError, match="No space left"):
+                await kv.fetch("ns", ["a"], sink)
+            assert kv.gateways.is_up(url)
+            assert await kv.get_many("ns", ["a"]) == [b"xyz"]
+    finally:
+        await runner.cleanup()
