@@ -130,10 +130,14 @@ async def restore(gw_url: str, gw: S3Side, direct: S3Side, tokens: int, batch: i
             view = memoryview(buf)  # item by item)
 
             async def check(i: int, body: BlockBody | None) -> None:
-                if body is not None and body.length == bsize:
-                    await body.readinto(view)
-                    if buf != blocks[s + i]:
-                        bad.append(chain[s + i])
+                if body is None:  # a miss: not done, counted below
+                    return
+                if body.length != bsize:
+                    bad.append(chain[s + i])
+                    return
+                await body.readinto(view)
+                if buf != blocks[s + i]:
+                    bad.append(chain[s + i])
 
             done = await kv.fetch(ns, chain[s:s + batch], check)
             bad.extend(chain[s + i] for i, ok in enumerate(done) if not ok)

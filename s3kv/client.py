@@ -26,7 +26,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any
-from urllib.parse import quote, urlsplit
 
 import aiohttp
 
@@ -42,7 +41,7 @@ from s3kv.client_io import (
     framed_parts,
     request_parts,
 )
-from s3kv.client_stream import fetch_stream
+from s3kv.client_stream import GatewayLost, fetch_stream
 from s3kv.errors import BackendUnavailable, Backpressure, RequestError
 from s3kv.frames import FRAMES, read_records
 from s3kv.routing import GatewaySet, Resolver, resolve_all
@@ -75,6 +74,7 @@ class S3KVClient:
         self._session: aiohttp.ClientSession | None = None
         self._direct = DirectReads(timeout, connect_timeout) if direct_reads else None
         self._pool = GetPool(connect_timeout=connect_timeout)  # batch gets (client_stream.py)
+        self._stream_slots = asyncio.Semaphore(connections)  # their connections per client
 
     async def open(self) -> S3KVClient:
         """Open the HTTP session (on the running loop); ``async with`` does it."""
@@ -99,6 +99,12 @@ class S3KVClient:
             await self._session.close()
             self._session = None
 
+    def _require_open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise BackendUnavailable("the client is not open: use `async with "
+                                     "S3KVClient(...)` (or `await client.open()`)")
+        return self._session
+
     @asynccontextmanager
     async def _open(self, gateway: str, method: str, path: str, *, data: Any = None,
                     json_body: Any = None, headers: Mapping[str, str] | None = None,
@@ -106,11 +112,9 @@ class S3KVClient:
                     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """A successful response, its body not read yet; errors become s3kv.errors. A gateway
         that cannot be reached (or times out) is marked down."""
-        if self._session is None:
-            raise BackendUnavailable("the client is not open: use `async with "
-                                     "S3KVClient(...)` (or `await client.open()`)")
+        session = self._require_open()
         try:
-            async with self._session.request(method, gateway + path, data=data,
+            async with session.request(method, gateway + path, data=data,
                                              json=json_body, headers=headers,
                                              timeout=limits or self._timeout) as resp:
                 if resp.status >= 400:
@@ -192,20 +196,19 @@ class S3KVClient:
     async def _fetch_part(self, gateway: str, namespace: str, want: list[str],
                           where: list[int], sink: Sink, done: list[bool]) -> None:
         """One batch get, its stream received straight into the sink's buffers
-        (client_stream.py)."""
-        u = urlsplit(gateway)
-        body = json.dumps({"keys": want}).encode()
-        headers = {"Host": u.netloc, "Content-Type": "application/json",
-                   "Content-Length": str(len(body)), **self._headers}
+        (client_stream.py); what the sink raises comes out as it is."""
+        self._require_open()
+        limit = asyncio.timeout(self._timeout.total)
         try:
-            async with asyncio.timeout(self._timeout.total):
-                await fetch_stream(self._pool, f"{u.scheme}://{u.netloc}",
-                                   f"{u.path.rstrip('/')}/v1/{quote(namespace, safe='')}"
-                                   "/batch-get", headers, body, want, where, sink, done)
-        except BackendUnavailable:
+            async with limit, self._stream_slots:
+                await fetch_stream(self._pool, gateway, namespace, self._headers, want, where,
+                                   sink, done)
+        except GatewayLost:
             self.gateways.mark_down(gateway)
             raise
         except TimeoutError as exc:
+            if not limit.expired():
+                raise  # the sink's own
             self.gateways.mark_down(gateway)
             raise BackendUnavailable(f"gateway {gateway}: the batch get took over "
                                      f"{self._timeout.total} s") from exc

@@ -176,6 +176,14 @@ async def together(jobs: list[Awaitable[None]]) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def _number(value: str | None, default: float) -> float:
+    """A header's number; ``default`` when it is absent or not a number."""
+    try:
+        return float(value) if value else default
+    except ValueError:
+        return default
+
+
 def error_from_response(status: int, body: bytes, headers: Mapping[str, str]) -> Exception:
     try:
         doc = json.loads(body)
@@ -183,8 +191,8 @@ def error_from_response(status: int, body: bytes, headers: Mapping[str, str]) ->
     except ValueError:
         code, message = "", body[:200].decode(errors="replace")
     if code == "SlowDown" or status == 503:
-        return Backpressure(message or "gateway busy", float(headers.get("Retry-After") or 1),
-                            int(headers.get(STORED_HEADER) or 0))
+        return Backpressure(message or "gateway busy", _number(headers.get("Retry-After"), 1.0),
+                            int(_number(headers.get(STORED_HEADER), 0)))
     if code == "NoSuchBucket":
         return NamespaceNotFound(message)
     if code == "EntityTooLarge":

@@ -132,9 +132,11 @@ class BlockIn:
             self.held, self.held_from = bytearray(), 0  # read: let it go
         if k < len(buf):
             self.dest = buf[k:]
-            while self.dest is not None and len(self.dest) and not self.complete:
-                await self._wait()
-            self.dest = None
+            try:
+                while self.dest is not None and len(self.dest) and not self.complete:
+                    await self._wait()
+            finally:  # also when its reader gives up: nothing lands in the buffer after
+                self.dest = None
             self._check()
 
     async def drain(self) -> None:

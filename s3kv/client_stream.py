@@ -21,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from urllib.parse import quote, urlsplit
 
 from multidict import CIMultiDict
 
@@ -102,7 +103,10 @@ class RecordLanding(FramedLanding):
         if len(head) == _PREFIX and self._doc_len < 0:
             self._doc_len = header_length(head)
         if self._doc_len >= 0 and len(head) == _PREFIX + self._doc_len:
-            doc = json.loads(bytes(head[_PREFIX:]))
+            try:
+                doc = json.loads(bytes(head[_PREFIX:]))
+            except RecursionError:
+                raise ValueError("record header nested too deep") from None
             self._head, self._doc_len = bytearray(), -1
             self._arrived(self._check.record(doc))
         return data[k:]
@@ -180,43 +184,55 @@ async def deliver(landing: RecordLanding, where: Sequence[int], sink: Sink,
             await sink(pos, body)
             await body.drain()
         except Undelivered:
-            if landing.error is not None:
-                raise landing.error from None
-            raise
-        done[pos] = True
-        landing.done_with()
+            if landing.error is None:
+                raise
+        else:
+            done[pos] = True
+            landing.done_with()
+            continue
+        raise landing.error  # the stream broke: the receive's error, with its cause
 
 
-async def fetch_stream(pool: GetPool, endpoint: str, target: str, headers: dict[str, str],
-                       body: bytes, want: Sequence[str], where: Sequence[int], sink: Sink,
+class GatewayLost(BackendUnavailable):
+    """The gateway's stream could not be read (raised by the receive, never by a sink)."""
+
+
+async def fetch_stream(pool: GetPool, gateway: str, namespace: str, auth: Mapping[str, str],
+                       want: Sequence[str], where: Sequence[int], sink: Sink,
                        done: list[bool]) -> None:
-    """POST ``body`` (the batch get's JSON) to ``endpoint`` + ``target`` and hand the blocks
-    of the stream that answers it (for the keys ``want``, at the caller's positions
-    ``where``) to ``sink``. Raises RequestError (MalformedFrames for a bad stream, or what
-    the gateway's error answer says), BackendUnavailable (the gateway could not be read), or
-    what ``sink`` raised."""
+    """Ask ``gateway`` (its base URL) for a batch get of the keys ``want`` and hand the blocks
+    of the stream that answers (at the caller's positions ``where``) to ``sink``. Raises
+    RequestError (MalformedFrames for a bad stream, or what the gateway's error answer says),
+    GatewayLost (the gateway could not be read), or what ``sink`` raised."""
+    u = urlsplit(gateway)
+    body = json.dumps({"keys": list(want)}).encode()
+    target = f"{u.path.rstrip('/')}/v1/{quote(namespace, safe='')}/batch-get"
+    headers = {"Host": u.netloc, "Content-Type": "application/json",
+               "Content-Length": str(len(body)), **auth}
+    endpoint = f"{u.scheme}://{u.netloc}"
     landing = RecordLanding(want)
 
     async def receive() -> None:
+        error: Exception
         try:
             resp = await pool.send("POST", endpoint, target, headers, [body], landing)
-            if resp.status >= 300:
-                raise error_from_response(resp.status, resp.error_body,
-                                          CIMultiDict(resp.headers))
-            landing.finish()
+            if resp.status < 300:
+                landing.finish()
         except ValueError as exc:
-            error: Exception = RequestError("MalformedFrames", f"bad batch-get stream from "
-                                            f"{endpoint}: {exc}", 502)
+            error = RequestError("MalformedFrames", f"bad batch-get stream from {gateway}: "
+                                 f"{exc}", 502)
             landing.fail(error)
             raise error from exc
         except (OSError, ProtocolError) as exc:
-            error = BackendUnavailable(f"gateway {endpoint} unreachable: "
-                                       f"{type(exc).__name__}: {exc}")
+            error = GatewayLost(f"gateway {gateway} unreachable: {type(exc).__name__}: {exc}")
             landing.fail(error)
             raise error from exc
         except BaseException as exc:
             landing.fail(exc)
             raise
+        if resp.status >= 300:
+            error = error_from_response(resp.status, resp.error_body, CIMultiDict(resp.headers))
+            landing.fail(error)
+            raise error
 
     await together([receive(), deliver(landing, where, sink, done)])
-

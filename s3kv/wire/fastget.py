@@ -269,6 +269,7 @@ class _GetProtocol(asyncio.BufferedProtocol):
         self._exchange += 1  # its sink's pace is over: the connection reads for the next one
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()  # (nothing if it was not paused)
+        self._sink = self._landing = None  # an idle connection holds nothing of the exchange
         if self._waiter is not None and not self._waiter.done():
             if self._chunked and self._dechunk is None:
                 self._resp.error_body = _dechunk(self._resp.error_body)
@@ -308,6 +309,7 @@ class GetPool:
         """``ssl_context``: for https endpoints (default: the system's trust store);
         ``connect_timeout``: seconds a new connection may take (TimeoutError past it)."""
         self._idle: dict[str, list[_GetProtocol]] = {}
+        self._closed = False
         self._ssl: ssl.SSLContext | None = ssl_context
         self._connect_timeout = connect_timeout
 
@@ -361,13 +363,15 @@ class GetPool:
                     proto.transport.close()
                 raise
             break
-        if resp.keep_alive and sent and not proto.closed:
+        if resp.keep_alive and sent and not proto.closed and not self._closed:
             idle.append(proto)
         elif proto.transport is not None:
             proto.transport.close()
         return resp
 
     def close(self) -> None:
+        """Close the idle connections; one in use closes when its exchange ends."""
+        self._closed = True
         for protos in self._idle.values():
             for p in protos:
                 if p.transport is not None:

@@ -1,8 +1,10 @@
 """The native client's batch-get stream received in place (s3kv/client_stream.py over
-s3kv/wire/dechunk.py and fastget): the framing and the record headers parsed wherever the bytes
-are cut, each block's bytes landing in the buffer its reader gives, the connection paused while
-the reader falls behind, and a real gateway's batch gets read that way. The parsers are driven
-directly with every cut of a stream (what a socket may deliver); the rest runs over real HTTP."""
+s3kv/wire/dechunk.py and fastget), over real HTTP: streams chunked and cut anywhere, each
+block's bytes landing in the buffer its reader gives, the connection paused while the reader
+falls behind (and not reused paused), errors (a lost or stalled gateway, a malformed stream, a
+chunked error answer, the sink's own), and a real gateway's batch gets read that way. A tiny
+aiohttp app stands in for the gateway where a real one cannot be made to misbehave. The parsers
+without sockets: test_stream_parsing.py."""
 
 from __future__ import annotations
 
@@ -18,139 +20,12 @@ from aiohttp import web
 from s3kv.client import S3KVClient
 from s3kv.client_io import BlockBody
 from s3kv.client_landing import BlockIn
-from s3kv.client_stream import AHEAD, END, RecordLanding
-from s3kv.errors import BackendUnavailable, RequestError
+from s3kv.errors import BackendUnavailable, Backpressure, NamespaceNotFound, RequestError
 from s3kv.frames import STREAM, block_record, end_record
-from s3kv.wire.dechunk import ChunkError, Dechunker
 from tests.gateway.conftest import TOKEN, Gateway
+from tests.support.streams import records
 
 KiB, MiB = 1024, 1024 * 1024
-
-
-class _Collect:
-    """A landing that offers memory only when asked to (``room``), recording what it got."""
-
-    def __init__(self, room: int = 0) -> None:
-        self.got = bytearray()
-        self.landed_bytes = 0
-        self._room = room
-        self._buf = bytearray(room)
-
-    def __call__(self, view: memoryview) -> None:
-        self.got += view
-
-    def space(self) -> memoryview | None:
-        return memoryview(self._buf) if self._room else None
-
-    def landed(self, n: int) -> None:
-        self.got += self._buf[:n]
-        self.landed_bytes += n
-
-
-def _chunked(payload: bytes, sizes: list[int], trailer: bytes = b"") -> bytes:
-    out, pos = bytearray(), 0
-    for size in sizes:
-        out += b"%x\r\n" % size + payload[pos:pos + size] + b"\r\n"
-        pos += size
-    return bytes(out + b"0\r\n" + trailer + b"\r\n")
-
-
-def _feed(sink: Dechunker | RecordLanding, stream: bytes, cuts: list[int],
-          in_place: bool) -> None:
-    """``stream`` as a connection would give it, cut at ``cuts``: into the sink's space when
-    ``in_place`` and it offers some, else through its call."""
-    pos = 0
-    for end in [*cuts, len(stream)]:
-        while pos < end:
-            space = sink.space() if in_place else None
-            if space is not None and len(space):
-                n = min(len(space), end - pos)
-                space[:n] = stream[pos:pos + n]
-                sink.landed(n)
-            else:
-                n = end - pos
-                sink(memoryview(stream[pos:end]))
-            pos += n
-
-
-@pytest.mark.parametrize("in_place", [False, True])
-def test_dechunker_every_cut(in_place: bool) -> None:
-    payload = bytes(range(256)) * 3
-    stream = _chunked(payload, [1, 300, 17, 450], trailer=b"x-trailer: 1\r\n")
-    for cut in range(len(stream) + 1):
-        inner = _Collect(room=64)
-        d = Dechunker(inner)
-        _feed(d, stream, [cut], in_place)
-        assert bytes(inner.got) == payload and d.done, cut
-    inner = _Collect(room=64)
-    _feed(Dechunker(inner), stream, [], True)
-    assert inner.landed_bytes > len(payload) // 2  # the data landed in place, not copied
-
-
-@pytest.mark.parametrize("stream", [
-    b"zz\r\nabc\r\n0\r\n\r\n",                  # not hex
-    b"3\r\nabcXY0\r\n\r\n",                     # data not followed by CRLF
-    b"-3\r\nabc\r\n0\r\n\r\n",                  # negative
-    b"0x3\r\nabc\r\n0\r\n\r\n",                 # a prefix int() would take
-    b"1_0\r\n",                                 # an underscore int() would take
-    b"3\nabc\r\n0\r\n\r\n",                     # bare LF
-    b"0\r\n\r\nmore",                           # bytes after the end
-    b"f" * 5000,                                # endless size line
-])
-def test_dechunker_refuses_bad_framing(stream: bytes) -> None:
-    d = Dechunker(_Collect())
-    with pytest.raises(ChunkError):
-        _feed(d, stream, [], False)
-
-
-def _records(blocks: list[tuple[str, bytes | None]]) -> bytes:
-    out = bytearray()
-    for key, data in blocks:
-        out += block_record(key, None if data is None else len(data)) + (data or b"")
-    return bytes(out + end_record(len(blocks)))
-
-
-async def _drain_records(landing: RecordLanding) -> list[bytes | None]:
-    """What the landing queued, its blocks' bytes as held (no reader gave a buffer)."""
-    out: list[bytes | None] = []
-    while (record := await landing.next()) is not END:
-        assert record is None or isinstance(record, BlockIn)
-        out.append(None if record is None else bytes(record.held))
-    return out
-
-
-async def test_records_every_cut() -> None:
-    blocks: list[tuple[str, bytes | None]] = [("a", b"xyz"), ("b", None), ("c", b""),
-                                              ("d", os.urandom(700))]
-    stream = _records(blocks)
-    for cut in range(len(stream) + 1):
-        for in_place in (False, True):
-            landing = RecordLanding([k for k, _ in blocks])
-            _feed(landing, stream, [cut], in_place)
-            landing.finish()
-            assert await _drain_records(landing) == [d for _, d in blocks], (cut, in_place)
-
-
-def test_records_refused() -> None:
-    for stream in [_records([("a", b"x")]) + b"!", block_record("z", 1) + b"x",
-                   b"\xff\xff\xff\x7f"]:
-        with pytest.raises(ValueError):
-            _feed(RecordLanding(["a"]), stream, [], False)
-    landing = RecordLanding(["a"])
-    _feed(landing, block_record("a", 5) + b"xy", [], False)
-    with pytest.raises(ValueError):
-        landing.finish()
-
-
-def test_reading_pauses_while_the_reader_is_behind() -> None:
-    calls: list[str] = []
-    landing = RecordLanding([str(i) for i in range(6)])
-    landing.pace(lambda: calls.append("pause"), lambda: calls.append("resume"))
-    for i in range(AHEAD + 1):
-        _feed(landing, block_record(str(i), 2) + b"hi", [], False)
-    assert calls == ["pause"]  # AHEAD + 1 blocks came while the reader read none
-    landing.done_with()
-    assert calls == ["pause", "resume"]
 
 
 async def _serve(handler: Callable[[web.Request], object], port: int) -> web.AppRunner:
@@ -166,7 +41,7 @@ async def _serve(handler: Callable[[web.Request], object], port: int) -> web.App
 async def test_a_chunked_stream_cut_anywhere(piece: int, unused_tcp_port: int) -> None:
     blocks: list[tuple[str, bytes | None]] = [("a", os.urandom(3 * KiB)), ("b", None),
                                               ("c", os.urandom(50 * KiB))]
-    body = _records(blocks)
+    body = records(blocks)
 
     async def handler(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": STREAM})
@@ -342,7 +217,7 @@ async def test_a_connection_paused_for_a_reader_is_not_reused_paused(
         resp = web.StreamResponse(headers={"Content-Type": STREAM})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
-        await resp.write(_records([(k, d) for k, d in blocks]))
+        await resp.write(records([(k, d) for k, d in blocks]))
         await resp.write_eof()
         return resp
 
@@ -368,7 +243,7 @@ async def test_a_sinks_own_error_is_not_the_gateways(unused_tcp_port: int) -> No
     """An OSError the caller's sink raises (its disk, say) comes out as it is: the gateway is
     not taken for unreachable."""
     async def handler(_request: web.Request) -> web.Response:
-        return web.Response(body=_records([("a", b"xyz")]), content_type=STREAM)
+        return web.Response(body=records([("a", b"xyz")]), content_type=STREAM)
 
     async def sink(_i: int, _body: BlockBody | None) -> None:
         raise OSError(28, "No space left on device")
@@ -381,5 +256,50 @@ async def test_a_sinks_own_error_is_not_the_gateways(unused_tcp_port: int) -> No
                 await kv.fetch("ns", ["a"], sink)
             assert kv.gateways.is_up(url)
             assert await kv.get_many("ns", ["a"]) == [b"xyz"]
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_sinks_own_timeout_is_not_the_gateways(unused_tcp_port: int) -> None:
+    async def handler(_request: web.Request) -> web.Response:
+        return web.Response(body=records([("a", b"xyz")]), content_type=STREAM)
+
+    async def sink(_i: int, _body: BlockBody | None) -> None:
+        raise TimeoutError("the engine's own copy timed out")
+
+    runner = await _serve(handler, unused_tcp_port)
+    try:
+        url = f"http://127.0.0.1:{unused_tcp_port}"
+        async with S3KVClient(url) as kv:
+            with pytest.raises(TimeoutError, match="engine's own"):
+                await kv.fetch("ns", ["a"], sink)
+            assert kv.gateways.is_up(url)
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize("status, body, headers, error", [
+    (404, b'{"error": "NoSuchBucket", "message": "no namespace ns"}', {}, NamespaceNotFound),
+    (503, b'{"error": "SlowDown", "message": "busy"}', {"Retry-After": "soon"}, Backpressure),
+])
+async def test_a_chunked_error_answer(status: int, body: bytes, headers: dict[str, str],
+                                      error: type[Exception], unused_tcp_port: int) -> None:
+    """An error answered with a chunked body is the gateway's error (a Retry-After that is not
+    a number reads as 1 s), not a malformed stream."""
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(status=status, headers=headers)
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        await resp.write(body)
+        await resp.write_eof()
+        return resp
+
+    runner = await _serve(handler, unused_tcp_port)
+    try:
+        async with S3KVClient(f"http://127.0.0.1:{unused_tcp_port}") as kv:
+            with pytest.raises(error) as err:
+                await kv.get_many("ns", ["a"])
+            if isinstance(err.value, Backpressure):
+                assert err.value.retry_after == 1.0
     finally:
         await runner.cleanup()
