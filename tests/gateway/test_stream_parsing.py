@@ -7,8 +7,10 @@ test_client_stream.py."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -39,14 +41,14 @@ class _Collect:
         self.landed_bytes += n
 
 
-def _feed(sink: Dechunker | RecordLanding, stream: bytes, cuts: list[int],
-          in_place: bool) -> None:
-    """``stream`` as a connection would give it, cut at ``cuts``: into the sink's space when
-    ``in_place`` and it offers some, else through its call."""
+def _feed(sink: Dechunker | RecordLanding, stream: bytes, ends: list[int],
+          in_place: Callable[[], bool]) -> None:
+    """``stream`` as a connection would give it, in reads ending at ``ends``: into the sink's
+    space when ``in_place()`` says so and it offers some, else through its call."""
     pos = 0
-    for end in [*cuts, len(stream)]:
+    for end in [*ends, len(stream)]:
         while pos < end:
-            space = sink.space() if in_place else None
+            space = sink.space() if in_place() else None
             if space is not None and len(space):
                 n = min(len(space), end - pos)
                 space[:n] = stream[pos:pos + n]
@@ -64,10 +66,10 @@ def test_dechunker_every_cut(in_place: bool) -> None:
     for cut in range(len(stream) + 1):
         inner = _Collect(room=64)
         d = Dechunker(inner)
-        _feed(d, stream, [cut], in_place)
+        _feed(d, stream, [cut], lambda: in_place)
         assert bytes(inner.got) == payload and d.done, cut
     inner = _Collect(room=64)
-    _feed(Dechunker(inner), stream, [], True)
+    _feed(Dechunker(inner), stream, [], lambda: True)
     assert inner.landed_bytes > len(payload) // 2  # the data landed in place, not copied
 
 
@@ -84,10 +86,10 @@ def test_dechunker_every_cut(in_place: bool) -> None:
 def test_dechunker_refuses_bad_framing(stream: bytes) -> None:
     d = Dechunker(_Collect())
     with pytest.raises(ChunkError):
-        _feed(d, stream, [], False)
+        _feed(d, stream, [], lambda: False)
 
 
-async def _drainrecords(landing: RecordLanding) -> list[bytes | None]:
+async def _drain(landing: RecordLanding) -> list[bytes | None]:
     """What the landing queued, its blocks' bytes as held (no reader gave a buffer)."""
     out: list[bytes | None] = []
     while (record := await landing.next()) is not END:
@@ -103,18 +105,18 @@ async def test_records_every_cut() -> None:
     for cut in range(len(stream) + 1):
         for in_place in (False, True):
             landing = RecordLanding([k for k, _ in blocks])
-            _feed(landing, stream, [cut], in_place)
+            _feed(landing, stream, [cut], lambda p=in_place: p)
             landing.finish()
-            assert await _drainrecords(landing) == [d for _, d in blocks], (cut, in_place)
+            assert await _drain(landing) == [d for _, d in blocks], (cut, in_place)
 
 
 def test_records_refused() -> None:
     for stream in [records([("a", b"x")]) + b"!", block_record("z", 1) + b"x",
                    b"\xff\xff\xff\x7f"]:
         with pytest.raises(ValueError):
-            _feed(RecordLanding(["a"]), stream, [], False)
+            _feed(RecordLanding(["a"]), stream, [], lambda: False)
     landing = RecordLanding(["a"])
-    _feed(landing, block_record("a", 5) + b"xy", [], False)
+    _feed(landing, block_record("a", 5) + b"xy", [], lambda: False)
     with pytest.raises(ValueError):
         landing.finish()
 
@@ -124,7 +126,7 @@ def test_reading_pauses_while_the_reader_is_behind() -> None:
     landing = RecordLanding([str(i) for i in range(6)])
     landing.pace(lambda: calls.append("pause"), lambda: calls.append("resume"))
     for i in range(AHEAD + 1):
-        _feed(landing, block_record(str(i), 2) + b"hi", [], False)
+        _feed(landing, block_record(str(i), 2) + b"hi", [], lambda: False)
     assert calls == ["pause"]  # AHEAD + 1 blocks came while the reader read none
     landing.done_with()
     assert calls == ["pause", "resume"]
@@ -148,19 +150,9 @@ def test_dechunked_records_fuzzed() -> None:
         stream = chunked(payload, sizes)
         landing = RecordLanding([k for k, _ in blocks])
         d = Dechunker(landing)
-        pos = 0
-        while pos < len(stream):
-            end = min(len(stream), pos + rnd.randint(1, 900))
-            space = d.space() if rnd.random() < 0.7 else None
-            if space is not None and len(space):
-                n = min(len(space), end - pos)
-                space[:n] = stream[pos:pos + n]
-                d.landed(n)
-            else:
-                n = end - pos
-                d(memoryview(stream[pos:end]))
-            pos += n
+        ends = list(itertools.accumulate(rnd.randint(1, 900) for _ in range(len(stream))))
+        _feed(d, stream, [e for e in ends if e < len(stream)], lambda r=rnd: r.random() < 0.7)
         assert d.done, seed
         landing.finish()
-        got = asyncio.run(_drainrecords(landing))
+        got = asyncio.run(_drain(landing))
         assert got == [data for _, data in blocks], seed
