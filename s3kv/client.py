@@ -74,7 +74,7 @@ class S3KVClient:
         self._session: aiohttp.ClientSession | None = None
         self._direct = DirectReads(timeout, connect_timeout) if direct_reads else None
         self._pool = GetPool(connect_timeout=connect_timeout)  # batch gets (client_stream.py)
-        self._stream_slots = asyncio.Semaphore(connections)  # their connections per client
+        self._stream_slots: dict[str, asyncio.Semaphore] = {}  # their connections, per gateway
 
     async def open(self) -> S3KVClient:
         """Open the HTTP session (on the running loop); ``async with`` does it."""
@@ -200,7 +200,8 @@ class S3KVClient:
         self._require_open()
         limit = asyncio.timeout(self._timeout.total)
         try:
-            async with limit, self._stream_slots:
+            slots = self._stream_slots.setdefault(gateway, asyncio.Semaphore(self._connections))
+            async with limit, slots:
                 await fetch_stream(self._pool, gateway, namespace, self._headers, want, where,
                                    sink, done)
         except GatewayLost:

@@ -280,3 +280,25 @@ async def test_a_chunked_error_answer(status: int, body: bytes, headers: dict[st
                 assert err.value.retry_after == 1.0
     finally:
         await runner.cleanup()
+
+
+async def test_batch_gets_keep_within_the_clients_connections(unused_tcp_port: int) -> None:
+    """At most ``connections`` batch gets are in flight to one gateway at once; the rest
+    wait for a connection."""
+    busy, most = [0], [0]
+
+    async def handler(_request: web.Request) -> web.Response:
+        busy[0] += 1
+        most[0] = max(most[0], busy[0])
+        await asyncio.sleep(0.1)
+        busy[0] -= 1
+        return web.Response(body=records([("a", b"xyz")]), content_type=STREAM)
+
+    runner = await _serve(handler, unused_tcp_port)
+    try:
+        async with S3KVClient(f"http://127.0.0.1:{unused_tcp_port}", connections=2) as kv:
+            got = await asyncio.gather(*(kv.get_many("ns", ["a"]) for _ in range(6)))
+        assert got == [[b"xyz"]] * 6
+        assert most[0] == 2
+    finally:
+        await runner.cleanup()
