@@ -22,7 +22,7 @@ through psutil) and :func:`between` turns two samples into CPU-seconds:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import psutil
@@ -53,7 +53,7 @@ def sample() -> dict[str, float]:
     return out
 
 
-def between(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+def between(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
     """CPU-seconds spent between two :func:`sample` calls, by name."""
     return {k: max(0.0, after[k] - before.get(k, 0.0)) for k in after}
 

@@ -114,7 +114,7 @@ class CPUMeter:
         return out
 
     def delta(self, before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
-        d = {k: max(0.0, after[k] - before.get(k, 0.0)) for k in after}
+        d = cores.between(before, after)
         d["server"] = sum(d[k] for k in self.server)
         if self.machine and "machine" in d:
             d["other"] = cores.outside(d, (k for k in self.procs if k in d))

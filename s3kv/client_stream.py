@@ -29,7 +29,7 @@ from multidict import CIMultiDict
 from s3kv.client_io import Sink, error_from_response, together
 from s3kv.client_landing import BlockIn, LandedBody, Undelivered
 from s3kv.errors import BackendUnavailable, RequestError
-from s3kv.frames import RecordCheck, header_length
+from s3kv.frames import RecordCheck, header_doc, header_length
 from s3kv.wire.fastget import GetPool, ProtocolError
 from s3kv.wire.landing import FramedLanding
 
@@ -103,10 +103,7 @@ class RecordLanding(FramedLanding):
         if len(head) == _PREFIX and self._doc_len < 0:
             self._doc_len = header_length(head)
         if self._doc_len >= 0 and len(head) == _PREFIX + self._doc_len:
-            try:
-                doc = json.loads(bytes(head[_PREFIX:]))
-            except RecursionError:
-                raise ValueError("record header nested too deep") from None
+            doc = header_doc(head[_PREFIX:])
             self._head, self._doc_len = bytearray(), -1
             self._arrived(self._check.record(doc))
         return data[k:]

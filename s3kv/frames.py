@@ -151,10 +151,8 @@ async def read_doc(stream: Readable, limit: int = MAX_HEADER) -> Any:
     """One length-prefixed JSON document off the stream: a batch-get record's header, or a
     batch-put body's head (``frames_head``). Raises ValueError if it declares more than
     ``limit`` bytes or is not JSON, asyncio.IncompleteReadError on a truncated stream."""
-    prefix, doc = await _read_prefixed(stream, limit)
-    if doc is None:
-        raise ValueError(f"record header of {_LEN.unpack(prefix)[0]} bytes")
-    return json.loads(doc)
+    n = header_length(await stream.readexactly(_LEN.size), limit)
+    return header_doc(await stream.readexactly(n))
 
 
 async def _read_prefixed(stream: Readable, limit: int) -> tuple[bytes, bytes | None]:
@@ -202,6 +200,14 @@ def header_length(prefix: bytes | bytearray | memoryview, limit: int = MAX_HEADE
     if n > limit:
         raise ValueError(f"record header of {n} bytes")
     return int(n)
+
+
+def header_doc(data: bytes | bytearray | memoryview) -> Any:
+    """A record header's JSON; ValueError if it is not JSON (or nests too deep to parse)."""
+    try:
+        return json.loads(bytes(data))
+    except RecursionError:
+        raise ValueError("record header nested too deep") from None
 
 
 async def read_records(stream: Readable, keys: Sequence[str]
