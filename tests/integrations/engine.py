@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,8 +41,10 @@ def plugin_extra(url: str, namespace: str, token: tuple[str, str], **more: Any
 class Engine:
     def __init__(self, url: str, namespace: str, token: tuple[str, str], *,
                  kv_shape: tuple[int, int, int, int, int] = SMALL, cpu_gib: float = 0.25,
-                 blocking_timeout: int = 10, **extra: Any) -> None:
+                 blocking_timeout: int = 10, diagnose: Callable[[], str] | None = None,
+                 **extra: Any) -> None:
         self.kv_shape = kv_shape
+        self.diagnose = diagnose  # what to show when a store drops puts (the gateway's log)
         self.config = LMCacheEngineConfig.from_dict({
             "chunk_size": kv_shape[2], "local_cpu": False, "max_local_cpu_size": cpu_gib,
             "remote_serde": "naive", "blocking_timeout_secs": blocking_timeout,
@@ -80,14 +82,21 @@ class Engine:
         return obj
 
     def store(self, keys: Sequence[CacheEngineKey], objs: Sequence[Any],
-              timeout: float = 120.0) -> None:
+              timeout: float = 120.0, *, may_drop: bool = False) -> None:
         """batched_submit_put_task, then wait until LMCache reports every key's write done
-        (its per-key completion callback, called when the connector's batched_put returns)."""
+        (its per-key completion callback, called when the connector's batched_put returns).
+        Unless ``may_drop``, a put the plugin dropped fails here, with the gateway's log."""
+        dropped = self.connector.dropped_puts
         done = threading.Semaphore(0)
         self.backend.batched_submit_put_task(list(keys), list(objs),
                                              on_complete_callback=lambda _k: done.release())
         for _ in keys:
             assert done.acquire(timeout=timeout), "LMCache's put did not finish"
+        lost = self.connector.dropped_puts - dropped
+        if lost and not may_drop:
+            log = self.diagnose() if self.diagnose is not None else "(no log)"
+            raise AssertionError(f"the plugin dropped {lost} of {len(keys)} puts; the "
+                                 f"gateway's log ends:\n{log}")
 
     def close(self) -> float:
         """Close the backend as LMCache does at shutdown; the seconds it took."""
