@@ -1,18 +1,20 @@
 """A chunked HTTP/1.1 response body taken apart on its way in, its data landing in place.
 
-:class:`Dechunker` sits between fastget's connection and a :class:`~s3kv.wire.landing.Landing`
-(the memory a body's bytes belong in): the connection asks it for ``space()`` and it answers
-with the inner landing's memory, cut at the current chunk's end, while the bytes to come are a
-chunk's data, and with a few bytes of its own while they are framing (the CRLF closing a chunk
-and the next one's size line), so the kernel never writes framing into the caller's memory
-and a chunk's data never has to be copied out of the connection's buffer. Bytes received
-elsewhere (``__call__``) are split the same way. The body is over (``done``) after the last,
-empty chunk and its trailer section.
+:class:`Dechunker` sits between fastget's connection and the sink the chunks' data goes to.
+Over a :class:`~s3kv.wire.landing.Landing` (the memory a body's bytes belong in), the
+connection asks it for ``space()`` and it answers with the inner landing's memory, cut at the
+current chunk's end, while the bytes to come are a chunk's data, and with a few bytes of its
+own while they are framing (the CRLF closing a chunk and the next one's size line), so the
+kernel never writes framing into the caller's memory and a chunk's data never has to be copied
+out of the connection's buffer. Over a plain sink, chunk data is received into the
+connection's buffer and passed on as views of it. Bytes received elsewhere (``__call__``) are
+split the same way. The body is over (``done``) after the last, empty chunk and its trailer
+section.
 """
 
 from __future__ import annotations
 
-from s3kv.wire.landing import FramedLanding, Landing
+from s3kv.wire.landing import FramedLanding, Sink, landing_of
 
 #: a chunk's size line longer than this (extensions included) is refused
 LINE_LIMIT = 4096
@@ -29,13 +31,15 @@ class ChunkError(ValueError):
 
 
 class Dechunker(FramedLanding):
-    """A Landing over a chunked body that passes the chunks' data to ``inner``."""
+    """A Landing over a chunked body that passes the chunks' data to ``inner`` (in place where
+    ``inner`` is a Landing)."""
 
     malformed = ChunkError
 
-    def __init__(self, inner: Landing) -> None:
+    def __init__(self, inner: Sink) -> None:
         super().__init__(FRAMING_READ)
         self._inner = inner
+        self._landing = landing_of(inner)
         self._state = _SIZE
         self._line = bytearray()
         self._crlf = b""  # of the CRLF closing a chunk's data, the bytes seen
@@ -51,10 +55,11 @@ class Dechunker(FramedLanding):
         return self._state == _DONE
 
     def _payload_space(self) -> memoryview | None:
-        return self._inner.space()
+        return None if self._landing is None else self._landing.space()
 
     def _payload_landed(self, n: int) -> None:
-        self._inner.landed(n)
+        assert self._landing is not None  # only memory it offered is landed in
+        self._landing.landed(n)
 
     def _payload_end(self) -> None:
         self._state = _DATA_END

@@ -8,10 +8,12 @@ buffer is reused for the next read. Nothing is allocated per chunk and no body i
 
 Only what a GET or a PUT needs of HTTP/1.1: one request at a time per keep-alive connection,
 request bodies sent with their Content-Length (views written as the transport takes them, no
-join), response bodies delimited by Content-Length (S3 servers answer with it) or chunked
-(only to a landing, below: a gateway's batch-get stream; otherwise for short error bodies
-only), and one with neither is read to the end of the connection. A PUT through here costs the
-client a fraction of an aiohttp request's CPU.
+join), response bodies delimited by Content-Length (S3 servers answer with it) or chunked (a
+gateway's batch-get stream, an error's body; the framing taken off by s3kv.wire.dechunk on the
+way, whatever the body goes to), and one with neither is read to the end of the connection. An
+error's body (a status the sink does not take) is kept in the response, its first
+``ERROR_BODY_LIMIT`` bytes; the rest is read and dropped, so the connection stays usable. A PUT
+through here costs the client a fraction of an aiohttp request's CPU.
 
 A sink that is also a :class:`~s3kv.wire.landing.Landing` offers the memory the next body bytes
 belong in (the S3 backend's ranged reads and the client's direct reads: the block being read),
@@ -72,7 +74,7 @@ class _GetProtocol(asyncio.BufferedProtocol):
         self._left = -1  # body bytes still expected; -1: until the connection closes
         self._in_head = True
         self._chunked = False
-        self._dechunk: Dechunker | None = None  # a chunked body going to a landing
+        self._dechunk: Dechunker | None = None  # a chunked body's framing, taken off
         self._exchange = 0  # counts exchanges begun and ended: a paced sink's pause is its own
         self.closed = False
         #: set while the transport's buffer is full (pause_writing), until it drains
@@ -134,8 +136,7 @@ class _GetProtocol(asyncio.BufferedProtocol):
         if self._in_head:
             return memoryview(self._head)[self._head_len:]
         self._landed = False
-        if self._landing is not None and (self._left > 0 or self._dechunk is not None) \
-                and self._to_sink():
+        if self._landing is not None and (self._left > 0 or self._dechunk is not None):
             space = self._landing.space()
             if space is not None and len(space):
                 self._landed = True
@@ -212,14 +213,16 @@ class _GetProtocol(asyncio.BufferedProtocol):
         h = self._resp.headers
         if h.get("connection", "").lower() == "close":
             self._resp.keep_alive = False
+        if not self._to_sink():  # an error's body: kept in the response
+            self._sink = self._landing = None
         if "content-length" in h:
             self._left = int(h["content-length"])
         else:
             self._chunked = "chunked" in h.get("transfer-encoding", "").lower()
             if not self._chunked:
                 self._resp.keep_alive = False  # read to the end of the connection
-            elif self._landing is not None and self._to_sink():
-                self._dechunk = Dechunker(self._landing)  # its data lands in place
+            else:  # its data lands in place where the sink is a landing
+                self._dechunk = Dechunker(self._keep_error if self._sink is None else self._sink)
                 self._landing = self._sink = self._dechunk
 
     def _feed(self, data: memoryview) -> None:
@@ -234,21 +237,18 @@ class _GetProtocol(asyncio.BufferedProtocol):
             data = data[:self._left]
             self._left -= len(data)
         r.size += len(data)
-        if self._chunked and self._dechunk is None:  # short bodies: S3 errors
-            r.error_body += bytes(data)
-            if r.error_body.endswith(b"0\r\n\r\n") and (
-                    r.error_body == b"0\r\n\r\n" or r.error_body.endswith(b"\r\n0\r\n\r\n")):
-                self._finish()
-            elif len(r.error_body) > ERROR_BODY_LIMIT:
-                self._fail(ProtocolError("chunked response body too large"))
-            return
-        if not self._to_sink():
-            if len(r.error_body) < ERROR_BODY_LIMIT:
-                r.error_body += bytes(data)
-        elif self._sink is not None:
+        if self._sink is not None:
             self._sink(data)
+        else:
+            self._keep_error(data)
         if self._left == 0 or (self._dechunk is not None and self._dechunk.done):
             self._finish()
+
+    def _keep_error(self, data: memoryview) -> None:
+        """An error's body: its first ERROR_BODY_LIMIT bytes kept, the rest dropped."""
+        room = ERROR_BODY_LIMIT - len(self._resp.error_body)
+        if room > 0:
+            self._resp.error_body += bytes(data[:room])
 
     def _to_sink(self) -> bool:
         """Whether this response's body goes to the sink (else: it is an error's)."""
@@ -271,13 +271,6 @@ class _GetProtocol(asyncio.BufferedProtocol):
             self.transport.resume_reading()  # (nothing if it was not paused)
         self._sink = self._landing = None  # an idle connection holds nothing of the exchange
         if self._waiter is not None and not self._waiter.done():
-            if self._chunked and self._dechunk is None:
-                self._resp.error_body = _dechunk(self._resp.error_body)
-                self._resp.size = len(self._resp.error_body)
-                if self._resp.status < 300:
-                    self._resp.status = 0
-                    self._waiter.set_exception(ProtocolError("chunked GET body"))
-                    return
             self._waiter.set_result(self._resp)
 
     def _fail(self, exc: BaseException) -> None:
@@ -285,20 +278,6 @@ class _GetProtocol(asyncio.BufferedProtocol):
             self._waiter.set_exception(exc)
         if self.transport is not None:
             self.transport.close()
-
-
-def _dechunk(data: bytes) -> bytes:
-    out, pos = bytearray(), 0
-    while pos < len(data):
-        eol = data.find(b"\r\n", pos)
-        if eol < 0:
-            break
-        size = int(data[pos:eol].split(b";")[0] or b"0", 16)
-        if size == 0:
-            break
-        out += data[eol + 2:eol + 2 + size]
-        pos = eol + 2 + size + 2
-    return bytes(out)
 
 
 class GetPool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from s3kv.wire.fastget import GetPool, landing_of
+from s3kv.wire.fastget import ERROR_BODY_LIMIT, GetPool, landing_of
 
 BODY = b"0123456789" * 1000
 
@@ -127,3 +127,67 @@ def test_landing_of_tells_in_place_sinks_from_plain_callables_per_class() -> Non
             pass
 
     assert landing_of(CallOnly()) is None
+
+
+def _chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+#: an error's body whose first chunk's data ends in what looks like the end of a chunked body
+TRICKY = b"<Error><Code>SlowDown</Code>\r\n0\r\n"
+TRICKY_REST = b"<Message>later</Message></Error>"
+BIG_ERROR = b"<Error>" + b"x" * (100 << 10) + b"</Error>"
+
+
+async def _serve_chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                         connections: list[int]) -> None:
+    """Chunked answers, each chunk written on its own after a pause; counts connections."""
+    connections.append(1)
+    while True:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            return
+        target = head.split(b" ")[1]
+        status, pieces = {b"/b/tricky": (b"503 Slow Down", [TRICKY, TRICKY_REST]),
+                          b"/b/big-error": (b"503 Slow Down", [BIG_ERROR[:70000],
+                                                               BIG_ERROR[70000:]]),
+                          }.get(target, (b"200 OK", [BODY[:4000], BODY[4000:]]))
+        writer.write(b"HTTP/1.1 " + status + b"\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for piece in pieces:
+            writer.write(_chunk(piece))
+            await writer.drain()
+            await asyncio.sleep(0.02)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+
+def test_chunked_bodies_are_dechunked_whatever_they_go_to() -> None:
+    """A chunked body is taken apart by its framing, never by what its bytes look like: an
+    error's body that contains a chunked body's end is kept whole; a 200's goes to a plain
+    sink; an error's body past the limit is cut, not refused. The connection is reused after
+    each (one connection for all)."""
+    async def go() -> None:
+        connections: list[int] = []
+        server = await asyncio.start_server(
+            lambda r, w: _serve_chunked(r, w, connections), "127.0.0.1", 0)
+        endpoint = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        pool = GetPool()
+        got: list[bytes] = []
+        try:
+            r = await pool.get(endpoint, "/b/tricky", {"host": "x"}, got.append)
+            assert r.status == 503 and r.error_body == TRICKY + TRICKY_REST and not got
+            r = await pool.get(endpoint, "/b/k", {"host": "x"}, lambda v: got.append(bytes(v)))
+            assert r.status == 200 and b"".join(got) == BODY
+            r = await pool.get(endpoint, "/b/big-error", {"host": "x"}, got.append)
+            assert r.status == 503 and r.error_body == BIG_ERROR[:ERROR_BODY_LIMIT]
+            got.clear()
+            r = await pool.get(endpoint, "/b/k", {"host": "x"}, lambda v: got.append(bytes(v)))
+            assert r.status == 200 and b"".join(got) == BODY and r.keep_alive
+            assert len(connections) == 1
+        finally:
+            pool.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(go())
