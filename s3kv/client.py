@@ -23,7 +23,7 @@ import asyncio
 import functools
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from types import TracebackType
 from typing import Any
 
@@ -39,11 +39,13 @@ from s3kv.client_io import (
     block_size,
     error_from_response,
     framed_parts,
+    pulled,
     request_parts,
+    whole,
 )
 from s3kv.client_stream import GatewayLost, fetch_stream
 from s3kv.errors import BackendUnavailable, Backpressure, RequestError
-from s3kv.frames import FRAMES, read_records
+from s3kv.frames import FRAMES
 from s3kv.routing import GatewaySet, Resolver, resolve_all
 from s3kv.wire.fastget import GetPool
 
@@ -220,7 +222,7 @@ class S3KVClient:
 
         async def keep(i: int, body: BlockBody | None) -> None:
             if body is not None:
-                out[i] = await body.readexactly(body.length)
+                out[i] = await whole(body)
 
         done = await self.fetch(namespace, keys, keep)
         return [b if ok else None for b, ok in zip(out, done, strict=True)]
@@ -237,16 +239,11 @@ class S3KVClient:
             for key, block in zip(keys, await self.get_many(namespace, keys), strict=True):
                 yield key, block
             return
-        gateway = next(iter(groups))
-        async with self._open(gateway, "POST", f"/v1/{namespace}/batch-get",
-                              json_body={"keys": keys}) as resp:
-            try:
-                async for key, length in read_records(resp.content, keys):
-                    yield key, (None if length is None
-                                else await resp.content.readexactly(length))
-            except (asyncio.IncompleteReadError, ValueError) as exc:
-                raise RequestError("MalformedFrames", f"bad batch-get stream from "
-                                   f"{gateway}: {exc}", 502) from exc
+        gateway, where, done = next(iter(groups)), list(range(len(keys))), [False] * len(keys)
+        async with aclosing(pulled(lambda sink: self._fetch_part(
+                gateway, namespace, keys, where, sink, done))) as blocks:
+            async for i, block in blocks:
+                yield keys[i], block
 
     # ---- puts ------------------------------------------------------------------------------
     async def _put_group(self, gateway: str, namespace: str,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import aiohttp
@@ -174,6 +174,41 @@ async def together(jobs: list[Awaitable[None]]) -> None:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def whole(body: BlockBody) -> bytes:
+    """A block's bytes, received straight into one buffer (then made bytes)."""
+    buf = bytearray(body.length)
+    await body.readinto(memoryview(buf))
+    return bytes(buf)
+
+
+async def pulled(fetch: Callable[[Sink], Awaitable[object]]
+                 ) -> AsyncGenerator[tuple[int, bytes | None], None]:
+    """The blocks a fetch hands its sink (``fetch(sink)``: (position, bytes or None)) as an
+    async iterator, in the order the sink is called. One block is held at a time: the fetch's
+    sink waits for the iterator's reader, and so does its stream. Ends when the fetch does, with
+    its error; a reader that stops early cancels it."""
+    box: asyncio.Queue[tuple[int, bytes | None]] = asyncio.Queue(maxsize=1)
+
+    async def sink(i: int, body: BlockBody | None) -> None:
+        await box.put((i, None if body is None else await whole(body)))
+
+    task = asyncio.ensure_future(fetch(sink))
+    try:
+        while True:
+            item = asyncio.ensure_future(box.get())
+            await asyncio.wait((item, task), return_when=asyncio.FIRST_COMPLETED)
+            if not item.done():  # the fetch ended: what it queued last, then its end
+                item.cancel()
+                while not box.empty():
+                    yield box.get_nowait()
+                task.result()
+                return
+            yield item.result()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 def _number(value: str | None, default: float) -> float:

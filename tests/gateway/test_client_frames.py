@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
+from contextlib import aclosing
 
 import pytest
 from aiohttp import web
@@ -55,9 +56,14 @@ async def test_batch_get_stream(body: bytes, ok: bool, unused_tcp_port: int) -> 
         async with S3KVClient(f"http://127.0.0.1:{unused_tcp_port}") as kv:
             if ok:
                 assert await kv.get_many("ns", ["a", "b", "c"]) == [b"xyz", None, None]
+                assert [kb async for kb in kv.iter_many("ns", ["a", "b", "c"])] == [
+                    ("a", b"xyz"), ("b", None), ("c", None)]
             else:
                 with pytest.raises(RequestError) as err:
                     await kv.get_many("ns", ["a"])
+                assert err.value.code == "MalformedFrames"
+                with pytest.raises(RequestError) as err:
+                    [kb async for kb in kv.iter_many("ns", ["a"])]
                 assert err.value.code == "MalformedFrames"
     finally:
         await runner.cleanup()
@@ -89,6 +95,44 @@ async def test_blocks_arrive_before_the_stream_ends(unused_tcp_port: int) -> Non
                 got.append((key, block))
                 first_seen.set()
             assert got == [("a", b"xyz"), ("b", b"hi")]
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_reader_that_stops_early_stops_the_stream(unused_tcp_port: int) -> None:
+    """iter_many left after its first block ends the batch get (its connection closed, not
+    kept waiting for a reader that is gone); the client's next batch get works."""
+    hung_up = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": STREAM})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        keys = (await request.json())["keys"]
+        try:
+            for key in keys:
+                await resp.write(block_record(key, 1 << 20) + bytes(1 << 20))
+            await resp.write(end_record(len(keys)))
+        except (ConnectionError, asyncio.CancelledError):
+            hung_up.set()
+            raise
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/ns/batch-get", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
+    try:
+        async with S3KVClient(f"http://127.0.0.1:{unused_tcp_port}", timeout=20) as kv:
+            many = [f"k{i}" for i in range(64)]  # 64 MiB: more than the sockets hold
+            async with aclosing(kv.iter_many("ns", many)) as blocks:
+                async for key, block in blocks:
+                    assert key == "k0" and block == bytes(1 << 20)
+                    break
+            await asyncio.wait_for(hung_up.wait(), 10)
+            assert await kv.get_many("ns", ["x"]) == [bytes(1 << 20)]
     finally:
         await runner.cleanup()
 
