@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing, asynccontextmanager
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -18,10 +20,28 @@ from s3kv.errors import RequestError
 from s3kv.frames import STREAM, block_record, decode_frames, end_record
 from s3kv.wire.body import SLICE
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
 
 def _raw(doc: object) -> bytes:
     head = json.dumps(doc).encode()
     return struct.pack("<I", len(head)) + head
+
+
+@asynccontextmanager
+async def _serving(handler: Handler, port: int, **client: Any) -> AsyncIterator[S3KVClient]:
+    """``handler`` answering the batch gets of namespace ``ns`` on ``port`` while in the block,
+    and a client of it."""
+    app = web.Application()
+    app.router.add_post("/v1/ns/batch-get", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with S3KVClient(f"http://127.0.0.1:{port}", **client) as kv:
+            yield kv
+    finally:
+        await runner.cleanup()
 
 
 GOOD = (block_record("a", 3) + b"xyz" + block_record("b", None) + block_record("c", None)
@@ -46,27 +66,18 @@ async def test_batch_get_stream(body: bytes, ok: bool, unused_tcp_port: int) -> 
     async def handler(_request: web.Request) -> web.Response:
         return web.Response(body=body, content_type=STREAM)
 
-    app = web.Application()
-    app.router.add_post("/v1/ns/batch-get", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", unused_tcp_port)
-    await site.start()
-    try:
-        async with S3KVClient(f"http://127.0.0.1:{unused_tcp_port}") as kv:
-            if ok:
-                assert await kv.get_many("ns", ["a", "b", "c"]) == [b"xyz", None, None]
-                assert [kb async for kb in kv.iter_many("ns", ["a", "b", "c"])] == [
-                    ("a", b"xyz"), ("b", None), ("c", None)]
-            else:
-                with pytest.raises(RequestError) as err:
-                    await kv.get_many("ns", ["a"])
-                assert err.value.code == "MalformedFrames"
-                with pytest.raises(RequestError) as err:
-                    [kb async for kb in kv.iter_many("ns", ["a"])]
-                assert err.value.code == "MalformedFrames"
-    finally:
-        await runner.cleanup()
+    async with _serving(handler, unused_tcp_port) as kv:
+        if ok:
+            assert await kv.get_many("ns", ["a", "b", "c"]) == [b"xyz", None, None]
+            assert [kb async for kb in kv.iter_many("ns", ["a", "b", "c"])] == [
+                ("a", b"xyz"), ("b", None), ("c", None)]
+        else:
+            with pytest.raises(RequestError) as err:
+                await kv.get_many("ns", ["a"])
+            assert err.value.code == "MalformedFrames"
+            with pytest.raises(RequestError) as err:
+                [kb async for kb in kv.iter_many("ns", ["a"])]
+            assert err.value.code == "MalformedFrames"
 
 
 async def test_blocks_arrive_before_the_stream_ends(unused_tcp_port: int) -> None:
@@ -83,20 +94,12 @@ async def test_blocks_arrive_before_the_stream_ends(unused_tcp_port: int) -> Non
         await resp.write_eof()
         return resp
 
-    app = web.Application()
-    app.router.add_post("/v1/ns/batch-get", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
-    try:
-        async with S3KVClient(f"http://127.0.0.1:{unused_tcp_port}") as kv:
-            got = []
-            async for key, block in kv.iter_many("ns", ["a", "b"]):
-                got.append((key, block))
-                first_seen.set()
-            assert got == [("a", b"xyz"), ("b", b"hi")]
-    finally:
-        await runner.cleanup()
+    async with _serving(handler, unused_tcp_port) as kv:
+        got = []
+        async for key, block in kv.iter_many("ns", ["a", "b"]):
+            got.append((key, block))
+            first_seen.set()
+        assert got == [("a", b"xyz"), ("b", b"hi")]
 
 
 async def test_a_reader_that_stops_early_stops_the_stream(unused_tcp_port: int) -> None:
@@ -119,22 +122,14 @@ async def test_a_reader_that_stops_early_stops_the_stream(unused_tcp_port: int) 
         await resp.write_eof()
         return resp
 
-    app = web.Application()
-    app.router.add_post("/v1/ns/batch-get", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
-    try:
-        async with S3KVClient(f"http://127.0.0.1:{unused_tcp_port}", timeout=20) as kv:
-            many = [f"k{i}" for i in range(64)]  # 64 MiB: more than the sockets hold
-            async with aclosing(kv.iter_many("ns", many)) as blocks:
-                async for key, block in blocks:
-                    assert key == "k0" and block == bytes(1 << 20)
-                    break
-            await asyncio.wait_for(hung_up.wait(), 10)
-            assert await kv.get_many("ns", ["x"]) == [bytes(1 << 20)]
-    finally:
-        await runner.cleanup()
+    async with _serving(handler, unused_tcp_port, timeout=20) as kv:
+        many = [f"k{i}" for i in range(64)]  # 64 MiB: more than the sockets hold
+        async with aclosing(kv.iter_many("ns", many)) as blocks:
+            async for key, block in blocks:
+                assert key == "k0" and block == bytes(1 << 20)
+                break
+        await asyncio.wait_for(hung_up.wait(), 10)
+        assert await kv.get_many("ns", ["x"]) == [bytes(1 << 20)]
 
 
 async def test_a_framed_body_goes_out_in_slices() -> None:
