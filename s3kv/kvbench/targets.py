@@ -26,10 +26,13 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from s3kv.client_io import BlockBody
+from s3kv.client_stream import fetch_stream
 from s3kv.clock import now_ns
-from s3kv.errors import ConfigError
-from s3kv.frames import FRAMES, STORED_HEADER, frames_head, read_records
+from s3kv.errors import Backpressure, ConfigError, S3KVError
+from s3kv.frames import FRAMES, STORED_HEADER, frames_head
 from s3kv.wire.body import SlicedBody
+from s3kv.wire.fastget import GetPool
 from s3kv.wire.sigv4 import Credentials
 from warp.opresult import OpResult
 from warp.payload import Hasher, PayloadSource, variant_of
@@ -39,6 +42,8 @@ from warp.s3 import S3Client
 #: the gateway answers at most this many keys per native request
 MAX_BATCH_KEYS = 4096
 READ_SLICE = 1 << 20
+#: seconds a batch get may take (aiohttp's read timeout was 300 s between reads)
+READ_TIMEOUT = 600.0
 #: 503 SlowDown (gateway backpressure) is retried this many times, honouring Retry-After
 BACKPRESSURE_RETRIES = 50
 
@@ -154,12 +159,15 @@ class GatewayTarget(Target):
         self.namespace = namespace
         self.batch = max(1, min(MAX_BATCH_KEYS, batch_bytes // self.block_bytes))
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._auth = headers
+        self._pool = GetPool(connect_timeout=30)
         self._session = aiohttp.ClientSession(
             headers=headers, connector=aiohttp.TCPConnector(limit=io.connections),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=300),
             read_bufsize=READ_SLICE, auto_decompress=False)
 
     async def close(self) -> None:
+        self._pool.close()
         await self._session.close()
 
     async def _post(self, path: str, result: OpResult, body: Callable[[], object],
@@ -228,30 +236,46 @@ class GatewayTarget(Target):
         return out
 
     async def _get(self, user: int, keys: list[str]) -> IoResult:
+        """One batch get, read as s3kv's client reads it (client_stream.py over fastget: each
+        block's bytes received straight into a reused buffer and hashed there, as the S3
+        target's GETs are), 503s retried after their Retry-After."""
         out = IoResult()
         r = OpResult(endpoint=self.endpoint, start_ns=now_ns())
+        buf = memoryview(bytearray(READ_SLICE))
 
-        async def frames(resp: aiohttp.ClientResponse) -> None:
-            async for key, length in read_records(resp.content, keys):
-                if length is None:
-                    out.missing += 1
+        async def check(i: int, body: BlockBody | None) -> None:
+            r.first_byte_ns = r.first_byte_ns or now_ns()
+            if body is None:
+                out.missing += 1
+                return
+            h = Hasher()
+            while h.size < body.length:
+                piece = buf[:min(body.length - h.size, READ_SLICE)]
+                await body.readinto(piece)
+                h.update(piece)
+            want = self.payload.expected(variant_of(keys[i]), 0, self.block_bytes)
+            if h.size != want.length or h.digest() != want.checksum:
+                out.verify_failures += 1
+            else:
+                out.blocks += 1
+                out.bytes += h.size
+
+        for attempt in range(BACKPRESSURE_RETRIES + 1):
+            out.retries = attempt
+            try:
+                async with asyncio.timeout(READ_TIMEOUT):
+                    await fetch_stream(self._pool, self.endpoint, self.namespace, self._auth,
+                                       keys, range(len(keys)), check, [False] * len(keys))
+                r.status = 200
+            except Backpressure as exc:
+                if attempt < BACKPRESSURE_RETRIES:
+                    await asyncio.sleep(min(1.0, max(0.05, exc.retry_after)))
                     continue
-                left = length
-                h = Hasher()
-                while left > 0:
-                    piece = await resp.content.readexactly(min(left, READ_SLICE))
-                    h.update(piece)
-                    left -= len(piece)
-                want = self.payload.expected(variant_of(key), 0, self.block_bytes)
-                if h.size != want.length or h.digest() != want.checksum:
-                    out.verify_failures += 1
-                else:
-                    out.blocks += 1
-                    out.bytes += h.size
-
-        out.retries = await self._post(
-            f"{self.namespace}/batch-get", r, lambda: json.dumps({"keys": keys}),
-            {"Content-Type": "application/json"}, frames)
+                r.status, r.error = 503, f"HTTP 503: {exc}"
+            except (S3KVError, TimeoutError, OSError) as exc:
+                r.status = getattr(exc, "status", None) or 0
+                r.error = f"{type(exc).__name__}: {exc}"
+            break
         if r.error:
             out.fail(r.error)
         r.end_ns, r.size = now_ns(), out.bytes
