@@ -186,15 +186,17 @@ async def whole(body: BlockBody) -> bytes:
 async def pulled(fetch: Callable[[Sink], Awaitable[object]]
                  ) -> AsyncGenerator[tuple[int, bytes | None], None]:
     """The blocks a fetch hands its sink (``fetch(sink)``: (position, bytes or None)) as an
-    async iterator, in the order the sink is called. One block is held at a time: the fetch's
-    sink waits for the iterator's reader, and so does its stream. Ends when the fetch does, with
-    its error; a reader that stops early cancels it."""
+    async iterator, in the order the sink is called. What is held stays within a few blocks
+    (the one the reader has, one queued, the one being received): the fetch's sink waits for
+    the iterator's reader, and its stream for the sink. Ends when the fetch does, with its
+    error; a reader that stops early (or is cancelled) cancels it."""
     box: asyncio.Queue[tuple[int, bytes | None]] = asyncio.Queue(maxsize=1)
 
     async def sink(i: int, body: BlockBody | None) -> None:
         await box.put((i, None if body is None else await whole(body)))
 
     task = asyncio.ensure_future(fetch(sink))
+    item: asyncio.Future[tuple[int, bytes | None]] | None = None
     try:
         while True:
             item = asyncio.ensure_future(box.get())
@@ -207,8 +209,11 @@ async def pulled(fetch: Callable[[Sink], Awaitable[object]]
                 return
             yield item.result()
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        for pending in (task, item):
+            if pending is not None:
+                pending.cancel()
+        await asyncio.gather(*(t for t in (task, item) if t is not None),
+                             return_exceptions=True)
 
 
 def _number(value: str | None, default: float) -> float:

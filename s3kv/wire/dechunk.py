@@ -40,6 +40,7 @@ class Dechunker(FramedLanding):
         super().__init__(FRAMING_READ)
         self._inner = inner
         self._landing = landing_of(inner)
+        self.payload = 0  # the chunks' data bytes so far (the body's length, framing aside)
         self._state = _SIZE
         self._line = bytearray()
         self._crlf = b""  # of the CRLF closing a chunk's data, the bytes seen
@@ -59,12 +60,14 @@ class Dechunker(FramedLanding):
 
     def _payload_landed(self, n: int) -> None:
         assert self._landing is not None  # only memory it offered is landed in
+        self.payload += n
         self._landing.landed(n)
 
     def _payload_end(self) -> None:
         self._state = _DATA_END
 
     def _payload_take(self, data: memoryview) -> None:
+        self.payload += len(data)
         self._inner(data)
 
     def _framing_from(self, data: memoryview) -> memoryview:

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 
 from s3kv.clock import now_ns
 from s3kv.wire.body import Buffer
-from s3kv.wire.dechunk import Dechunker
+from s3kv.wire.dechunk import ChunkError, Dechunker
 from s3kv.wire.landing import Landing, Sink, landing_of, paced
 
 RECV_BUFFER = 1 << 20
@@ -49,12 +49,17 @@ class ProtocolError(Exception):
     pass
 
 
+class BadChunking(ProtocolError, ValueError):
+    """A chunked body's framing is malformed (a ProtocolError to callers that read S3, a
+    ValueError, as a malformed body, to those that parse what it carries)."""
+
+
 @dataclass
 class Response:
     status: int = 0
     headers: dict[str, str] = field(default_factory=dict)
     first_byte_ns: int = 0
-    size: int = 0
+    size: int = 0  # the body's bytes (a chunked body's data, its framing aside)
     error_body: bytes = b""
     keep_alive: bool = True
 
@@ -177,7 +182,7 @@ class _GetProtocol(asyncio.BufferedProtocol):
             try:
                 self._landing.landed(nbytes)
             except ValueError as exc:  # a body its landing finds malformed
-                self._fail(exc)
+                self._fail(_malformed(exc))
                 return
             if self._left == 0 or (self._dechunk is not None and self._dechunk.done):
                 self._finish()
@@ -229,7 +234,7 @@ class _GetProtocol(asyncio.BufferedProtocol):
         try:
             self._body(data)
         except ValueError as exc:  # a body its sink finds malformed
-            self._fail(exc)
+            self._fail(_malformed(exc))
 
     def _body(self, data: memoryview) -> None:
         r = self._resp
@@ -271,6 +276,8 @@ class _GetProtocol(asyncio.BufferedProtocol):
             self.transport.resume_reading()  # (nothing if it was not paused)
         self._sink = self._landing = None  # an idle connection holds nothing of the exchange
         if self._waiter is not None and not self._waiter.done():
+            if self._dechunk is not None:
+                self._resp.size = self._dechunk.payload
             self._waiter.set_result(self._resp)
 
     def _fail(self, exc: BaseException) -> None:
@@ -278,6 +285,11 @@ class _GetProtocol(asyncio.BufferedProtocol):
             self._waiter.set_exception(exc)
         if self.transport is not None:
             self.transport.close()
+
+
+def _malformed(exc: ValueError) -> ValueError:
+    """A sink's ValueError as it is; a chunked body's bad framing as :class:`BadChunking`."""
+    return BadChunking(f"bad chunked body: {exc}") if isinstance(exc, ChunkError) else exc
 
 
 class GetPool:

@@ -132,6 +132,32 @@ async def test_a_reader_that_stops_early_stops_the_stream(unused_tcp_port: int) 
         assert await kv.get_many("ns", ["x"]) == [bytes(1 << 20)]
 
 
+async def test_a_reader_cancelled_while_it_waits_leaves_no_task(unused_tcp_port: int) -> None:
+    """iter_many cancelled (a timeout) while it waits for the next block leaves nothing of it
+    running: neither the batch get nor its wait for the next block."""
+    release = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": STREAM})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        await resp.write(block_record("a", 3) + b"xyz")
+        await asyncio.wait_for(release.wait(), 30)  # "b" does not come while the test runs
+        return resp
+
+    async with _serving(handler, unused_tcp_port) as kv:
+        got = []
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(1.0):
+                async for key, block in kv.iter_many("ns", ["a", "b"]):
+                    got.append((key, block))
+        assert got == [("a", b"xyz")]
+        mine = [t for t in asyncio.all_tasks() if "Queue.get" in t.get_coro().__qualname__
+                or "_fetch_part" in t.get_coro().__qualname__]
+        assert not mine
+        release.set()
+
+
 async def test_a_framed_body_goes_out_in_slices() -> None:
     """A batch put's body is written as views of at most SLICE bytes: a whole 32 MiB block
     handed to one write() has the transport copy all the socket did not take at once."""

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from s3kv.wire.fastget import ERROR_BODY_LIMIT, GetPool, landing_of
+import pytest
+
+from s3kv.wire.fastget import ERROR_BODY_LIMIT, GetPool, ProtocolError, landing_of
 
 BODY = b"0123456789" * 1000
 
@@ -149,6 +151,10 @@ async def _serve_chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWri
         except asyncio.IncompleteReadError:
             return
         target = head.split(b" ")[1]
+        if target == b"/b/bad-chunk":  # not a chunk size
+            writer.write(b"HTTP/1.1 503 Slow Down\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+            await writer.drain()
+            continue
         status, pieces = {b"/b/tricky": (b"503 Slow Down", [TRICKY, TRICKY_REST]),
                           b"/b/big-error": (b"503 Slow Down", [BIG_ERROR[:70000],
                                                                BIG_ERROR[70000:]]),
@@ -165,8 +171,9 @@ async def _serve_chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWri
 def test_chunked_bodies_are_dechunked_whatever_they_go_to() -> None:
     """A chunked body is taken apart by its framing, never by what its bytes look like: an
     error's body that contains a chunked body's end is kept whole; a 200's goes to a plain
-    sink; an error's body past the limit is cut, not refused. The connection is reused after
-    each (one connection for all)."""
+    sink (``size``: its data, framing aside); an error's body past the limit is cut, not
+    refused. The connection is reused after each (one connection for all). Bad framing is a
+    ProtocolError, as the S3 readers (the backend's ranged reads, warp) catch it."""
     async def go() -> None:
         connections: list[int] = []
         server = await asyncio.start_server(
@@ -178,13 +185,15 @@ def test_chunked_bodies_are_dechunked_whatever_they_go_to() -> None:
             r = await pool.get(endpoint, "/b/tricky", {"host": "x"}, got.append)
             assert r.status == 503 and r.error_body == TRICKY + TRICKY_REST and not got
             r = await pool.get(endpoint, "/b/k", {"host": "x"}, lambda v: got.append(bytes(v)))
-            assert r.status == 200 and b"".join(got) == BODY
+            assert r.status == 200 and b"".join(got) == BODY and r.size == len(BODY)
             r = await pool.get(endpoint, "/b/big-error", {"host": "x"}, got.append)
             assert r.status == 503 and r.error_body == BIG_ERROR[:ERROR_BODY_LIMIT]
             got.clear()
             r = await pool.get(endpoint, "/b/k", {"host": "x"}, lambda v: got.append(bytes(v)))
             assert r.status == 200 and b"".join(got) == BODY and r.keep_alive
             assert len(connections) == 1
+            with pytest.raises(ProtocolError, match="bad chunked body"):  # as S3 readers expect
+                await pool.get(endpoint, "/b/bad-chunk", {"host": "x"}, got.append)
         finally:
             pool.close()
             server.close()
