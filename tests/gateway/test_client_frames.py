@@ -44,6 +44,21 @@ async def _serving(handler: Handler, port: int, **client: Any) -> AsyncIterator[
         await runner.cleanup()
 
 
+def _a_then(event: asyncio.Event, rest: bytes) -> Handler:
+    """A handler streaming block "a" (``xyz``), then, once ``event`` is set, ``rest``."""
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": STREAM})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        await resp.write(block_record("a", 3) + b"xyz")
+        await asyncio.wait_for(event.wait(), 30)
+        await resp.write(rest)
+        await resp.write_eof()
+        return resp
+
+    return handler
+
+
 GOOD = (block_record("a", 3) + b"xyz" + block_record("b", None) + block_record("c", None)
         + end_record(3))
 
@@ -82,17 +97,8 @@ async def test_batch_get_stream(body: bytes, ok: bool, unused_tcp_port: int) -> 
 
 async def test_blocks_arrive_before_the_stream_ends(unused_tcp_port: int) -> None:
     """iter_many hands out a block as soon as its record is in, not when the response ends."""
-    first_seen = asyncio.Event()
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": STREAM})
-        resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        await resp.write(block_record("a", 3) + b"xyz")
-        await asyncio.wait_for(first_seen.wait(), 10)  # the client has "a" before "b" is sent
-        await resp.write(block_record("b", 2) + b"hi" + end_record(2))
-        await resp.write_eof()
-        return resp
+    first_seen = asyncio.Event()  # the client has "a" before "b" is sent
+    handler = _a_then(first_seen, block_record("b", 2) + b"hi" + end_record(2))
 
     async with _serving(handler, unused_tcp_port) as kv:
         got = []
@@ -135,15 +141,8 @@ async def test_a_reader_that_stops_early_stops_the_stream(unused_tcp_port: int) 
 async def test_a_reader_cancelled_while_it_waits_leaves_no_task(unused_tcp_port: int) -> None:
     """iter_many cancelled (a timeout) while it waits for the next block leaves nothing of it
     running: neither the batch get nor its wait for the next block."""
-    release = asyncio.Event()
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": STREAM})
-        resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        await resp.write(block_record("a", 3) + b"xyz")
-        await asyncio.wait_for(release.wait(), 30)  # "b" does not come while the test runs
-        return resp
+    release = asyncio.Event()  # "b" does not come while the test runs
+    handler = _a_then(release, b"")
 
     async with _serving(handler, unused_tcp_port) as kv:
         got = []
