@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from s3kv.errors import RequestError
@@ -208,19 +208,3 @@ def header_doc(data: bytes | bytearray | memoryview) -> Any:
         return json.loads(bytes(data))
     except RecursionError:
         raise ValueError("record header nested too deep") from None
-
-
-async def read_records(stream: Readable, keys: Sequence[str]
-                       ) -> AsyncIterator[tuple[str, int | None]]:
-    """(key, length or None) of each record of the batch-get stream that answers ``keys``
-    (:class:`RecordCheck`). After each block's header the caller reads exactly ``length``
-    bytes before asking for the next. Raises ValueError on a malformed stream,
-    asyncio.IncompleteReadError on a truncated one."""
-    check = RecordCheck(keys)
-    while True:
-        record = check.record(await read_doc(stream))
-        if record is None:
-            if await stream.read(1):
-                raise ValueError("bytes after the end record")
-            return
-        yield record

@@ -151,6 +151,12 @@ async def _bounded(n: int, jobs: list[Callable[[], Awaitable[IoResult]]]) -> IoR
     return total
 
 
+async def _back_off(retry_after: float) -> None:
+    """The wait before a request the gateway pushed back is sent again: its Retry-After, within
+    50 ms to 1 s (a run measures throughput, not the gateway's hint)."""
+    await asyncio.sleep(min(1.0, max(0.05, retry_after)))
+
+
 class GatewayTarget(Target):
     def __init__(self, io: IoSetup, url: str, namespace: str, token: str,
                  batch_bytes: int) -> None:
@@ -186,8 +192,7 @@ class GatewayTarget(Target):
                         await resp.read()
                         if on_503 is not None:
                             on_503(resp.headers)
-                        wait = float(resp.headers.get("Retry-After", "0.2") or 0.2)
-                        await asyncio.sleep(min(1.0, max(0.05, wait)))
+                        await _back_off(float(resp.headers.get("Retry-After", "0.2") or 0.2))
                         continue
                     if resp.status >= 400:
                         text = (await resp.read())[:300].decode(errors="replace")
@@ -269,7 +274,7 @@ class GatewayTarget(Target):
                 r.status = 200
             except Backpressure as exc:
                 if attempt < BACKPRESSURE_RETRIES:
-                    await asyncio.sleep(min(1.0, max(0.05, exc.retry_after)))
+                    await _back_off(exc.retry_after)
                     continue
                 r.status, r.error = 503, f"HTTP 503: {exc}"
             except (S3KVError, TimeoutError, OSError) as exc:

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from s3kv.client import S3KVClient
-from s3kv.frames import read_records
+from s3kv.client_stream import END, RecordLanding
 from s3kv.sizes import KiB, MiB
 from s3kv.wire import blocksend
 from tests.support.gateway import Gateway, metric, running_gateway, store_stats
@@ -96,12 +96,15 @@ def test_a_batch_get_larger_than_a_send_run_reads_back_whole(gw: Gateway) -> Non
 
 
 def _decode(stream: bytes, keys: list[str]) -> list[bytes | None]:
+    """The blocks of a whole batch-get stream, as the native client's parser reads them."""
     async def run() -> list[bytes | None]:
-        reader = asyncio.StreamReader()
-        reader.feed_data(stream)
-        reader.feed_eof()
-        return [None if n is None else await reader.readexactly(n)
-                async for _, n in read_records(reader, keys)]
+        landing = RecordLanding(keys)
+        landing(memoryview(stream))
+        landing.finish()
+        out: list[bytes | None] = []
+        while (record := await landing.next()) is not END:
+            out.append(None if record is None else await record.readexactly(record.length))
+        return out
     return asyncio.run(run())
 
 
