@@ -138,6 +138,11 @@ class Settings:
                            "unfinished uploads at once", metavar="ID")
     backend_timeout: float = setting(30.0, "seconds before one backend request is abandoned",
                                      "float", metavar="SECONDS")
+    idle_timeout: float = setting(75.0, "seconds a client connection may stay idle between "
+                                  "requests before the gateway closes it; behind a proxy or "
+                                  "load balancer that keeps connections to the gateway open, "
+                                  "set it above that proxy's idle timeout", "float",
+                                  metavar="SECONDS")
     etag: str = setting("md5", "ETag of S3 PUTs: md5 (the hex MD5 of the body, as S3; about "
                         "1.6 ms of CPU per MiB) or fast (CRC-32 and size: breaks clients that "
                         "compare the ETag with an MD5, such as s3cmd, rclone check and "
@@ -238,6 +243,8 @@ class Settings:
                 f"at least {format_size(2 * self.max_block_size)}")
         if self.seal_after <= 0:
             raise ConfigError("seal_after must be positive")
+        if self.idle_timeout <= 0:
+            raise ConfigError("idle_timeout must be positive (seconds)")
         if self.max_open_segments < 1 or self.max_parts_in_flight < 1:
             raise ConfigError("max_open_segments and max_parts_in_flight must be >= 1")
         if not 1 <= self.parts_in_flight_reading <= self.max_parts_in_flight:

@@ -30,8 +30,9 @@ answered by the lane, so its answer, an error included, is the handlers' own.
 One request at a time: what a client pipelined behind a request waits in the lane's buffer
 (reading is paused while a task stores or sends, or while the transport holds an answer above
 its limit). A body that stops arriving for ``BODY_IDLE_TIMEOUT`` seconds closes the connection
-(its reservation and room given back), and a connection idle between requests for
-``KEEPALIVE_TIMEOUT`` seconds is closed, as aiohttp does (checked by one timer per connection).
+(its reservation and room given back), and a connection idle between requests for the
+``idle_timeout`` setting's seconds is closed, as aiohttp's handler does with the same setting
+(checked by one timer per connection).
 """
 
 from __future__ import annotations
@@ -65,8 +66,6 @@ log = get_logger(__name__)
 
 #: the longest request head the lane reads; a longer one goes to aiohttp (which refuses it)
 HEAD_LIMIT = 16 * 1024
-#: seconds a connection may stay idle between requests (aiohttp's keep-alive timeout)
-KEEPALIVE_TIMEOUT = 75.0
 #: seconds between the checks of a connection's one timer (none is made per request)
 TICK = BODY_IDLE_TIMEOUT / 4
 _END = b"\r\n\r\n"
@@ -351,7 +350,7 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
     def _tick(self) -> None:
         """Every TICK seconds: close the connection if its body has not moved for
         ``BODY_IDLE_TIMEOUT`` seconds, or if it has been idle between requests for
-        ``KEEPALIVE_TIMEOUT`` (what aiohttp's timers do, without a timer made and cancelled
+        ``idle_timeout`` seconds (what aiohttp's timers do, without a timer made and cancelled
         for each request)."""
         loop = asyncio.get_running_loop()
         self._timer = None
@@ -366,7 +365,7 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
             if self._stalled >= BODY_IDLE_TIMEOUT:
                 transport.close()
                 return
-        elif loop.time() - self._idle_since >= KEEPALIVE_TIMEOUT:
+        elif loop.time() - self._idle_since >= self._st.settings.idle_timeout:
             transport.close()
             return
         self._timer = loop.call_later(TICK, self._tick)

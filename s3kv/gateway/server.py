@@ -105,8 +105,10 @@ async def start_front(store: BlockStore, settings: Settings, *,
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT)
     await runner.setup()
     state = app[STATE]
+    # keepalive_timeout: aiohttp's own default is an hour; the plain lane closes at the same
+    # idle_timeout, so a connection's idle limit does not depend on which one serves it
     front = front_runner(runner, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None,
-                         auto_decompress=False,
+                         auto_decompress=False, keepalive_timeout=settings.idle_timeout,
                          lane=(lambda handler: PlainLane(state, handler)) if lane else None)
     await front.setup()
     return runner, front

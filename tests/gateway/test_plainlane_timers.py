@@ -1,5 +1,6 @@
 """The plain lane's one timer per connection (s3kv/gateway/plainlane.py's ``_tick``): a
-connection idle between requests is closed after the keep-alive timeout, a body that stops
+connection idle between requests is closed after the ``idle_timeout`` setting (and so is one
+the lane handed to aiohttp's handler), a body that stops
 arriving after the body idle timeout (storing nothing, its memory given back), and a body that
 keeps arriving, however slowly, is not cut.
 
@@ -30,10 +31,10 @@ LIMIT = 0.4  # both timeouts, in seconds
 @pytest.fixture
 async def port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[int]:
     monkeypatch.setattr(plainlane, "TICK", 0.05)
-    monkeypatch.setattr(plainlane, "KEEPALIVE_TIMEOUT", LIMIT)
     monkeypatch.setattr(plainlane, "BODY_IDLE_TIMEOUT", LIMIT)
     settings = Settings.load({"store": f"file://{tmp_path}/store", "etag": "fast",
-                              "sync_interval": 0, "node_id": "timers"})
+                              "sync_interval": 0, "node_id": "timers",
+                              "idle_timeout": LIMIT})
     store = await BlockStore.open(settings)
     await store.create_namespace(NS)
     runner, front = await start_front(store, settings)
@@ -82,6 +83,20 @@ async def test_an_idle_connection_is_closed_after_the_keepalive_timeout(port: in
     await asyncio.sleep(LIMIT / 2)
     writer.write(head("PUT", "idle", 3) + b"xyz")  # the idle time starts again after each
     assert await status_of(reader) == 200
+    assert LIMIT <= await closed_after(reader) < LIMIT + 1
+    writer.close()
+
+
+async def test_a_connection_handed_to_aiohttp_is_closed_after_the_same_idle_timeout(
+        port: int) -> None:
+    """A request the lane does not serve hands the connection to aiohttp's handler, whose own
+    keep-alive default is an hour: the gateway gives it the same idle limit."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /readyz HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert await status_of(reader) == 200
+    await asyncio.sleep(LIMIT / 2)
+    writer.write(f"GET /{NS}?list-type=2 HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    assert await status_of(reader) == 200  # the idle time starts again after each
     assert LIMIT <= await closed_after(reader) < LIMIT + 1
     writer.close()
 
