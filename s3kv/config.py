@@ -104,6 +104,10 @@ class Settings:
     max_request_memory: int = setting(512 * MiB, "request bodies and staged multipart parts "
                                       "held at once; past it writes get 503 SlowDown", "size",
                                       metavar="SIZE")
+    max_read_memory: int = setting(512 * MiB, "blocks read from the backend held at once, in "
+                                   "flight or waiting for a client to take them; past it reads "
+                                   "wait (a client that stops reading is cut after 20 s)",
+                                   "size", metavar="SIZE")
     read_ahead: int = setting(32 * MiB, "bytes of a segment read with one ranged GET when "
                               "one-block reads walk it in order (a prefix restored one object "
                               "per block); up to four such windows are held (0: off)", "size",

@@ -16,13 +16,17 @@ random 256 KiB blocks: 96 % of the chunks went out whole in their ``writev``, 3 
 The response's head goes out through aiohttp first (:meth:`BodySender.start`), its end
 through ``write_eof``. A transport that is not a plain socket (TLS) gets every chunk through
 the transport.
+
+A client that takes none of its response for ``SEND_IDLE_TIMEOUT`` seconds while the body
+waits on it is cut (:func:`drained`), as a request body that stops arriving is: its blocks, and
+their room in the store's read budget (store/readbudget.py), are let go of.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from aiohttp import web
 
@@ -31,6 +35,9 @@ from s3kv.wire.blocksend import Sender
 from s3kv.wire.body import SLICE, Buffer, slices
 
 CRLF = b"\r\n"
+#: seconds a response may wait for its client to take any of it (as a request body may wait
+#: for its next bytes, bodies.BODY_IDLE_TIMEOUT) before the connection is cut
+SEND_IDLE_TIMEOUT = 20.0
 
 
 class BodySender:
@@ -66,7 +73,7 @@ class BodySender:
         if transport is None:
             raise ConnectionResetError("the client closed the connection")
         if send_vectors(transport, self._fd, bufs):
-            await self._writer.drain()
+            await drained(self._writer.drain(), transport)
 
 
 class ChunkSender(BodySender):
@@ -154,6 +161,25 @@ def send_vectors(transport: asyncio.Transport, fd: int, bufs: list[Buffer]) -> b
             return False
     transport.writelines(bufs)
     return True
+
+
+async def drained(drain: Awaitable[None], transport: asyncio.Transport) -> None:
+    """Wait for ``drain`` (the transport's queue falling below its limit) while the client
+    takes some of the queue every ``SEND_IDLE_TIMEOUT`` seconds; if it takes none for that
+    long, abort the connection and raise ConnectionResetError."""
+    task = asyncio.ensure_future(drain)
+    try:
+        while not task.done():
+            queued = transport.get_write_buffer_size()
+            await asyncio.wait((task,), timeout=SEND_IDLE_TIMEOUT)
+            if not task.done() and transport.get_write_buffer_size() >= queued:
+                transport.abort()
+                raise ConnectionResetError(f"the client took none of the response for "
+                                           f"{SEND_IDLE_TIMEOUT:g} s")
+        task.result()
+    finally:
+        if task is not drain:  # made here (a coroutine): the caller's own future is left be
+            task.cancel()
 
 
 def _after(bufs: list[Buffer], n: int) -> list[Buffer]:

@@ -30,7 +30,8 @@ answered by the lane, so its answer, an error included, is the handlers' own.
 One request at a time: what a client pipelined behind a request waits in the lane's buffer
 (reading is paused while a task stores or sends, or while the transport holds an answer above
 its limit). A body that stops arriving for ``BODY_IDLE_TIMEOUT`` seconds closes the connection
-(its reservation and room given back), and a connection idle between requests for the
+(its reservation and room given back), so does an answer the client takes none of for
+``chunked.SEND_IDLE_TIMEOUT`` seconds, and a connection idle between requests for the
 ``idle_timeout`` setting's seconds is closed, as aiohttp's handler does with the same setting
 (checked by one timer per connection).
 """
@@ -43,7 +44,7 @@ from collections.abc import Callable
 
 from s3kv.gateway.app import CLIENT_CLOSED
 from s3kv.gateway.bodies import BODY_IDLE_TIMEOUT
-from s3kv.gateway.chunked import send_vectors, vector_groups
+from s3kv.gateway.chunked import SEND_IDLE_TIMEOUT, send_vectors, vector_groups
 from s3kv.gateway.plainops import (
     Plain,
     get_now,
@@ -93,6 +94,8 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         self._idle_since = 0.0  # loop time the last request ended (or the connection began)
         self._seen = 0  # _got at the last tick
         self._stalled = 0.0  # seconds the body has not moved, as the ticks saw it
+        self._unsent = 0  # bytes the transport held at the last tick
+        self._send_stalled = 0.0  # seconds the client took none of them, as the ticks saw it
         self._drained: asyncio.Future[None] | None = None
 
     # -- asyncio's protocol ------------------------------------------------------------------
@@ -300,6 +303,7 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
     def _done(self) -> None:
         """The request is answered: on to what follows it in the buffer, or read again."""
         self._plain, self._body, self._landing, self._busy = None, None, None, False
+        self._unsent, self._send_stalled = 0, 0.0
         transport = self._transport
         if self._gone or transport is None or transport.is_closing():
             return
@@ -349,16 +353,21 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
 
     def _tick(self) -> None:
         """Every TICK seconds: close the connection if its body has not moved for
-        ``BODY_IDLE_TIMEOUT`` seconds, or if it has been idle between requests for
-        ``idle_timeout`` seconds (what aiohttp's timers do, without a timer made and cancelled
-        for each request)."""
+        ``BODY_IDLE_TIMEOUT`` seconds, its answer for ``SEND_IDLE_TIMEOUT``, or if it has been
+        idle between requests for ``idle_timeout`` seconds (what aiohttp's timers do, without a
+        timer made and cancelled for each request)."""
         loop = asyncio.get_running_loop()
         self._timer = None
         transport = self._transport
         if self._gone or transport is None:
             return
-        if self._busy:
-            pass  # stored or answered: whoever ends it makes it idle again
+        if self._busy:  # stored or answered: whoever ends it makes it idle again
+            unsent = transport.get_write_buffer_size()  # an answer the client does not take
+            stuck = unsent and unsent >= self._unsent
+            self._send_stalled, self._unsent = self._send_stalled + TICK if stuck else 0.0, unsent
+            if self._send_stalled >= SEND_IDLE_TIMEOUT:
+                transport.abort()
+                return
         elif self._body is not None:  # receiving a body
             self._stalled = self._stalled + TICK if self._got == self._seen else 0.0
             self._seen = self._got

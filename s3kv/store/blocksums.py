@@ -24,9 +24,24 @@ from functools import partial
 
 from s3kv.log import get_logger
 from s3kv.store import layout
+from s3kv.wire.body import Pieces, pieces_of, size_of
 
 log = get_logger(__name__)
 Job = Callable[[], None]
+
+#: checksums of blocks larger than this are computed off the event loop. The CRC runs at ~30
+#: GB/s here on bytes just received (8 MiB: ~0.28 ms on the loop), while a hop to a worker
+#: thread and back costs ~0.1 ms of CPU however small the block: at 1 MiB, 2 MiB blocks paid
+#: 142 us of CPU for a 36 us checksum
+THREAD_THRESHOLD = 8 * 1024 * 1024
+
+
+async def checksum_async(data: Pieces) -> int:
+    """The block's CRC (``layout.checksum``) of one buffer or of pieces, off the loop if large."""
+    parts = pieces_of(data)
+    if size_of(parts) > THREAD_THRESHOLD:
+        return await asyncio.to_thread(layout.checksum_pieces, parts)
+    return layout.checksum_pieces(parts)
 
 
 class BlockSums:

@@ -25,6 +25,7 @@ from s3kv.backends.base import Backend, NowViewer, RangeViewer, stream_range
 from s3kv.errors import BackendError, IntegrityError, ObjectMissing
 from s3kv.log import get_logger
 from s3kv.store import layout
+from s3kv.store.blocksums import THREAD_THRESHOLD, checksum_async
 from s3kv.store.codecs import NONE_ID, decode_any
 from s3kv.store.dram import DramCache, frozen_copy
 from s3kv.store.index import BlockIndex, Location
@@ -59,30 +60,17 @@ READ_CONCURRENCY = 8
 READ_AHEAD = 3 * MAX_RUN
 #: bytes of ranged GETs in flight at once, all requests together
 READ_BUDGET = 4 * MAX_RUN
-#: checksums of blocks larger than this are computed off the event loop. The CRC runs at ~30
-#: GB/s here on bytes just received (8 MiB: ~0.28 ms on the loop), while a hop to a worker
-#: thread and back costs ~0.1 ms of CPU however small the block: at 1 MiB, 2 MiB blocks paid
-#: 142 us of CPU for a 36 us checksum
-THREAD_THRESHOLD = 8 * 1024 * 1024
-
-
-async def checksum_async(data: Pieces) -> int:
-    """The block's CRC (``layout.checksum``) of one buffer or of pieces, off the loop if large."""
-    parts = pieces_of(data)
-    if size_of(parts) > THREAD_THRESHOLD:
-        return await asyncio.to_thread(layout.checksum_pieces, parts)
-    return layout.checksum_pieces(parts)
-
-
 class BlockFetcher:
     """Reads blocks for the store; knows the store's parts, not the store."""
 
     def __init__(self, backend: Backend, prefix: str, index: BlockIndex,
                  segments: SegmentTable, dram: DramCache, writer: SegmentWriter,
                  stats: StoreStats, forget_segment: Callable[[int], int],
-                 dead: Callable[[Location], None], read_ahead: int = 0) -> None:
+                 dead: Callable[[Location], None], read_ahead: int = 0,
+                 read_memory: int = 0) -> None:
         """``read_ahead``: the window of a segment read at once when one-block reads walk it
-        in order (readahead.py; 0: off)."""
+        in order (readahead.py; 0: off); ``read_memory``: bytes read from the backend held at
+        once, in flight or waiting to be sent (readbudget.py; 0: the bytes in flight)."""
         self.backend = backend
         #: what the backend can lend (isinstance with a Protocol is slow: asked once per
         #: backend object; tests may swap the backend)
@@ -95,7 +83,7 @@ class BlockFetcher:
         self.stats = stats
         self._forget_segment = forget_segment
         self._dead = dead
-        self._budget = ReadBudget(READ_BUDGET, READ_CONCURRENCY)
+        self._budget = ReadBudget(READ_BUDGET, READ_CONCURRENCY, read_memory)
         #: up to four windows held: a walk uses two at a time (the one being served, the next)
         self.readahead = ReadAhead(self._read_run, stats, 4 * read_ahead, window=max(read_ahead, 1))
 
@@ -103,6 +91,11 @@ class BlockFetcher:
     def reading(self) -> bool:
         """Whether backend reads are in flight or waiting (the writer paces uploads by it)."""
         return self._budget.busy
+
+    @property
+    def read_memory(self) -> int:
+        """Bytes read from the backend held now: in flight, or in blocks not yet let go of."""
+        return self._budget.held
 
     def iter_many(self, nid: int, keys: Sequence[bytes], *, decode: bool = True,
                   read_ahead: int = READ_AHEAD) -> AsyncGenerator[Pieces | None, None]:
@@ -346,7 +339,8 @@ class BlockFetcher:
                 return await stream_range(backend, key, plan.start, run.size, sink)
 
             try:
-                async with self._budget.hold(run.size, run.since):
+                async with self._budget.hold(run.size, run.since) as held:
+                    run.held = held
                     await self.writer.retry.run(attempt)
             except ObjectMissing:
                 log.warning("segment.missing", segment=info.name)

@@ -8,8 +8,8 @@ from typing import NamedTuple
 
 from s3kv.errors import InvalidInput, TooLarge
 from s3kv.store import layout
+from s3kv.store.blocksums import checksum_async
 from s3kv.store.codecs import NONE_ID, CodecSpec, codec_for
-from s3kv.store.fetch import checksum_async
 from s3kv.wire.body import Pieces, joined, size_of
 
 

@@ -12,6 +12,17 @@ the bottleneck would share itself among all restores at once, so every restore t
 all of them together. Oldest first, each restore finishes in turn, and the mean wait falls
 without costing the server a byte of throughput. The head of the queue is never passed by a
 younger read that would fit, so a large read cannot starve.
+
+A read's bytes also stay counted after it ends, for as long as the buffers they were received
+into live (``held``, at most ``held_limit``): a block read for a client that does not take it
+(a stalled GET, a batch get whose reader stopped reading) holds its memory until its response
+is sent or cut, and until then later reads wait. Without that, each stalled response held a
+block (up to 64 MiB) or a batch get's read-ahead (up to 256 MiB) beyond any bound: 100 GETs of
+32 MiB objects whose clients stopped reading took a gateway on an S3 backend past 3.4 GiB. The
+read gets a :class:`Held` for its bytes; each buffer it fills takes its share with
+:meth:`Held.take`, given back when the buffer is freed (``weakref.finalize``); what no buffer
+took (gaps, a backend that lends memory it maps, blocks never read) goes back when the read
+ends.
 """
 
 from __future__ import annotations
@@ -20,23 +31,31 @@ import asyncio
 import contextlib
 import heapq
 import itertools
+import threading
 import time
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 
 class ReadBudget:
-    def __init__(self, limit: int, most: int) -> None:
-        """``limit``: bytes in flight; ``most``: reads in flight."""
-        if limit < 1 or most < 1:
+    def __init__(self, limit: int, most: int, held_limit: int = 0) -> None:
+        """``limit``: bytes in flight; ``most``: reads in flight; ``held_limit``: bytes of read
+        buffers alive, in flight or waiting to be sent (0: ``limit``)."""
+        if limit < 1 or most < 1 or held_limit < 0:
             raise ValueError("the read budget needs at least one byte and one read")
         self.limit = limit
         self.most = most
+        self.held_limit = held_limit or limit
         self.used = 0
         self.reads = 0
+        #: bytes of reads in flight and of the buffers they filled that are still alive
+        self.held = 0
         #: (since, arrival, bytes, future): a heap, oldest request first
         self._waiting: list[tuple[float, int, int, asyncio.Future[None]]] = []
         self._arrivals = itertools.count()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = 0
 
     @property
     def busy(self) -> bool:
@@ -44,23 +63,39 @@ class ReadBudget:
         return self.reads > 0 or bool(self._waiting)
 
     @asynccontextmanager
-    async def hold(self, nbytes: int, since: float | None = None) -> AsyncIterator[None]:
+    async def hold(self, nbytes: int, since: float | None = None) -> AsyncIterator[Held]:
         """``since``: when the request this read serves began (``time.monotonic()``; None:
-        now)."""
-        n = max(0, min(nbytes, self.limit))
+        now). The :class:`Held` is the read's bytes, for its buffers to take."""
+        n = max(0, min(nbytes, self.limit, self.held_limit))
         await self._acquire(n, time.monotonic() if since is None else since)
+        held = Held(self, n)
         try:
-            yield
+            yield held
         finally:
-            self._release(n)
+            self.used -= n
+            self.reads -= 1
+            self.let_go(held.settle())
+
+    def let_go(self, n: int) -> None:
+        """``n`` held bytes are free again (a buffer was freed, or a read ended); safe from
+        any thread and from a finalizer (waiters are let in by a callback of the loop)."""
+        if threading.get_ident() != self._thread and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                self._loop.call_soon_threadsafe(self.let_go, n)
+            return
+        self.held -= n
+        if self._waiting and self._loop is not None:
+            self._loop.call_soon(self._grant)
 
     def _fits(self, n: int) -> bool:
-        return self.reads < self.most and self.used + n <= self.limit
+        return (self.reads < self.most and self.used + n <= self.limit
+                and self.held + n <= self.held_limit)
 
     async def _acquire(self, n: int, since: float) -> None:
+        if self._loop is None:
+            self._loop, self._thread = asyncio.get_running_loop(), threading.get_ident()
         if not self._waiting and self._fits(n):
-            self.used += n
-            self.reads += 1
+            self._admit(n)
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (since, next(self._arrivals), n, fut)
@@ -69,7 +104,10 @@ class ReadBudget:
             await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():
-                self._release(n)  # granted just as it was cancelled: hand it on
+                # granted just as it was cancelled: hand it on
+                self.used -= n
+                self.reads -= 1
+                self.let_go(n)
             else:
                 with contextlib.suppress(ValueError):  # _grant may have dropped it already
                     self._waiting.remove(entry)
@@ -77,10 +115,10 @@ class ReadBudget:
                 self._grant()  # it may have blocked smaller reads behind it
             raise
 
-    def _release(self, n: int) -> None:
-        self.used -= n
-        self.reads -= 1
-        self._grant()
+    def _admit(self, n: int) -> None:
+        self.used += n
+        self.held += n
+        self.reads += 1
 
     def _grant(self) -> None:
         while self._waiting:
@@ -91,6 +129,26 @@ class ReadBudget:
             if not self._fits(n):
                 return
             heapq.heappop(self._waiting)
-            self.used += n
-            self.reads += 1
+            self._admit(n)
             fut.set_result(None)
+
+
+class Held:
+    """The bytes one read was let in with, until the buffers they went into are freed."""
+
+    def __init__(self, budget: ReadBudget, n: int) -> None:
+        self._budget = budget
+        self._pool = n  # not yet taken by a buffer
+
+    def take(self, buffer: object, length: int) -> None:
+        """``buffer`` (weak-referenceable) holds ``length`` of the read's bytes until it is
+        freed (a buffer beyond the read's bytes, as a retry makes, takes what is left)."""
+        taken = min(length, self._pool)
+        if taken:
+            self._pool -= taken
+            weakref.finalize(buffer, self._budget.let_go, taken)
+
+    def settle(self) -> int:
+        """The read is over: what no buffer took (returned, for the budget to let go of)."""
+        rest, self._pool = self._pool, 0
+        return rest

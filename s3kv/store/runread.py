@@ -22,10 +22,12 @@ import heapq
 import itertools
 import time
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
 from s3kv.store.index import Location
+from s3kv.store.readbudget import Held
 from s3kv.store.reader import ReadRun
 from s3kv.store.stats import StoreStats
 
@@ -34,15 +36,24 @@ Extent = tuple[int, int]  # (offset in the segment, length)
 UNZEROED_MIN = 1024 * 1024
 
 
-def block_buffer(length: int) -> memoryview:
+class _Small(bytearray):
+    """A small block's buffer (a bytearray that a finalizer can watch)."""
+
+
+def block_buffer(length: int, held: Held | None = None) -> memoryview:
     """A writable buffer for one block's bytes, contents undefined (the read fills all of it
-    before the block is handed out). ``bytearray(n)`` zeroes its memory (a ``memset`` of the
+    before the block is handed out); it takes its share of ``held`` (the read budget's bytes,
+    readbudget.py) until it is freed. ``bytearray(n)`` zeroes its memory (a ``memset`` of the
     whole block, or, fresh from the kernel, a fault and a zeroed page per 4 KiB); a numpy array
     is not zeroed, and numpy asks for transparent huge pages for large arrays. 32 MiB buffers
     allocated and filled in a loop here: 0.56 CPU-s per GiB as bytearrays, 0.15 as arrays."""
-    if length < UNZEROED_MIN:
-        return memoryview(bytearray(length))
-    return memoryview(np.empty(length, dtype=np.uint8).data).cast("B")
+    buffer: bytearray | np.ndarray[Any, np.dtype[np.uint8]] = (
+        _Small(length) if length < UNZEROED_MIN else np.empty(length, dtype=np.uint8))
+    if held is not None:
+        held.take(buffer, length)
+    if isinstance(buffer, bytearray):
+        return memoryview(buffer)
+    return memoryview(buffer.data).cast("B")
 
 
 class RunRead:
@@ -65,6 +76,8 @@ class RunRead:
         self._tie = itertools.count()
         #: whether the backend lent the run (its blocks are views of memory the backend maps)
         self.lent = False
+        #: the read budget's bytes for this run's buffers (set while the read holds them)
+        self.held: Held | None = None
         self.restart()
 
     @property
@@ -91,7 +104,7 @@ class RunRead:
             fut = self._blocks.get((off, length))  # None: complete and taken already
             if fut is not None and not fut.done():  # a retry: complete blocks are skipped
                 if self._buf is None:
-                    self._buf = block_buffer(length)
+                    self._buf = block_buffer(length, self.held)
                 # through a memoryview: one copy (a bytearray's slice assignment copies a
                 # value that is not a bytearray into a temporary one first)
                 self._buf[done:done + take] = view[:take]
@@ -109,7 +122,7 @@ class RunRead:
         if self._pos < off or fut is None or fut.done():
             return None
         if self._buf is None:
-            self._buf = block_buffer(length)
+            self._buf = block_buffer(length, self.held)
         return self._buf[self._pos - off:]
 
     def landed(self, n: int) -> None:

@@ -72,13 +72,14 @@ class BlockStore:
         self.stats = StoreStats()
         self.catalog = Catalog()
         self.dram = DramCache(settings.dram_cache)
-        self.writer = SegmentWriter(backend, prefix, settings, self.catalog.segments, self.stats,
-                                    self._segment_failed,
-                                    reads_waiting=lambda: self.fetcher.reading)
+        self.writer = SegmentWriter(
+            backend, prefix, settings, self.catalog.segments, self.stats, self._segment_failed,
+            reads_waiting=lambda: self.fetcher.reading)
         self.ready = False
-        self.fetcher = BlockFetcher(backend, prefix, self.catalog.index, self.catalog.segments,
-                                    self.dram, self.writer, self.stats, self.catalog.forget_segment,
-                                    self.catalog.dead, settings.read_ahead)
+        self.fetcher = BlockFetcher(
+            backend, prefix, self.catalog.index, self.catalog.segments, self.dram, self.writer,
+            self.stats, self.catalog.forget_segment, self.catalog.dead, settings.read_ahead,
+            settings.max_read_memory)
         self._recovery = Recovery(backend, prefix, self.catalog, self.writer.node_id,
                                   settings.sync_interval)
         self._evictor = Evictor(settings, backend, prefix, self.catalog, self.writer,
@@ -196,8 +197,7 @@ class BlockStore:
         block in the index and its manifest entry (at most ``layout.MAX_ATTRS_BYTES``).
         ``data`` may be the pieces a body arrived in (copied once, into the open segment);
         ``crc``: their ``layout.checksum`` if the caller computed it while they arrived (used
-        only when the block is stored as it is, with no codec).
-        """
+        only when the block is stored as it is, with no codec)."""
         nid = self.ns_id(namespace)
         ready = await prepare(namespace, key, data, codec or self.namespace_codecs[namespace],
                               max_block_size=self.settings.max_block_size, attrs=attrs, crc=crc)

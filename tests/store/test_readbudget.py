@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from s3kv.store.readbudget import ReadBudget
+from s3kv.store.runread import block_buffer
 
 
 async def _holder(budget: ReadBudget, n: int, release: asyncio.Event, log: list[int],
@@ -116,3 +117,56 @@ async def test_a_younger_read_that_fits_does_not_pass_the_head() -> None:
     release.set()
     await asyncio.gather(first, old_big, young_small)
     assert log == [60, 50, 10]
+
+
+async def test_a_read_s_bytes_stay_held_while_its_buffers_live() -> None:
+    """A block read for a client that has not taken it yet keeps its room: later reads wait
+    until its buffer is freed; what no buffer took goes back when the read ends."""
+    budget = ReadBudget(100, 8, held_limit=100)
+    async with budget.hold(60) as held:
+        block = block_buffer(40, held)  # 20 of the read's bytes went into no buffer
+    assert budget.used == 0 and budget.held == 40
+    log: list[int] = []
+    release = asyncio.Event()
+    release.set()
+    waiting = asyncio.create_task(_holder(budget, 70, release, log))
+    await asyncio.sleep(0.01)
+    assert log == []  # 40 + 70 > 100: not while the block lives
+    del block
+    await asyncio.wait_for(waiting, 1)
+    assert log == [70] and budget.held == 0
+
+
+async def test_a_buffer_freed_on_another_thread_lets_the_waiting_read_in() -> None:
+    budget = ReadBudget(100, 8, held_limit=50)
+    async with budget.hold(50) as held:
+        blocks = [block_buffer(25, held), block_buffer(2 << 20, held)]  # small, numpy-backed
+    assert budget.held == 50
+    log: list[int] = []
+    release = asyncio.Event()
+    release.set()
+    waiting = asyncio.create_task(_holder(budget, 50, release, log))
+    await asyncio.sleep(0.01)
+    assert log == []
+    await asyncio.to_thread(blocks.clear)  # the last references go in a worker thread
+    await asyncio.wait_for(waiting, 1)
+    assert log == [50] and budget.held == 0
+
+
+async def test_the_bytes_in_flight_are_bound_apart_from_those_held() -> None:
+    budget = ReadBudget(100, 8, held_limit=300)
+    keep = []
+    for _ in range(2):
+        async with budget.hold(100) as held:
+            keep.append(block_buffer(100, held))
+    assert budget.held == 200 and budget.used == 0
+    log: list[int] = []
+    gate = asyncio.Event()
+    tasks = [asyncio.create_task(_holder(budget, 100, gate, log)) for _ in range(2)]
+    await asyncio.sleep(0.01)
+    assert log == [100]  # 100 in flight at most, and 300 held at most
+    gate.set()
+    await asyncio.gather(*tasks)
+    assert budget.held == 200
+    keep.clear()
+    assert budget.held == 0

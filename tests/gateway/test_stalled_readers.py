@@ -1,0 +1,161 @@
+"""Clients that stop reading their GETs hold bounded memory and are cut.
+
+A block read from the backend stays counted in the store's read budget until its response has
+let go of it (s3kv/store/readbudget.py), so GETs whose clients take nothing hold at most
+``max_read_memory`` and later reads wait; a response the client takes none of for
+``SEND_IDLE_TIMEOUT`` seconds is cut, in the plain lane (plainlane.py's tick) and in aiohttp's
+handler (chunked.drained), and the reads that waited go on. Before, 100 such GETs of 32 MiB
+objects took a gateway on an S3 backend past 3.4 GiB of memory, growing while they lasted.
+
+Real parts, in process (so that the timeouts can be made short): the gateway's front on an
+S3 store on the shared moto server, raw sockets with a small receive buffer as the clients
+that stop reading."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+
+import s3kv.gateway.chunked as chunked
+import s3kv.gateway.plainlane as plainlane
+from s3kv.config import MiB, Settings
+from s3kv.gateway.server import start_front
+from s3kv.store.store import BlockStore
+from tests.support.s3server import MotoServer
+
+NS = "stalled"
+LIMIT = 2.0  # seconds a response may make no progress
+#: each object: more than the kernel's largest send buffer here (4 MiB), so that an answer
+#: the client does not read stays in part with the gateway; two fit in the read memory, a
+#: third does not
+SIZE = 6 * MiB
+READ_MEMORY = 16 * MiB
+
+
+@pytest.fixture
+async def gateway(s3_server: MotoServer, bucket: str,
+                  monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[int, BlockStore]]:
+    monkeypatch.setattr(plainlane, "TICK", 0.05)
+    monkeypatch.setattr(plainlane, "SEND_IDLE_TIMEOUT", LIMIT)
+    monkeypatch.setattr(chunked, "SEND_IDLE_TIMEOUT", LIMIT)
+    settings = Settings.load({"store": f"s3://{bucket}/gw?endpoint={s3_server.endpoint}",
+                              "etag": "fast", "sync_interval": 0, "node_id": "stalled",
+                              "read_ahead": 0, "max_read_memory": READ_MEMORY})
+    store = await BlockStore.open(settings)
+    await store.create_namespace(NS)
+    runner, front = await start_front(store, settings)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    site = web.SockSite(front, sock)
+    await site.start()
+    try:
+        yield sock.getsockname()[1], store
+    finally:
+        await site.stop()
+        await front.cleanup()
+        await runner.cleanup()
+        await store.close()
+
+
+def stalled_get(port: int, path: str) -> socket.socket:
+    """A GET whose client reads nothing of the answer (a small receive window)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    s.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    return s
+
+
+async def drain_socket(s: socket.socket) -> bytes:
+    """All the socket gets until the server ends the connection (read on the loop: the
+    gateway runs on it too)."""
+    s.setblocking(False)
+    loop = asyncio.get_running_loop()
+    got = b""
+    with contextlib.suppress(ConnectionResetError):  # cut: the rest is dropped
+        while chunk := await asyncio.wait_for(loop.sock_recv(s, 1 << 20), 5):
+            got += chunk
+    return got
+
+
+async def fetch(port: int, path: str) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
+    head = (await reader.readuntil(b"\r\n\r\n")).decode()
+    assert head.split()[1] in ("200", "206"), head
+    body = await reader.read()
+    writer.close()
+    return body
+
+
+@pytest.mark.parametrize("query", ["", "?partNumber=1"])  # the plain lane; aiohttp's handler
+async def test_stalled_gets_hold_bounded_memory_and_are_cut(
+        gateway: tuple[int, BlockStore], query: str) -> None:
+    port, store = gateway
+    blocks = {f"k{i}": os.urandom(SIZE) for i in range(5)}
+    for key, data in blocks.items():
+        await store.put(NS, key.encode(), data)
+    await store.flush()  # sealed and let go of: every GET reads from the backend
+    loop = asyncio.get_running_loop()
+    reads = store.stats.backend_reads
+    stalled = [stalled_get(port, f"/{NS}/k{i}{query}") for i in range(4)]
+    peak = 0
+    for _ in range(20):  # 1 s: the first reads are in, the others wait for room
+        await asyncio.sleep(0.05)
+        peak = max(peak, store.fetcher.read_memory)
+    assert SIZE <= peak <= READ_MEMORY
+    assert store.stats.backend_reads - reads == READ_MEMORY // SIZE  # 2 of the 4 read
+    # a client that reads gets its block once the stalled ones are cut (LIMIT, a tick or two)
+    started = loop.time()
+    assert await asyncio.wait_for(fetch(port, f"/{NS}/k4{query}"), 10) == blocks["k4"]
+    assert loop.time() - started < 6 * LIMIT
+    for s in stalled:
+        got = await drain_socket(s)
+        assert len(got) < SIZE
+        s.close()
+    for _ in range(100):
+        if store.fetcher.read_memory == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert store.fetcher.read_memory == 0
+
+
+async def test_a_stalled_batch_get_holds_bounded_memory_and_is_cut(
+        gateway: tuple[int, BlockStore]) -> None:
+    """A batch get reads ahead of what it has sent; a reader that takes nothing holds what was
+    read (its one run, here all of the read memory) only until it is cut."""
+    port, store = gateway
+    blocks = {f"b{i}": os.urandom(SIZE) for i in range(5)}
+    for key, data in blocks.items():
+        await store.put(NS, key.encode(), data)
+    await store.flush()
+    body = b'{"keys": ["b0", "b1", "b2", "b3"]}'
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    s.sendall(f"POST /v1/{NS}/batch-get HTTP/1.1\r\nHost: t\r\nContent-Length: {len(body)}\r\n"
+              f"Content-Type: application/json\r\n\r\n".encode() + body)
+    peak = 0
+    for _ in range(20):
+        await asyncio.sleep(0.05)
+        peak = max(peak, store.fetcher.read_memory)
+    assert 0 < peak <= READ_MEMORY
+    assert store.fetcher.read_memory >= SIZE  # read, not sent: still held
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await asyncio.wait_for(fetch(port, f"/{NS}/b4"), 10) == blocks["b4"]
+    assert loop.time() - started < 6 * LIMIT
+    got = await drain_socket(s)
+    assert len(got) < 4 * SIZE  # cut short of its blocks and of the stream's end
+    s.close()
+    for _ in range(100):
+        if store.fetcher.read_memory == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert store.fetcher.read_memory == 0
