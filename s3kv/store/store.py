@@ -381,11 +381,10 @@ class BlockStore:
     # ---- figures ------------------------------------------------------------------------
     def summary(self) -> dict[str, float]:
         out = self.stats.as_dict()
-        out["index_entries"] = len(self.index)
-        out["index_bytes"] = self.index.memory_bytes()
-        out["open_segments"] = self.writer.open_segments
-        out["open_segment_bytes"] = self.writer.memory_bytes()
-        out["uploads_paced"] = self.writer.uploads_paced
+        out.update(index_entries=len(self.index), index_bytes=self.index.memory_bytes(),
+                   open_segments=self.writer.open_segments,
+                   open_segment_bytes=self.writer.memory_bytes(),
+                   uploads_paced=self.writer.uploads_paced, read_memory=self.fetcher.read_memory)
         sealed = [s for s in self.segments.all() if s.state is SegmentState.SEALED]
         out["sealed_segments"] = len(sealed)
         out["sealed_bytes"] = sum(s.length for s in sealed)

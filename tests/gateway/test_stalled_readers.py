@@ -147,6 +147,9 @@ async def test_a_stalled_batch_get_holds_bounded_memory_and_is_cut(
         peak = max(peak, store.fetcher.read_memory)
     assert 0 < peak <= READ_MEMORY
     assert store.fetcher.read_memory >= SIZE  # read, not sent: still held
+    scrape = (await fetch(port, "/metrics")).decode()
+    gauge = [ln for ln in scrape.splitlines() if ln.startswith("s3kv_read_memory_bytes ")]
+    assert gauge and SIZE <= float(gauge[0].split()[1]) <= READ_MEMORY
     loop = asyncio.get_running_loop()
     started = loop.time()
     assert await asyncio.wait_for(fetch(port, f"/{NS}/b4"), 10) == blocks["b4"]
