@@ -20,6 +20,7 @@ from s3kv.config import Settings
 from s3kv.errors import ConfigError
 from s3kv.gateway.access import credential_table
 from s3kv.gateway.app import make_app
+from s3kv.gateway.fdlimit import raise_open_files
 from s3kv.gateway.heap import keep_freed_memory
 from s3kv.gateway.multipart import UPLOADS, Uploads
 from s3kv.gateway.plainlane import PlainLane
@@ -84,10 +85,11 @@ def tune_gc() -> None:
 
 def tune_process(settings: Settings) -> None:
     """The process as a gateway runs it: the collector tuned, freed memory kept up to what the
-    settings let the gateway hold (request bodies, the DRAM tier, the open segments)."""
+    settings let the gateway hold (request bodies, blocks read, the DRAM tier, the open
+    segments)."""
     tune_gc()
-    keep_freed_memory(settings.max_request_memory + settings.dram_cache
-                      + settings.max_open_segments * settings.segment_size)
+    keep_freed_memory(settings.max_request_memory + settings.max_read_memory
+                      + settings.dram_cache + settings.max_open_segments * settings.segment_size)
 
 
 async def start_front(store: BlockStore, settings: Settings, *,
@@ -118,6 +120,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     check_settings(settings)
     host, port = parse_listen(settings.listen)
     check_exposure(settings, host)
+    raise_open_files()  # before the store maps its files and clients connect (fdlimit.py)
     if not (settings.access_key or settings.credentials_file):
         log.warning("gateway.unauthenticated", detail="no S3KV_ACCESS_KEY/S3KV_SECRET_KEY: "
                     "serving without authentication on loopback only")

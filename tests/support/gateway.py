@@ -52,9 +52,10 @@ class Gateway:
     def __init__(self, store: str, args: list[str], *, credentials: bool = True,
                  log_format: str = "json", log_level: str = "debug",
                  user: tuple[int, int] | None = None, host: str = "127.0.0.1",
-                 port: int | None = None) -> None:
+                 port: int | None = None, prefix: tuple[str, ...] = ()) -> None:
         """``user``: (uid, gid) to run the gateway as (root starts it through ``setpriv``);
-        ``host``: the loopback address to listen on (any of 127.0.0.0/8), ``port`` a given one."""
+        ``host``: the loopback address to listen on (any of 127.0.0.0/8), ``port`` a given one;
+        ``prefix``: a command that execs the gateway's (``prlimit ... --``)."""
         self.host = host
         self.store = store
         self.user = user
@@ -63,6 +64,7 @@ class Gateway:
         self.log_format = log_format
         self.log_level = log_level
         self.port = port or free_port()
+        self.prefix = list(prefix)
         self.proc: subprocess.Popen[bytes] | None = None
         self._log = tempfile.NamedTemporaryFile(prefix="gateway-", suffix=".log",  # noqa: SIM115
                                                 delete=False)
@@ -97,6 +99,7 @@ class Gateway:
             argv = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
                     "--inh-caps=-all,+dac_read_search", "--ambient-caps=+dac_read_search",
                     *argv]
+        argv = [*self.prefix, *argv]
         self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, env=env,
                                      cwd=tempfile.gettempdir())
         deadline = time.monotonic() + timeout
