@@ -1,6 +1,7 @@
-"""Multipart uploads at the gateway: parts are staged in memory (within the memory budget)
-and become one block at CompleteMultipartUpload. A block is at most ``max_block_size``, so an
-upload is bounded; idle uploads are dropped after ``UPLOAD_TTL`` seconds.
+"""Multipart uploads at the gateway: parts are staged in memory (within the memory budget,
+uploads.py keeps them) and become one block at CompleteMultipartUpload. A block is at most
+``max_block_size``, so an upload is bounded. A part that arrives for an upload dropped
+meanwhile (aborted, or idle: uploads.py) gets NoSuchUpload.
 
 The object's ETag is ``md5(concatenated part MD5s)-N`` as S3's (``--etag fast``: of the parts'
 fast ETags); its attributes (content headers and user metadata from CreateMultipartUpload, the
@@ -15,11 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import time
 import uuid
-from collections import OrderedDict
-from dataclasses import dataclass, field
 
 from aiohttp import web
 from zlib_ng import zlib_ng
@@ -30,7 +30,7 @@ from s3kv.gateway.bodies import read_body, read_small
 from s3kv.gateway.body_headers import checksum_algorithm
 from s3kv.gateway.checksums import digest_b64, new_checksum
 from s3kv.gateway.conditions import check_write, is_conditional_write
-from s3kv.gateway.objattrs import Checksum, ObjectAttrs, fast_etag, from_request, object_etag
+from s3kv.gateway.objattrs import Checksum, fast_etag, from_request, object_etag
 from s3kv.gateway.requests import Target, codec_of, durability, validate_key
 from s3kv.gateway.s3xml import (
     XML,
@@ -40,92 +40,11 @@ from s3kv.gateway.s3xml import (
 )
 from s3kv.gateway.s3xml_parse import parse_complete_multipart_upload
 from s3kv.gateway.state import GatewayState
-from s3kv.store.codecs import CodecSpec
+from s3kv.gateway.uploads import Completed, Part, Upload, Uploads, uploads_of
 from s3kv.wire.headers import index_headers
 
 MIN_PART = 5 * 1024 * 1024
-UPLOAD_TTL = 3600.0
-#: completed uploads remembered for a repeated Complete (each costs a few hundred bytes)
-COMPLETED_MEMORY = 1024
 _CRCS = ("crc32", "crc32c", "crc64nvme")
-
-
-@dataclass
-class Part:
-    data: bytes
-    etag: str  # quoted
-    reserved: int  # memory budget held
-    checksum: str | None = None  # base64 digest in the upload's checksum algorithm
-    at: float = field(default_factory=time.time)  # when it was uploaded (ListParts)
-
-
-@dataclass
-class Upload:
-    bucket: str
-    key: bytes
-    codec: CodecSpec | None = None  # declared at CreateMultipartUpload
-    attrs: ObjectAttrs = field(default_factory=ObjectAttrs)  # content headers, user metadata
-    algorithm: str | None = None  # x-amz-checksum-algorithm, lower case
-    checksum_type: str = "COMPOSITE"
-    created: float = field(default_factory=time.monotonic)
-    initiated: float = field(default_factory=time.time)  # ListMultipartUploads' Initiated
-    parts: dict[int, Part] = field(default_factory=dict)
-
-    @property
-    def size(self) -> int:
-        return sum(len(p.data) for p in self.parts.values())
-
-    def checksum_headers(self) -> dict[str, str]:
-        if self.algorithm is None:
-            return {}
-        return {"x-amz-checksum-algorithm": self.algorithm.upper(),
-                "x-amz-checksum-type": self.checksum_type}
-
-
-@dataclass(frozen=True)
-class Completed:
-    bucket: str
-    key: bytes
-    body: bytes
-    headers: dict[str, str]
-
-
-class Uploads:
-    def __init__(self) -> None:
-        self.active: dict[str, Upload] = {}
-        self.completed: OrderedDict[str, Completed] = OrderedDict()
-
-    def get(self, upload_id: str, t: Target) -> Upload:
-        up = self.active.get(upload_id)
-        if up is None or up.bucket != t.bucket or up.key != validate_key(t.key):
-            raise RequestError("NoSuchUpload", "The specified multipart upload does not exist.",
-                               404)
-        return up
-
-    def drop(self, upload_id: str, st: GatewayState) -> None:
-        up = self.active.pop(upload_id, None)
-        if up is not None:
-            for part in up.parts.values():
-                st.budget.release(part.reserved)
-
-    def expire(self, st: GatewayState) -> None:
-        now = time.monotonic()
-        for uid in [u for u, up in self.active.items() if now - up.created > UPLOAD_TTL]:
-            self.drop(uid, st)
-
-    def remember(self, upload_id: str, done: Completed) -> None:
-        self.completed[upload_id] = done
-        while len(self.completed) > COMPLETED_MEMORY:
-            self.completed.popitem(last=False)
-
-
-UPLOADS: web.AppKey[Uploads] = web.AppKey("s3kv_uploads", Uploads)
-
-
-def uploads_of(request: web.Request) -> Uploads:
-    if UPLOADS not in request.app:
-        raise RuntimeError("multipart uploads not configured")
-    return request.app[UPLOADS]
 
 
 def _checksum_declaration(request: web.Request) -> tuple[str | None, str]:
@@ -165,13 +84,19 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
     m = request.method
     if m == "PUT" and "partNumber" in t.query and copy.SOURCE_HEADER in request.headers:
         request["op"] = "UploadPartCopy"
-        return await upload_part_copy(request, st, t, ups.get(upload_id, t))
+        up = ups.get(upload_id, t)
+        with up.working():
+            return await upload_part_copy(request, st, t, up)
     if m == "PUT" and "partNumber" in t.query:
         request["op"] = "UploadPart"
-        return await upload_part(request, st, t, ups.get(upload_id, t))
+        up = ups.get(upload_id, t)
+        with up.working():
+            return await upload_part(request, st, t, up)
     if m == "POST":
         request["op"] = "CompleteMultipartUpload"
-        return await complete(request, st, t, upload_id, ups)
+        active = ups.active.get(upload_id)
+        with active.working() if active is not None else contextlib.nullcontext():
+            return await complete(request, st, t, upload_id, ups)
     if m == "DELETE":
         request["op"] = "AbortMultipartUpload"
         ups.get(upload_id, t)
@@ -199,6 +124,10 @@ def _room(st: GatewayState, up: Upload, number: int) -> int:
 
 
 def _keep_part(st: GatewayState, up: Upload, number: int, part: Part) -> None:
+    if up.dropped:  # aborted, or dropped idle, while this part arrived
+        st.budget.release(part.reserved)
+        raise RequestError("NoSuchUpload", "The specified multipart upload does not exist.",
+                           404)
     old = up.parts.pop(number, None)
     if old is not None:
         st.budget.release(old.reserved)

@@ -13,7 +13,6 @@ from __future__ import annotations
 from aiohttp import web
 
 from s3kv.errors import RequestError
-from s3kv.gateway.multipart import Upload, uploads_of
 from s3kv.gateway.requests import Target, encoding_type, max_keys
 from s3kv.gateway.s3_listing import common_prefix
 from s3kv.gateway.s3xml import (
@@ -26,6 +25,7 @@ from s3kv.gateway.s3xml import (
     list_parts,
 )
 from s3kv.gateway.state import GatewayState
+from s3kv.gateway.uploads import Upload, uploads_of
 
 
 def key_text(key: bytes) -> str:

@@ -8,6 +8,7 @@ SIGTERM.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import ipaddress
 import signal
@@ -22,10 +23,10 @@ from s3kv.gateway.access import credential_table
 from s3kv.gateway.app import make_app
 from s3kv.gateway.fdlimit import raise_open_files
 from s3kv.gateway.heap import keep_freed_memory
-from s3kv.gateway.multipart import UPLOADS, Uploads
 from s3kv.gateway.plainlane import PlainLane
 from s3kv.gateway.protocol import front_runner
 from s3kv.gateway.state import STATE
+from s3kv.gateway.uploads import UPLOADS, Uploads
 from s3kv.log import get_logger
 from s3kv.store.codecs.spec import check_default_codec
 from s3kv.store.store import BlockStore
@@ -99,7 +100,7 @@ async def start_front(store: BlockStore, settings: Settings, *,
     PUTs and GETs served in the plain lane (plainlane.py); without it every request goes
     through aiohttp's handler."""
     app = make_app(store, settings)
-    app[UPLOADS] = Uploads()
+    uploads = app[UPLOADS] = Uploads()
     # auto_decompress=False: a body sent with Content-Encoding: gzip is stored as sent (S3
     # semantics; its signed hash and Content-MD5 cover the compressed bytes)
     # the app runner starts and cleans up the application; the front runner holds the
@@ -107,6 +108,7 @@ async def start_front(store: BlockStore, settings: Settings, *,
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT)
     await runner.setup()
     state = app[STATE]
+    state.budget.reclaim = functools.partial(uploads.reclaim, state)  # idle uploads give way
     # keepalive_timeout: aiohttp's own default is an hour; the plain lane closes at the same
     # idle_timeout, so a connection's idle limit does not depend on which one serves it
     front = front_runner(runner, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None,

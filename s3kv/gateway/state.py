@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -26,13 +27,19 @@ class MemoryBudget:
 
     Reservations are taken before a body is read (its declared size, or the largest allowed
     when undeclared) and released when the request ends, so memory stays bounded under any load.
+    A reservation that does not fit first asks ``reclaim`` (given the bytes missing) to free
+    what may go: multipart uploads left idle (uploads.Uploads.reclaim).
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.used = 0
+        #: frees idle staged memory, given the bytes a reservation misses (None: nothing to)
+        self.reclaim: Callable[[int], object] | None = None
 
     def reserve(self, n: int) -> int:
+        if self.used + n > self.limit and self.reclaim is not None:
+            self.reclaim(self.used + n - self.limit)
         if self.used + n > self.limit:
             raise RequestError("SlowDown", "The gateway is holding as many request bodies as "
                                "its memory budget allows; reduce your request rate.", 503,
