@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 
 import s3kv.gateway.uploads as uploads
 from s3kv.config import MiB, Settings
-from s3kv.gateway.server import start_front
-from s3kv.store.store import BlockStore
+from tests.support.localapp import front_on
 
 NS = "idle-uploads"
 GRACE = 0.3
@@ -38,20 +35,8 @@ async def port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator
     monkeypatch.setattr(uploads, "UPLOAD_GRACE", GRACE)
     settings = Settings.load({"store": f"file://{tmp_path}/store", "sync_interval": 0,
                               "node_id": "idle", "max_request_memory": BUDGET})
-    store = await BlockStore.open(settings)
-    await store.create_namespace(NS)
-    runner, front = await start_front(store, settings)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    site = web.SockSite(front, sock)
-    await site.start()
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        await site.stop()
-        await front.cleanup()
-        await runner.cleanup()
-        await store.close()
+    async with front_on(settings, NS) as (port, _):
+        yield port
 
 
 def head(method: str, path: str, length: int) -> bytes:

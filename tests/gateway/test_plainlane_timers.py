@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 
 import s3kv.gateway.plainlane as plainlane
 from s3kv.config import Settings
-from s3kv.gateway.server import start_front
-from s3kv.store.store import BlockStore
+from tests.support.localapp import front_on
 
 NS = "timers"
 LIMIT = 0.4  # both timeouts, in seconds
@@ -35,20 +32,8 @@ async def port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator
     settings = Settings.load({"store": f"file://{tmp_path}/store", "etag": "fast",
                               "sync_interval": 0, "node_id": "timers",
                               "idle_timeout": LIMIT})
-    store = await BlockStore.open(settings)
-    await store.create_namespace(NS)
-    runner, front = await start_front(store, settings)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    site = web.SockSite(front, sock)
-    await site.start()
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        await site.stop()
-        await front.cleanup()
-        await runner.cleanup()
-        await store.close()
+    async with front_on(settings, NS) as (port, _):
+        yield port
 
 
 def head(method: str, key: str, length: int = 0) -> bytes:

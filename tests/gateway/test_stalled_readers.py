@@ -20,13 +20,12 @@ import socket
 from collections.abc import AsyncIterator
 
 import pytest
-from aiohttp import web
 
 import s3kv.gateway.chunked as chunked
 import s3kv.gateway.plainlane as plainlane
 from s3kv.config import MiB, Settings
-from s3kv.gateway.server import start_front
 from s3kv.store.store import BlockStore
+from tests.support.localapp import front_on
 from tests.support.s3server import MotoServer
 
 NS = "stalled"
@@ -47,20 +46,8 @@ async def gateway(s3_server: MotoServer, bucket: str,
     settings = Settings.load({"store": f"s3://{bucket}/gw?endpoint={s3_server.endpoint}",
                               "etag": "fast", "sync_interval": 0, "node_id": "stalled",
                               "read_ahead": 0, "max_read_memory": READ_MEMORY})
-    store = await BlockStore.open(settings)
-    await store.create_namespace(NS)
-    runner, front = await start_front(store, settings)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    site = web.SockSite(front, sock)
-    await site.start()
-    try:
-        yield sock.getsockname()[1], store
-    finally:
-        await site.stop()
-        await front.cleanup()
-        await runner.cleanup()
-        await store.close()
+    async with front_on(settings, NS) as served:
+        yield served
 
 
 def stalled_get(port: int, path: str) -> socket.socket:
@@ -70,6 +57,24 @@ def stalled_get(port: int, path: str) -> socket.socket:
     s.connect(("127.0.0.1", port))
     s.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
     return s
+
+
+async def sealed_blocks(store: BlockStore, prefix: str) -> dict[str, bytes]:
+    """Five random blocks of SIZE, sealed and let go of: every read goes to the backend."""
+    blocks = {f"{prefix}{i}": os.urandom(SIZE) for i in range(5)}
+    for key, data in blocks.items():
+        await store.put(NS, key.encode(), data)
+    await store.flush()
+    return blocks
+
+
+async def let_go(store: BlockStore) -> None:
+    """Every block read from the backend is let go of (within 2 s)."""
+    for _ in range(100):
+        if store.fetcher.read_memory == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert store.fetcher.read_memory == 0
 
 
 async def drain_socket(s: socket.socket) -> bytes:
@@ -98,10 +103,7 @@ async def fetch(port: int, path: str) -> bytes:
 async def test_stalled_gets_hold_bounded_memory_and_are_cut(
         gateway: tuple[int, BlockStore], query: str) -> None:
     port, store = gateway
-    blocks = {f"k{i}": os.urandom(SIZE) for i in range(5)}
-    for key, data in blocks.items():
-        await store.put(NS, key.encode(), data)
-    await store.flush()  # sealed and let go of: every GET reads from the backend
+    blocks = await sealed_blocks(store, "k")
     loop = asyncio.get_running_loop()
     reads = store.stats.backend_reads
     stalled = [stalled_get(port, f"/{NS}/k{i}{query}") for i in range(4)]
@@ -119,11 +121,7 @@ async def test_stalled_gets_hold_bounded_memory_and_are_cut(
         got = await drain_socket(s)
         assert len(got) < SIZE
         s.close()
-    for _ in range(100):
-        if store.fetcher.read_memory == 0:
-            break
-        await asyncio.sleep(0.02)
-    assert store.fetcher.read_memory == 0
+    await let_go(store)
 
 
 async def test_a_stalled_batch_get_holds_bounded_memory_and_is_cut(
@@ -131,10 +129,7 @@ async def test_a_stalled_batch_get_holds_bounded_memory_and_is_cut(
     """A batch get reads ahead of what it has sent; a reader that takes nothing holds what was
     read (its one run, here all of the read memory) only until it is cut."""
     port, store = gateway
-    blocks = {f"b{i}": os.urandom(SIZE) for i in range(5)}
-    for key, data in blocks.items():
-        await store.put(NS, key.encode(), data)
-    await store.flush()
+    blocks = await sealed_blocks(store, "b")
     body = b'{"keys": ["b0", "b1", "b2", "b3"]}'
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -157,8 +152,4 @@ async def test_a_stalled_batch_get_holds_bounded_memory_and_is_cut(
     got = await drain_socket(s)
     assert len(got) < 4 * SIZE  # cut short of its blocks and of the stream's end
     s.close()
-    for _ in range(100):
-        if store.fetcher.read_memory == 0:
-            break
-        await asyncio.sleep(0.02)
-    assert store.fetcher.read_memory == 0
+    await let_go(store)
