@@ -46,20 +46,22 @@ log = get_logger(__name__)
 Block = bytes | memoryview
 
 
-def as_block(data: Pieces) -> Block:
-    """``data`` as one buffer (pieces are joined: a copy; the tier never holds a bytearray)."""
+def as_block(data: Pieces, copy: bool = False) -> Block:
+    """``data`` as one buffer (pieces are joined: a copy; the tier never holds a bytearray);
+    ``copy``: a copy in any case, so that what held the bytes is let go of."""
     one = joined(data)
-    return bytes(one) if isinstance(one, bytearray) else one
+    return bytes(one) if copy or isinstance(one, bytearray) else one
+
+
 #: ranged GETs in flight at once, all requests together
 READ_CONCURRENCY = 8
 #: bytes of coalesced reads a single request starts ahead of the block it is handing out
-#: (besides the read that holds that block): with the read that holds it, the whole budget, so
-#: a restore streamed as one request (s3kv's client, the LMCache plugin) keeps as many reads
-#: in flight as several smaller requests would, against the segment uploads that share the
-#: backend; the budget lets the oldest request's reads in first (readbudget.py)
+#: (besides the read that holds it; with it, the whole budget): a restore streamed as one
+#: request keeps as many reads in flight as several smaller requests would (readbudget.py)
 READ_AHEAD = 3 * MAX_RUN
-#: bytes of ranged GETs in flight at once, all requests together
-READ_BUDGET = 4 * MAX_RUN
+READ_BUDGET = 4 * MAX_RUN  # bytes of ranged GETs in flight at once, all requests together
+
+
 class BlockFetcher:
     """Reads blocks for the store; knows the store's parts, not the store."""
 
@@ -68,9 +70,8 @@ class BlockFetcher:
                  stats: StoreStats, forget_segment: Callable[[int], int],
                  dead: Callable[[Location], None], read_ahead: int = 0,
                  read_memory: int = 0) -> None:
-        """``read_ahead``: the window of a segment read at once when one-block reads walk it
-        in order (readahead.py; 0: off); ``read_memory``: bytes read from the backend held at
-        once, in flight or waiting to be sent (readbudget.py; 0: the bytes in flight)."""
+        """``read_ahead``: the window read at once by one-block reads in order (readahead.py;
+        0: off); ``read_memory``: bytes read held at once (readbudget.py; 0: those in flight)."""
         self.backend = backend
         #: what the backend can lend (isinstance with a Protocol is slow: asked once per
         #: backend object; tests may swap the backend)
@@ -100,11 +101,17 @@ class BlockFetcher:
     def iter_many(self, nid: int, keys: Sequence[bytes], *, decode: bool = True,
                   read_ahead: int = READ_AHEAD) -> AsyncGenerator[Pieces | None, None]:
         """One item per key, in order: the block's bytes (one buffer, or the pieces a DRAM-tier
-        hit was written in), or None on a miss (absent, evicted, corrupt, backend down).
-        Close the iterator (``contextlib.aclosing``) when stopping early: that cancels the
-        reads still running."""
+        hit was written in), or None on a miss (absent, evicted, corrupt, backend down). Close
+        the iterator (``contextlib.aclosing``) when stopping early: its reads are cancelled."""
         return cast(AsyncGenerator[Pieces | None, None],
                     self._blocks(nid, keys, decode, read_ahead, False))
+
+    async def get_many(self, nid: int, keys: Sequence[bytes], *,
+                       decode: bool = True) -> list[Block | None]:
+        """:meth:`iter_many` as a list; several blocks are copied as they come, so the later
+        reads do not wait for the memory (readbudget.py) the list would hold."""
+        async with aclosing(self.iter_many(nid, keys, decode=decode)) as blocks:
+            return [None if b is None else as_block(b, len(keys) > 1) async for b in blocks]
 
     def iter_unverified(self, nid: int, keys: Sequence[bytes]
                         ) -> AsyncGenerator[Pieces | Unverified | None, None]:

@@ -31,7 +31,7 @@ from s3kv.store.catalog import Catalog, validate_namespace
 from s3kv.store.codecs import CodecSpec, parse_codec_spec
 from s3kv.store.dram import DramCache, frozen_copy
 from s3kv.store.eviction import Evictor
-from s3kv.store.fetch import Block, BlockFetcher, as_block
+from s3kv.store.fetch import Block, BlockFetcher
 from s3kv.store.index import BlockIndex, Location
 from s3kv.store.ingest import prepare
 from s3kv.store.landing import LAND_MIN, Landing, reserve, reserve_now
@@ -349,9 +349,9 @@ class BlockStore:
 
     async def get_many(self, namespace: str, keys: Sequence[bytes], *,
                        decode: bool = True) -> list[Block | None]:
-        """Several blocks, each as one buffer (``decode=False``: stored bytes, for compaction)."""
-        return [None if b is None else as_block(b)
-                async for b in self.iter_many(namespace, keys, decode=decode)]
+        """Several blocks, each as one buffer (``decode=False``: stored bytes, for compaction);
+        for a long chain, :meth:`iter_many` (this holds every block until it returns)."""
+        return await self.fetcher.get_many(self.ns_id(namespace), keys, decode=decode)
 
     def iter_many(self, namespace: str, keys: Sequence[bytes], *,
                   decode: bool = True) -> AsyncGenerator[Pieces | None, None]:
