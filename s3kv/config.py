@@ -247,6 +247,12 @@ class Settings:
                 f"at least {format_size(2 * self.max_block_size)}")
         if self.seal_after <= 0:
             raise ConfigError("seal_after must be positive")
+        if self.max_read_memory < max(4 * self.read_ahead, self.max_block_size):
+            raise ConfigError(
+                f"max_read_memory ({format_size(self.max_read_memory)}) must hold the largest "
+                f"block and the four read-ahead windows a walk may keep: at least "
+                f"{format_size(max(4 * self.read_ahead, self.max_block_size))} (or lower "
+                "--read-ahead)")
         if self.idle_timeout <= 0:
             raise ConfigError("idle_timeout must be positive (seconds)")
         if self.max_open_segments < 1 or self.max_parts_in_flight < 1:

@@ -50,6 +50,13 @@ def test_settings_validation() -> None:
         Settings.load({"log_format": "xml"}, env={})
     with pytest.raises(ConfigError, match="invalid size"):
         Settings.load(env={"S3KV_CAPACITY": "lots"})
+    # the read memory holds the largest block and a walk's four read-ahead windows
+    with pytest.raises(ConfigError, match="at least 1GiB"):
+        Settings.load({"read_ahead": "256MiB"}, env={})
+    with pytest.raises(ConfigError, match="at least 64MiB"):
+        Settings.load({"max_read_memory": "32MiB", "read_ahead": "0"}, env={})
+    with pytest.raises(ConfigError, match="idle_timeout"):
+        Settings.load({"idle_timeout": "0"}, env={})
     # direct reads: 0 (off) up to the 7 days a presigned URL may live
     assert Settings.load(env={}).direct_reads == 0
     assert Settings.load({"direct_reads": "604800"}, env={}).direct_reads == 604800

@@ -45,7 +45,8 @@ async def gateway(s3_server: MotoServer, bucket: str,
     monkeypatch.setattr(chunked, "SEND_IDLE_TIMEOUT", LIMIT)
     settings = Settings.load({"store": f"s3://{bucket}/gw?endpoint={s3_server.endpoint}",
                               "etag": "fast", "sync_interval": 0, "node_id": "stalled",
-                              "read_ahead": 0, "max_read_memory": READ_MEMORY})
+                              "read_ahead": 0, "max_read_memory": READ_MEMORY,
+                              "max_block_size": 8 * MiB})
     async with front_on(settings, NS) as served:
         yield served
 

@@ -264,7 +264,8 @@ async def test_get_many_of_more_than_the_read_memory_returns(backend: Backend) -
     against 12 MiB of read memory."""
     store, keys, blocks = await _chain(backend)
     await store.close()
-    store = await open_store(backend, seal_after=30, max_read_memory=12 * 1024 * KiB)
+    store = await open_store(backend, seal_after=30, read_ahead=0,
+                             max_read_memory=12 * 1024 * KiB)
     try:
         got = await asyncio.wait_for(store.get_many("kvns", keys), 20)
         assert got == blocks
