@@ -72,9 +72,7 @@ class ReadBudget:
         try:
             yield held
         finally:
-            self.used -= n
-            self.reads -= 1
-            self.let_go(held.settle())
+            self._end_read(n, held.settle())
 
     def let_go(self, n: int) -> None:
         """``n`` held bytes are free again (a buffer was freed, or a read ended); safe from
@@ -104,16 +102,19 @@ class ReadBudget:
             await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():
-                # granted just as it was cancelled: hand it on
-                self.used -= n
-                self.reads -= 1
-                self.let_go(n)
+                self._end_read(n, n)  # granted just as it was cancelled: hand it on
             else:
                 with contextlib.suppress(ValueError):  # _grant may have dropped it already
                     self._waiting.remove(entry)
                     heapq.heapify(self._waiting)
                 self._grant()  # it may have blocked smaller reads behind it
             raise
+
+    def _end_read(self, n: int, unheld: int) -> None:
+        """A read of ``n`` bytes is over; ``unheld`` of them are in no buffer that lives on."""
+        self.used -= n
+        self.reads -= 1
+        self.let_go(unheld)
 
     def _admit(self, n: int) -> None:
         self.used += n
