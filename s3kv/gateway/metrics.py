@@ -60,8 +60,8 @@ _GAUGES = {
     "sealed_segments": ("s3kv_sealed_segments", "Sealed segments on the backend"),
     "sealed_bytes": ("s3kv_sealed_bytes", "Bytes of sealed segments on the backend"),
     "dram_bytes": ("s3kv_dram_bytes", "Bytes held by the DRAM tier"),
-    "read_memory": ("s3kv_read_memory_bytes", "Bytes read from the backend held now (in flight "
-                    "or waiting for their client; at most max_read_memory)"),
+    "read_memory": ("s3kv_read_memory_bytes", "Bytes read from the backend or decoded, held now "
+                    "(in flight or waiting for their client; reads wait at max_read_memory)"),
     "shared_read_bytes": ("s3kv_shared_read_bytes",
                           "Bytes of blocks kept briefly for the ranged GETs that follow"),
     "write_amplification": ("s3kv_write_amplification",

@@ -41,8 +41,7 @@ from s3kv.wire.body import Pieces, joined, pieces_of, size_of
 
 log = get_logger(__name__)
 
-#: a block's bytes as reads return them (a block read from the backend has a buffer of its own,
-#: filled as the ranged GET's bytes arrive)
+#: a block's bytes as reads return them (read from the backend: a buffer of its own)
 Block = bytes | memoryview
 
 
@@ -73,8 +72,7 @@ class BlockFetcher:
         """``read_ahead``: the window read at once by one-block reads in order (readahead.py;
         0: off); ``read_memory``: bytes read held at once (readbudget.py; 0: those in flight)."""
         self.backend = backend
-        #: what the backend can lend (isinstance with a Protocol is slow: asked once per
-        #: backend object; tests may swap the backend)
+        #: what the backend can lend (asked once per backend object: isinstance is slow)
         self._kinds: tuple[Backend, RangeViewer | None, NowViewer | None] | None = None
         self.prefix = prefix
         self.index = index
@@ -95,7 +93,7 @@ class BlockFetcher:
 
     @property
     def read_memory(self) -> int:
-        """Bytes read from the backend held now: in flight, or in blocks not yet let go of."""
+        """Bytes read from the backend (or decoded) held now: in flight, or not let go of."""
         return self._budget.held
 
     def iter_many(self, nid: int, keys: Sequence[bytes], *, decode: bool = True,
@@ -373,6 +371,8 @@ class BlockFetcher:
             else:
                 if len(data) != loc.raw_length:
                     problem = "decoded length mismatch"
+                elif not self.dram.enabled:  # the tier keeps a copy in its own bound (below)
+                    data = self._budget.charged(data)
         if problem:
             self._corrupt(nid, key, loc, problem)
             return None

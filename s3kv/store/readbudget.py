@@ -22,7 +22,8 @@ block (up to 64 MiB) or a batch get's read-ahead (up to 256 MiB) beyond any boun
 read gets a :class:`Held` for its bytes; each buffer it fills takes its share with
 :meth:`Held.take`, given back when the buffer is freed (``weakref.finalize``); what no buffer
 took (gaps, a backend that lends memory it maps, blocks never read) goes back when the read
-ends.
+ends. A block a codec decodes is new memory of the same kind: it is charged
+(:meth:`ReadBudget.charge`) until freed.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ import time
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+
+import numpy as np
 
 
 class ReadBudget:
@@ -84,6 +87,22 @@ class ReadBudget:
         self.held -= n
         if self._waiting and self._loop is not None:
             self._loop.call_soon(self._grant)
+
+    def charge(self, buffer: object, n: int) -> None:
+        """``buffer`` (weak-referenceable) holds ``n`` bytes made from a read, a decoded block,
+        until it is freed. Counted at once and never waited for: a read that holds bytes and
+        waits for more could wait on another doing the same. Reads asked for later wait until
+        it is freed, so held memory passes ``held_limit`` by at most what the reads let in
+        before decoded into. Called on the loop."""
+        self.held += n
+        weakref.finalize(buffer, self.let_go, n)
+
+    def charged(self, data: bytes) -> memoryview:
+        """``data`` (a block just decoded) as a view, charged (:meth:`charge`) until the view
+        and every view of it are freed."""
+        owner = np.frombuffer(data, np.uint8)  # no copy; bytes cannot be weakly referenced
+        self.charge(owner, len(data))
+        return memoryview(owner.data).cast("B")
 
     def _fits(self, n: int) -> bool:
         return (self.reads < self.most and self.used + n <= self.limit

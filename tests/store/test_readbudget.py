@@ -170,3 +170,22 @@ async def test_the_bytes_in_flight_are_bound_apart_from_those_held() -> None:
     assert budget.held == 200
     keep.clear()
     assert budget.held == 0
+
+
+async def test_a_decoded_block_is_charged_at_once_until_its_views_are_freed() -> None:
+    """A codec's output is counted with no wait (past the bound if need be: a read that holds
+    bytes never waits for more), and later reads wait until every view of it is freed."""
+    budget = ReadBudget(100, 8, held_limit=100)
+    decoded = budget.charged(bytes(range(120)))
+    assert budget.held == 120 and bytes(decoded) == bytes(range(120))
+    part = decoded[10:20]  # a view of the view keeps it charged
+    del decoded
+    log: list[int] = []
+    release = asyncio.Event()
+    release.set()
+    waiting = asyncio.create_task(_holder(budget, 10, release, log))
+    await asyncio.sleep(0.01)
+    assert log == [] and bytes(part) == bytes(range(10, 20))
+    del part
+    await asyncio.wait_for(waiting, 1)
+    assert log == [10] and budget.held == 0
