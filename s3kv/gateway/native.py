@@ -288,9 +288,8 @@ async def list_keys(request: web.Request) -> web.StreamResponse:
             or isinstance(limit, bool) or not 1 <= limit <= MAX_BATCH_KEYS:
         raise RequestError("InvalidArgument", "prefix and after are strings, limit is an "
                            f"integer in 1..{MAX_BATCH_KEYS}")
-    metas = st.store.list_blocks(ns, prefix.encode(), after.encode(), limit=limit + 1)
-    return web.json_response({"keys": [m.key.decode() for m in metas[:limit]],
-                              "truncated": len(metas) > limit})
+    metas, more = await st.store.list_blocks(ns, prefix.encode(), after.encode(), limit)
+    return web.json_response({"keys": [m.key.decode() for m in metas], "truncated": more})
 
 
 async def flush(request: web.Request) -> web.StreamResponse:

@@ -40,6 +40,8 @@ from s3kv.store.store import BlockMeta
 #: every namespace is in the gateway's one region
 REGION = "us-east-1"
 MAX_BUCKETS = 10000
+#: keys a listing asks the store for at once (at least a page and one)
+BATCH = 1000
 
 
 def listing_etag(meta: BlockMeta) -> str:
@@ -77,30 +79,37 @@ class Walk:
     resume: bytes
 
 
-def walk(st: GatewayState, bucket: str, prefix: str, delimiter: str | None, after: bytes,
-         limit: int) -> Walk:
-    """At most ``limit`` keys and common prefixes after ``after``."""
-    metas = st.store.list_blocks(bucket, prefix.encode(), after, limit=None)
+async def walk(st: GatewayState, bucket: str, prefix: str, delimiter: str | None,
+               after: bytes, limit: int) -> Walk:
+    """At most ``limit`` keys and common prefixes after ``after``: the store's keys read in
+    batches, each from past the last key or past the last common prefix returned."""
     out = Walk([], [], False, b"", b"")
     if limit == 0:
         return out
     pbytes = prefix.encode()
     dbytes = delimiter.encode() if delimiter else b""
-    for meta in metas:
-        common = common_prefix(meta.key, len(pbytes), dbytes)
-        if common is not None and (common == after or (out.prefixes and
-                                                       out.prefixes[-1] == common.decode())):
-            continue  # under a prefix already returned (on this page or the last)
-        if len(out.contents) + len(out.prefixes) >= limit:
-            out.truncated = True
+    cursor, skip, more = after, b"", True  # skip: past the prefix a page began under
+    while more:
+        metas, more = await st.store.list_blocks(bucket, pbytes, cursor, max(limit + 1, BATCH))
+        for meta in metas:
+            common = common_prefix(meta.key, len(pbytes), dbytes)
+            if common is not None and (common == after or (out.prefixes and
+                                                           out.prefixes[-1] == common.decode())):
+                skip = common + b"\xff"
+                continue  # under a prefix already returned (on this page or the last)
+            if len(out.contents) + len(out.prefixes) >= limit:
+                out.truncated = True
+                return out
+            if common is not None:
+                out.prefixes.append(common.decode())
+                out.last, out.resume = common, common + b"\xff"
+            else:
+                out.contents.append(ObjectEntry(meta.key.decode(), meta.written_at,
+                                                listing_etag(meta), meta.size))
+                out.last = out.resume = meta.key
+        if not metas:  # every key it was to hold changed as it was read (listing.py)
             break
-        if common is not None:
-            out.prefixes.append(common.decode())
-            out.last, out.resume = common, common + b"\xff"
-        else:
-            out.contents.append(ObjectEntry(meta.key.decode(), meta.written_at,
-                                            listing_etag(meta), meta.size))
-            out.last = out.resume = meta.key
+        cursor = max(metas[-1].key, out.resume, skip)  # past the batch, or the prefix it ends in
     return out
 
 
@@ -118,8 +127,8 @@ class _Listing:
         return cls(q.get("prefix", ""), q.get("delimiter") or None, max_keys(q),
                    encoding_type(q))
 
-    def walk(self, st: GatewayState, bucket: str, after: bytes) -> Walk:
-        return walk(st, bucket, self.prefix, self.delimiter, after, self.limit)
+    async def walk(self, st: GatewayState, bucket: str, after: bytes) -> Walk:
+        return await walk(st, bucket, self.prefix, self.delimiter, after, self.limit)
 
 
 async def list_objects_v2_handler(request: web.Request, st: GatewayState,
@@ -128,7 +137,7 @@ async def list_objects_v2_handler(request: web.Request, st: GatewayState,
     ls = _Listing.of(q)
     token = q.get("continuation-token")
     start_after = q.get("start-after")
-    w = ls.walk(st, t.bucket, _untoken(token) if token is not None
+    w = await ls.walk(st, t.bucket, _untoken(token) if token is not None
                 else (start_after or "").encode())
     page = ListV2Page(
         bucket=t.bucket, prefix=ls.prefix, delimiter=ls.delimiter, max_keys=ls.limit,
@@ -143,7 +152,7 @@ async def list_objects_v1_handler(request: web.Request, st: GatewayState,
                                   t: Target) -> web.StreamResponse:
     ls = _Listing.of(t.query)
     marker = t.query.get("marker", "")
-    w = ls.walk(st, t.bucket, marker.encode())
+    w = await ls.walk(st, t.bucket, marker.encode())
     page = ListV1Page(
         bucket=t.bucket, prefix=ls.prefix, delimiter=ls.delimiter, max_keys=ls.limit,
         marker=marker, contents=w.contents, common_prefixes=w.prefixes,
@@ -164,7 +173,7 @@ async def list_object_versions_handler(request: web.Request, st: GatewayState,
     if version_marker and not key_marker:
         raise RequestError("InvalidArgument", "A version-id marker cannot be specified without "
                            "a key marker.")
-    w = ls.walk(st, t.bucket, key_marker.encode())
+    w = await ls.walk(st, t.bucket, key_marker.encode())
     page = VersionsPage(
         bucket=t.bucket, prefix=ls.prefix, delimiter=ls.delimiter, max_keys=ls.limit,
         contents=w.contents, common_prefixes=w.prefixes, is_truncated=w.truncated,

@@ -13,7 +13,6 @@ arena is compacted when more than half of it is garbage.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
@@ -239,16 +238,40 @@ class BlockIndex:
             self.remove(ns, key)
         return len(entries)
 
-    def iter_namespace(self, ns: int, prefix: bytes = b"") -> Iterator[tuple[bytes, Location]]:
-        """Entries of one namespace whose key starts with prefix, in no particular order."""
+    def live_entries(self, ns: int) -> np.ndarray:
+        """Entry numbers of one namespace's live entries (a copy: it stays valid as a list of
+        numbers after the index changes; what they hold then may not)."""
         nsarr = np.frombuffer(self._ns, dtype=np.uint16)
         seg = np.frombuffer(self._seg, dtype=np.uint32)
-        picked = self._entries_where((nsarr == ns) & (seg != 0xFFFFFFFF))
+        out = np.flatnonzero((nsarr == ns) & (seg != 0xFFFFFFFF))
         del nsarr, seg
-        for e in picked:
-            key = self._key(e)
-            if key.startswith(prefix):
-                yield key, self._location(e)
+        return out
+
+    def fixed_keys(self, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The keys of ``entries`` as one fixed-width numpy ``S`` array, and their lengths.
+        ``S`` order is the keys' order but for trailing NUL bytes, which it drops: order by
+        (key, length) for the exact one. An entry freed since it was listed gives bytes of
+        no meaning (:meth:`entry` tells)."""
+        offs = np.frombuffer(self._key_off, dtype=np.uint64)[entries].astype(np.int64)
+        lens = self.key_lengths(entries)
+        width = max(1, int(lens.max(initial=0)))
+        cols = np.arange(width)
+        arena = np.frombuffer(self._arena, dtype=np.uint8) if self._arena else np.zeros(1, "u1")
+        cells = arena[np.minimum(offs[:, None] + cols, len(arena) - 1)]
+        del arena
+        cells[cols >= lens[:, None]] = 0
+        return cells.view(f"S{width}").ravel(), lens
+
+    def key_lengths(self, entries: np.ndarray) -> np.ndarray:
+        """The key lengths of ``entries`` (int64)."""
+        lens: np.ndarray = np.frombuffer(self._key_len, dtype=np.uint16)[entries]
+        return lens.astype(np.int64)
+
+    def entry(self, e: int) -> tuple[int, bytes, Location] | None:
+        """What entry ``e`` holds now, (namespace, key, location), or None if it is free."""
+        if e >= len(self._seg) or self._seg[e] == 0xFFFFFFFF:
+            return None
+        return self._ns[e], self._key(e), self._location(e)
 
     def count_namespace(self, ns: int) -> int:
         nsarr = np.frombuffer(self._ns, dtype=np.uint16)

@@ -26,7 +26,7 @@ from s3kv.errors import (
     NamespaceNotEmpty,
 )
 from s3kv.log import get_logger
-from s3kv.store import layout
+from s3kv.store import layout, listing
 from s3kv.store.catalog import Catalog, validate_namespace
 from s3kv.store.codecs import CodecSpec, parse_codec_spec
 from s3kv.store.dram import DramCache, frozen_copy
@@ -362,14 +362,14 @@ class BlockStore:
     def iter_unverified(self, ns: str, keys: Sequence[bytes]) -> AsyncGenerator[Sendable, None]:
         return self.fetcher.iter_unverified(self.ns_id(ns), keys)  # unverified.py
 
-    def list_blocks(self, namespace: str, prefix: bytes = b"", start_after: bytes = b"",
-             limit: int | None = 1000) -> list[BlockMeta]:
-        """Keys in lexicographic order after ``start_after``, at most ``limit`` (None: all)."""
-        nid = self.ns_id(namespace)
-        items = [(k, loc) for k, loc in self.index.iter_namespace(nid, prefix) if k > start_after]
-        items.sort(key=lambda kl: kl[0])
+    async def list_blocks(self, namespace: str, prefix: bytes = b"", start_after: bytes = b"",
+                          limit: int = 1000) -> tuple[list[BlockMeta], bool]:
+        """Up to ``limit`` blocks whose key starts with ``prefix``, in key order after
+        ``start_after``, and whether more follow (listing.py: the loop runs meanwhile)."""
+        rows, more = await listing.page(self.index, self.ns_id(namespace), prefix, start_after,
+                                        limit)
         return [BlockMeta(k, loc.raw_length, loc.crc, loc.written_at, loc.codec, loc.attrs)
-                for k, loc in items[:limit]]
+                for k, loc in rows], more
 
     def prefix_lookup(self, namespace: str, keys: Sequence[bytes]) -> tuple[int, list[bool]]:
         """How many leading keys are present, and which keys are present."""

@@ -111,3 +111,22 @@ def test_ip_address_bucket_names_refused(gw_s3: Any, name: str) -> None:
     assert exc.value.response["Error"]["Code"] == "InvalidBucketName"
     assert name not in [b["Name"] for b in gw_s3.list_buckets()["Buckets"]]
     gw_s3.create_bucket(Bucket=f"ip-{name}-x")  # dotted, but not an address: fine
+
+
+def test_delimiter_listing_past_more_keys_than_one_batch(gateway: Gateway, gw_s3: Any,
+                                                         gw_bucket: str) -> None:
+    """The store is read in batches of 1000 keys (s3_listing.BATCH): a common prefix over
+    more keys than a batch, then others after it, each listed once and in order."""
+    keys = [f"big/{i:05d}" for i in range(2500)] + [f"mid/{i}" for i in range(3)] + \
+        [f"top{i}" for i in range(3)] + [f"zz/{i:05d}" for i in range(1200)]
+    batch_put(gateway, gw_bucket, [(k, b"x") for k in keys])
+    for size in (1, 2, 1000):
+        pages = list(gw_s3.get_paginator("list_objects_v2").paginate(
+            Bucket=gw_bucket, Delimiter="/", PaginationConfig={"PageSize": size}))
+        assert [c["Prefix"] for p in pages for c in p.get("CommonPrefixes", [])] == \
+            ["big/", "mid/", "zz/"]
+        assert [o["Key"] for p in pages for o in p.get("Contents", [])] == \
+            [f"top{i}" for i in range(3)]
+    pages = list(gw_s3.get_paginator("list_objects_v2").paginate(Bucket=gw_bucket,
+                                                                  Prefix="zz/"))
+    assert [o["Key"] for p in pages for o in p.get("Contents", [])] == keys[-1200:]

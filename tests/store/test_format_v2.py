@@ -96,7 +96,7 @@ async def test_attributes_survive_restart(backend: Backend) -> None:
         assert plain is not None and plain.attrs == b""
         changed = again.head("attrs", b"changed")
         assert changed is not None and changed.attrs == b"second"
-        assert [m.attrs for m in again.list_blocks("attrs")] == [b"second",
+        assert [m.attrs for m in (await again.list_blocks("attrs"))[0]] == [b"second",
                                                                  b"\x01\x20" + b"e" * 32, b""]
     finally:
         await again.close()

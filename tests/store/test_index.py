@@ -42,7 +42,9 @@ def test_random_operations_match_a_dict() -> None:
     for (ns, key), value in model.items():
         assert idx.get(ns, key) == value
     for ns in range(3):
-        listed = dict(idx.iter_namespace(ns))
+        entries = [idx.entry(int(e)) for e in idx.live_entries(ns)]
+        listed = {got[1]: got[2] for got in entries if got is not None and got[0] == ns}
+        assert len(listed) == len(entries)
         assert listed == {k: v for (n, k), v in model.items() if n == ns}
         assert idx.count_namespace(ns) == len(listed)
 
