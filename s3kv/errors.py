@@ -124,3 +124,9 @@ class InvalidNamespace(InvalidInput):
     """A namespace (bucket) name breaks the naming rules."""
 
     code = "InvalidBucketName"
+
+
+class TooManyNamespaces(InvalidInput):
+    """Every namespace id the index can hold is taken (65,535 namespaces)."""
+
+    code = "TooManyBuckets"

@@ -31,6 +31,7 @@ from s3kv.errors import (
     RequestError,
     S3KVError,
     TooLarge,
+    TooManyNamespaces,
 )
 from s3kv.frames import STORED_HEADER
 from s3kv.gateway import native, ops, s3_buckets, s3_objects
@@ -57,6 +58,7 @@ _STATUS: list[tuple[type[S3KVError], int, str]] = [
     (NamespaceExists, 409, "BucketAlreadyOwnedByYou"),
     (NamespaceNotEmpty, 409, "BucketNotEmpty"),
     (InvalidNamespace, 400, "InvalidBucketName"),
+    (TooManyNamespaces, 400, "TooManyBuckets"),
     (TooLarge, 400, "EntityTooLarge"),
     (InvalidRange, 416, "InvalidRange"),
     (InvalidInput, 400, "InvalidArgument"),

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 
-from s3kv.errors import InvalidNamespace, NamespaceNotFound
+from s3kv.errors import InvalidNamespace, NamespaceNotFound, TooManyNamespaces
 from s3kv.store.codecs import CodecSpec
-from s3kv.store.index import BlockIndex, Location
+from s3kv.store.index import MAX_NAMESPACE_ID, BlockIndex, Location
 from s3kv.store.segments import SegmentTable
 
 _NS_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -35,6 +35,7 @@ class Catalog:
         self.namespaces: dict[str, int] = {}
         self.namespace_codecs: dict[str, CodecSpec] = {}
         self.namespace_created: dict[str, float] = {}
+        self._top = 0  # the highest namespace id given out
 
     # ---- namespaces ---------------------------------------------------------------------
     def ns_id(self, name: str) -> int:
@@ -51,10 +52,23 @@ class Catalog:
         """The namespace's id, registering it first if it is new (at start, from its record
         or from the first entry that names it)."""
         if name not in self.namespaces:
-            self.namespaces[name] = max(self.namespaces.values(), default=0) + 1
+            self.namespaces[name] = nid = self.free_id()
+            self._top = max(self._top, nid)
             self.namespace_codecs[name] = codec or CodecSpec()
             self.namespace_created[name] = created_at
         return self.namespaces[name]
+
+    def free_id(self) -> int:
+        """The id a new namespace gets: one past the highest given out while that fits the
+        index, else the least one not in use (a dropped namespace's: it has no blocks left)."""
+        if self._top < MAX_NAMESPACE_ID:
+            return self._top + 1
+        used = set(self.namespaces.values())
+        free = next((i for i in range(1, MAX_NAMESPACE_ID + 1) if i not in used), None)
+        if free is None:
+            raise TooManyNamespaces(f"the gateway holds {len(used)} namespaces, as many as it "
+                                    "can: delete one first")
+        return free
 
     def drop_namespace(self, name: str) -> int:
         """Forget a namespace (its blocks must be gone); returns the id it had."""

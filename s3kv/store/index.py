@@ -20,6 +20,8 @@ import numpy as np
 EMPTY = -1
 DELETED = -2
 FLAG_HOT = 0x01
+#: the largest namespace id (each entry keeps its namespace's id in 16 bits)
+MAX_NAMESPACE_ID = 0xFFFF
 
 
 class Location(NamedTuple):

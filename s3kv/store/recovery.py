@@ -17,7 +17,7 @@ import json
 import time
 
 from s3kv.backends.base import Backend, ObjectInfo
-from s3kv.errors import BackendError, IntegrityError, InvalidInput
+from s3kv.errors import BackendError, IntegrityError, InvalidInput, TooManyNamespaces
 from s3kv.log import get_logger
 from s3kv.store import layout
 from s3kv.store.catalog import Catalog
@@ -107,8 +107,15 @@ class Recovery:
             info.block_bytes = sum(e.length for e in m.entries if not e.tombstone)
             stream.extend((e.written_at, info.seg_id, e) for e in m.entries)
         stream.sort(key=lambda t: (t[0], t[1]))
+        lost: set[str] = set()
         for _, seg_id, e in stream:
-            nid = cat.register_namespace(e.namespace)
+            try:
+                nid = cat.register_namespace(e.namespace)
+            except TooManyNamespaces:  # more than the index holds (replicas created them)
+                if e.namespace not in lost:
+                    lost.add(e.namespace)
+                    log.warning("namespace.no_room", namespace=e.namespace)
+                continue
             current = cat.index.get(nid, e.key)
             if current is not None and current.written_at >= e.written_at:
                 continue

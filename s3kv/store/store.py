@@ -164,6 +164,7 @@ class BlockStore:
         if codec is None:
             codec = self.settings.default_codec
         spec = parse_codec_spec(codec) if isinstance(codec, str) else codec
+        self.catalog.free_id()  # refused before its record is written, if there is no room
         created = time.time()
         record = json.dumps({"name": name, "codec": spec.render(),
                              "created_at": created}).encode()
