@@ -131,6 +131,7 @@ class Recovery:
     async def rebuild(self) -> None:
         started = time.monotonic()
         await self._load_namespaces()
+        recorded = set(self.catalog.namespaces)
         segs = await self._list("segments")
         sidecars = await self._list("manifests")
         stale = [n for n in sidecars if n not in segs]
@@ -139,10 +140,20 @@ class Recovery:
                 await self.backend.delete_objects([sidecar_key(self.prefix, n) for n in stale])
         manifests = await self._load_all(sorted(segs), segs, set(sidecars))
         entries = self._apply(manifests)
+        self._forget_deleted(recorded)
         await self._abort_orphans()
         log.info("store.recovered", segments=len(manifests), entries=entries,
                  blocks=len(self.catalog.index), stale_sidecars=len(stale),
                  seconds=round(time.monotonic() - started, 3))
+
+    def _forget_deleted(self, recorded: set[str]) -> None:
+        """A namespace that only entries name (no record) and that holds no block was deleted:
+        its blocks' old entries do not bring it back. One with blocks is kept (a store written
+        before namespaces had records)."""
+        for name, nid in list(self.catalog.namespaces.items()):
+            if name not in recorded and not self.catalog.index.count_namespace(nid):
+                self.catalog.drop_namespace(name)
+                log.info("namespace.deleted_earlier", namespace=name)
 
     async def _load_namespaces(self) -> None:
         for obj in await self.backend.list_objects(f"{self.prefix}namespaces/"):

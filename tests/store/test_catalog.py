@@ -1,13 +1,18 @@
-"""The catalog's namespaces: ids that fit the index's 16-bit field, and a clear refusal when
-all are taken (s3kv/store/catalog.py)."""
+"""The catalog's namespaces: ids that fit the index's 16-bit field, a clear refusal when all
+are taken (s3kv/store/catalog.py), and a deleted one that stays deleted across a restart
+(s3kv/store/recovery.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from s3kv.config import Settings
 from s3kv.errors import TooManyNamespaces
 from s3kv.store.catalog import Catalog
 from s3kv.store.index import MAX_NAMESPACE_ID, Location
+from s3kv.store.store import BlockStore
 
 LOC = Location(1, 0, 1, 1, 0, 0, 0.0)
 
@@ -31,3 +36,30 @@ def test_every_namespace_id_fits_the_index_and_the_last_one_past_is_refused() ->
     assert cat.register_namespace("one-more") == dropped
     cat.put(dropped, b"k", LOC)
     assert cat.index.get(dropped, b"k") == LOC
+
+
+async def test_a_deleted_namespace_stays_deleted_after_a_restart(tmp_path: Path) -> None:
+    """Its blocks' entries (a put, then the delete's tombstone) stay in sealed segments; before,
+    replaying them registered the namespace again: a bucket deleted came back on restart, and
+    could not be created anew (BucketAlreadyOwnedByYou)."""
+    settings = Settings.load({"store": f"file://{tmp_path}", "sync_interval": 0,
+                              "node_id": "n1"})
+    store = await BlockStore.open(settings)
+    try:
+        for name in ("gone", "kept"):
+            await store.create_namespace(name)
+            await store.put(name, b"k", b"x" * 100)
+        await store.flush()
+        await store.delete("gone", b"k")
+        await store.flush()
+        await store.delete_namespace("gone")
+    finally:
+        await store.close()
+    again = await BlockStore.open(settings)
+    try:
+        assert again.list_namespaces() == ["kept"]
+        assert await again.get("kept", b"k") == b"x" * 100
+        await again.create_namespace("gone")
+        assert again.list_namespaces() == ["gone", "kept"]
+    finally:
+        await again.close()
