@@ -5,8 +5,9 @@ when the sidecar is missing, its footer through the trailer); replay every entry
 order, last writer wins, tombstones included. Unfinished multipart uploads of this node (a
 crash) and stale ones of any node are aborted; sidecars whose segment is gone are removed.
 
-While running: every ``sync_interval`` seconds, pick up segments other replicas sealed, and drop
-segments that disappeared (evicted elsewhere).
+While running: every ``sync_interval`` seconds, pick up the namespaces other replicas created
+(an empty bucket too, with its codec) and forget the ones they deleted, pick up segments other
+replicas sealed, and drop segments that disappeared (evicted elsewhere).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Collection
 
 from s3kv.backends.base import Backend, ObjectInfo
 from s3kv.errors import BackendError, IntegrityError, InvalidInput, TooManyNamespaces
@@ -155,8 +157,16 @@ class Recovery:
                 self.catalog.drop_namespace(name)
                 log.info("namespace.deleted_earlier", namespace=name)
 
-    async def _load_namespaces(self) -> None:
-        for obj in await self.backend.list_objects(f"{self.prefix}namespaces/"):
+    async def _load_namespaces(self, known: Collection[str] = ()) -> set[str]:
+        """Register the namespaces whose records are on the backend, but the ``known`` ones;
+        returns the names of every record."""
+        names: set[str] = set()
+        start = f"{self.prefix}namespaces/"
+        for obj in await self.backend.list_objects(start):
+            name = obj.key[len(start):].removesuffix(".json")
+            names.add(name)
+            if name in known:
+                continue
             try:
                 record = json.loads(await self.backend.get_object(obj.key))
                 self.catalog.register_namespace(
@@ -164,6 +174,19 @@ class Recovery:
                     float(record.get("created_at", 0.0)))
             except (ValueError, KeyError, BackendError, InvalidInput) as exc:
                 log.warning("namespace.unreadable", key=obj.key, error=str(exc))
+        return names
+
+    async def _sync_namespaces(self) -> None:
+        """Namespaces other replicas created (with their codecs), and those they deleted:
+        forgotten here when they were known before the records were listed and hold no block
+        here (a namespace created here meanwhile is not yet known: it stays)."""
+        before = dict(self.catalog.namespaces)
+        records = await self._load_namespaces(before)
+        for name, nid in before.items():
+            if (name not in records and self.catalog.namespaces.get(name) == nid
+                    and not self.catalog.index.count_namespace(nid)):
+                self.catalog.drop_namespace(name)
+                log.info("namespace.deleted_elsewhere", namespace=name)
 
     async def _abort_orphans(self) -> None:
         own = f"{self.prefix}segments/{self.node_id}/"
@@ -184,6 +207,7 @@ class Recovery:
         """Load segments sealed by other replicas, forget vanished ones. Returns new segments."""
         cat = self.catalog
         listed_at = time.time()
+        await self._sync_namespaces()
         segs = await self._list("segments")
         sidecars = await self._list("manifests")
         known = cat.segments.names()

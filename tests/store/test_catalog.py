@@ -11,6 +11,7 @@ import pytest
 from s3kv.config import Settings
 from s3kv.errors import TooManyNamespaces
 from s3kv.store.catalog import Catalog
+from s3kv.store.codecs import CodecSpec
 from s3kv.store.index import MAX_NAMESPACE_ID, Location
 from s3kv.store.store import BlockStore
 
@@ -33,6 +34,7 @@ def test_every_namespace_id_fits_the_index_and_the_last_one_past_is_refused() ->
     assert "one-more" not in cat.namespaces
     # a namespace dropped (empty) gives its id to the next one
     dropped = cat.drop_namespace("ns-7")
+    assert dropped is not None and cat.drop_namespace("ns-7") is None
     assert cat.register_namespace("one-more") == dropped
     cat.put(dropped, b"k", LOC)
     assert cat.index.get(dropped, b"k") == LOC
@@ -63,3 +65,33 @@ async def test_a_deleted_namespace_stays_deleted_after_a_restart(tmp_path: Path)
         assert again.list_namespaces() == ["gone", "kept"]
     finally:
         await again.close()
+
+
+async def test_replicas_learn_the_namespaces_others_create_and_delete(tmp_path: Path) -> None:
+    """Two gateways on one bucket: an empty namespace created through one, with its codec, is
+    known to the other after its next sync, and forgotten there once deleted; before, the
+    other never knew an empty one (S3 clients it served got NoSuchBucket) and learnt a written
+    one from its blocks' entries, with the default codec."""
+    def settings(node: str) -> Settings:
+        return Settings.load({"store": f"file://{tmp_path}", "sync_interval": 0,
+                              "node_id": node})
+
+    a = await BlockStore.open(settings("a"))
+    b = await BlockStore.open(settings("b"))
+    try:
+        await a.create_namespace("shared", "zstd:level=1")
+        await b.create_namespace("local")
+        assert await b.recovery_sync() == 0
+        assert b.list_namespaces() == ["local", "shared"]
+        assert b.namespace_codecs["shared"] == a.namespace_codecs["shared"] != CodecSpec()
+        await b.put("shared", b"k", b"v" * 64)
+        assert b.namespace_codecs["shared"] == a.namespace_codecs["shared"]
+        await b.delete("shared", b"k")
+        await a.delete_namespace("shared")
+        await b.recovery_sync()
+        assert b.list_namespaces() == ["local"]
+        await a.recovery_sync()
+        assert a.list_namespaces() == ["local"]
+    finally:
+        await a.close()
+        await b.close()
