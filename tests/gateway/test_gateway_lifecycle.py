@@ -60,12 +60,16 @@ def gw_factory() -> Iterator[Any]:
             gw.cleanup()
 
 
-def _status(url: str) -> int:
+def _answer(url: str) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=10) as resp:
-            return int(resp.status)
+            return int(resp.status), resp.read()
     except urllib.error.HTTPError as exc:
-        return int(exc.code)
+        return int(exc.code), exc.read()
+
+
+def _status(url: str) -> int:
+    return _answer(url)[0]
 
 
 def _blocks(n: int, seed: int) -> dict[str, bytes]:
@@ -291,7 +295,8 @@ def test_backend_outage(private_s3_server: MotoServer, gw_factory: Any) -> None:
     deadline = time.monotonic() + 15
     while _status(gw.endpoint + "/readyz") != 200 and time.monotonic() < deadline:
         time.sleep(0.3)
-    assert _status(gw.endpoint + "/readyz") == 200
+    ready = _answer(gw.endpoint + "/readyz")
+    assert ready[0] == 200, ready[1]  # the body names what is not ready
     r = send("POST", gw.endpoint + "/v1/flush", headers={"Authorization": f"Bearer {TOKEN}"})
     assert r.status == 200, r.body
     assert s3.get_object(Bucket="nsp", Key="after")["Body"].read() == b"after" * 100
