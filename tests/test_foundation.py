@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +79,19 @@ def test_serve_checks_store_and_gateway_settings_at_start(tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match="cannot read credentials file"):
         check_settings(Settings.load({"credentials_file": str(tmp_path / "absent.toml")},
                                      env={}))
+
+
+def test_serve_on_a_backend_it_cannot_reach_says_so_and_leaves_nothing_open() -> None:
+    """The index cannot be rebuilt: one line naming the backend's error, a non-zero exit, and
+    the backend's HTTP session closed (before: "Unclosed client session" on the way out)."""
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="y",
+               PYTHONWARNINGS="default")
+    proc = subprocess.run([sys.executable, "-m", "s3kv.cli", "serve", "--listen", "127.0.0.1:1",
+                           "--store", "s3://b/p?endpoint=http://127.0.0.1:1"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "s3kv serve: error: LIST p/namespaces/" in proc.stderr, proc.stderr
+    assert "Could not connect" in proc.stderr and "Unclosed" not in proc.stderr, proc.stderr
 
 
 def test_max_block_size_follows_the_segment_size(tmp_path: Path) -> None:

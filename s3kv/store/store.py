@@ -54,8 +54,7 @@ class BlockMeta(NamedTuple):
     crc: int
     written_at: float
     codec: int
-    #: opaque attributes stored with the block (the S3 front's object metadata); b"": none
-    attrs: bytes = b""
+    attrs: bytes = b""  # opaque, stored with the block (the S3 front's object metadata)
 
     @property
     def etag(self) -> str:
@@ -122,7 +121,12 @@ class BlockStore:
             backend, prefix = await open_backend(settings.store,
                                                  request_timeout=settings.backend_timeout)
         store = cls(backend, prefix, settings, owns_backend=owns)
-        await store.start()
+        try:
+            await store.start()
+        except BaseException:  # the index could not be rebuilt: nothing left open
+            if owns:
+                await backend.close()
+            raise
         return store
 
     async def start(self) -> None:
@@ -382,18 +386,14 @@ class BlockStore:
     # ---- figures ------------------------------------------------------------------------
     def summary(self) -> dict[str, float]:
         out = self.stats.as_dict()
-        out.update(index_entries=len(self.index), index_bytes=self.index.memory_bytes(),
-                   open_segments=self.writer.open_segments,
-                   open_segment_bytes=self.writer.memory_bytes(),
-                   uploads_paced=self.writer.uploads_paced, read_memory=self.fetcher.read_memory)
         sealed = [s for s in self.segments.all() if s.state is SegmentState.SEALED]
-        out["sealed_segments"] = len(sealed)
-        out["sealed_bytes"] = sum(s.length for s in sealed)
-        out["dram_bytes"] = self.dram.size
-        out["shared_range_reads"] = self.shared_reads.shared
-        out["shared_read_bytes"] = self.shared_reads.held_bytes
-        out["namespaces"] = len(self.namespaces)
-        out["backend_healthy"] = 1.0 if self.writer.health.healthy else 0.0
-        out["capacity_bytes"] = float(self.settings.capacity)
+        w = self.writer
+        out.update(index_entries=len(self.index), index_bytes=self.index.memory_bytes(),
+                   open_segments=w.open_segments, open_segment_bytes=w.memory_bytes(),
+                   uploads_paced=w.uploads_paced, read_memory=self.fetcher.read_memory,
+                   sealed_segments=len(sealed), sealed_bytes=sum(s.length for s in sealed),
+                   dram_bytes=self.dram.size, shared_range_reads=self.shared_reads.shared,
+                   shared_read_bytes=self.shared_reads.held_bytes,
+                   namespaces=len(self.namespaces), capacity_bytes=float(self.settings.capacity),
+                   backend_healthy=1.0 if w.health.healthy else 0.0)
         return out
-
