@@ -48,6 +48,7 @@ from s3kv.gateway.state import GatewayState, state_of
 from s3kv.store.blocksums import RunningSums
 from s3kv.store.codecs import HEADER_CODEC, CodecSpec
 from s3kv.store.landing import Landing
+from s3kv.store.store import BlockMeta
 from s3kv.store.unverified import Unverified
 from s3kv.wire.blocksend import Sender
 from s3kv.wire.body import pieces_of, size_of
@@ -289,7 +290,8 @@ async def list_keys(request: web.Request) -> web.StreamResponse:
         raise RequestError("InvalidArgument", "prefix and after are strings, limit is an "
                            f"integer in 1..{MAX_BATCH_KEYS}")
     metas, more = await st.store.list_blocks(ns, prefix.encode(), after.encode(), limit)
-    return web.json_response({"keys": [m.key.decode() for m in metas], "truncated": more})
+    keys = [m.key.decode() for m in metas if isinstance(m, BlockMeta)]  # no delimiter: all
+    return web.json_response({"keys": keys, "truncated": more})
 
 
 async def flush(request: web.Request) -> web.StreamResponse:

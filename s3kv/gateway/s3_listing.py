@@ -40,8 +40,6 @@ from s3kv.store.store import BlockMeta
 #: every namespace is in the gateway's one region
 REGION = "us-east-1"
 MAX_BUCKETS = 10000
-#: keys a listing asks the store for at once (at least a page and one)
-BATCH = 1000
 
 
 def listing_etag(meta: BlockMeta) -> str:
@@ -81,35 +79,21 @@ class Walk:
 
 async def walk(st: GatewayState, bucket: str, prefix: str, delimiter: str | None,
                after: bytes, limit: int) -> Walk:
-    """At most ``limit`` keys and common prefixes after ``after``: the store's keys read in
-    batches, each from past the last key or past the last common prefix returned."""
+    """At most ``limit`` keys and common prefixes after ``after`` (store/listing.py rolls the
+    keys up, in one pass over the bucket's keys)."""
     out = Walk([], [], False, b"", b"")
     if limit == 0:
         return out
-    pbytes = prefix.encode()
-    dbytes = delimiter.encode() if delimiter else b""
-    cursor, skip, more = after, b"", True  # skip: past the prefix a page began under
-    while more:
-        metas, more = await st.store.list_blocks(bucket, pbytes, cursor, max(limit + 1, BATCH))
-        for meta in metas:
-            common = common_prefix(meta.key, len(pbytes), dbytes)
-            if common is not None and (common == after or (out.prefixes and
-                                                           out.prefixes[-1] == common.decode())):
-                skip = common + b"\xff"
-                continue  # under a prefix already returned (on this page or the last)
-            if len(out.contents) + len(out.prefixes) >= limit:
-                out.truncated = True
-                return out
-            if common is not None:
-                out.prefixes.append(common.decode())
-                out.last, out.resume = common, common + b"\xff"
-            else:
-                out.contents.append(ObjectEntry(meta.key.decode(), meta.written_at,
-                                                listing_etag(meta), meta.size))
-                out.last = out.resume = meta.key
-        if not metas:  # every key it was to hold changed as it was read (listing.py)
-            break
-        cursor = max(metas[-1].key, out.resume, skip)  # past the batch, or the prefix it ends in
+    items, out.truncated = await st.store.list_blocks(
+        bucket, prefix.encode(), after, limit, delimiter.encode() if delimiter else b"")
+    for item in items:
+        if isinstance(item, bytes):
+            out.prefixes.append(item.decode())
+            out.last, out.resume = item, item + b"\xff"
+        else:
+            out.contents.append(ObjectEntry(item.key.decode(), item.written_at,
+                                            listing_etag(item), item.size))
+            out.last = out.resume = item.key
     return out
 
 

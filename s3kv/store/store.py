@@ -368,13 +368,14 @@ class BlockStore:
         return self.fetcher.iter_unverified(self.ns_id(ns), keys)  # unverified.py
 
     async def list_blocks(self, namespace: str, prefix: bytes = b"", start_after: bytes = b"",
-                          limit: int = 1000) -> tuple[list[BlockMeta], bool]:
-        """Up to ``limit`` blocks whose key starts with ``prefix``, in key order after
-        ``start_after``, and whether more follow (listing.py: the loop runs meanwhile)."""
+                          limit: int = 1000, delimiter: bytes = b""
+                          ) -> tuple[list[BlockMeta | bytes], bool]:
+        """:func:`listing.page` (the loop runs meanwhile): blocks in key order, and common
+        prefixes (bytes) with a ``delimiter``; and whether more follow."""
         rows, more = await listing.page(self.index, self.ns_id(namespace), prefix, start_after,
-                                        limit)
-        return [BlockMeta(k, loc.raw_length, loc.crc, loc.written_at, loc.codec, loc.attrs)
-                for k, loc in rows], more
+                                        limit, delimiter)
+        return [k if c is None else BlockMeta(k, c.raw_length, c.crc, c.written_at, c.codec,
+                                              c.attrs) for k, c in rows], more
 
     def prefix_lookup(self, namespace: str, keys: Sequence[bytes]) -> tuple[int, list[bool]]:
         """How many leading keys are present, and which keys are present."""
@@ -383,7 +384,6 @@ class BlockStore:
         leading = next((i for i, p in enumerate(present) if not p), len(present))
         return leading, present
 
-    # ---- figures ------------------------------------------------------------------------
     def summary(self) -> dict[str, float]:
         out = self.stats.as_dict()
         sealed = [s for s in self.segments.all() if s.state is SegmentState.SEALED]

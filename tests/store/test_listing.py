@@ -14,15 +14,23 @@ from s3kv.store.index import BlockIndex, Location
 LOC = Location(1, 0, 1, 1, 0, 0, 0.0)
 
 
-def expected(keys: set[bytes], prefix: bytes, after: bytes, limit: int
-             ) -> tuple[list[bytes], bool]:
-    ordered = sorted(k for k in keys if k.startswith(prefix) and k > after)
+def expected(keys: set[bytes], prefix: bytes, after: bytes, limit: int, delimiter: bytes = b""
+             ) -> tuple[list[tuple[bytes, bool]], bool]:
+    """S3's listing, the plain way: keys with the prefix, each rolled up through the first
+    delimiter after the prefix, distinct, after ``after``, in order."""
+    items = set()
+    for k in keys:
+        if k.startswith(prefix):
+            cut = k.find(delimiter, len(prefix)) if delimiter else -1
+            items.add((k[:cut + len(delimiter)], True) if cut >= 0 else (k, False))
+    ordered = sorted(i for i in items if i[0] > after)
     return ordered[:limit], len(ordered) > limit
 
 
 async def test_pages_match_the_sorted_keys_with_nul_and_ff_bytes() -> None:
     """Keys that differ only in trailing NULs (which numpy's fixed-width bytes ignore), 0xff
-    bytes (no successor of a prefix of them), other namespaces and freed entries."""
+    bytes (no successor of a prefix of them), other namespaces, freed entries, and
+    delimiters of one byte and of two (keys rolled up into common prefixes)."""
     rnd = random.Random(7)
     alphabet = [b"a", b"b", b"\x00", b"\xff", b"ab", b"a\x00"]
     for _ in range(300):
@@ -39,8 +47,11 @@ async def test_pages_match_the_sorted_keys_with_nul_and_ff_bytes() -> None:
         prefix = rnd.choice([b"", b"a", b"\xff", b"a\x00", b"b"])
         after = rnd.choice([b"", b"a", b"ab", b"b\x00", b"\xff\xff", *sorted(keys)[:3]])
         limit = rnd.randint(1, 10)
-        rows, more = await listing.page(index, 1, prefix, after, limit)
-        assert ([k for k, _ in rows], more) == expected(keys, prefix, after, limit)
+        delimiter = rnd.choice([b"", b"", b"b", b"\x00", b"ab", b"\xff\xff"])
+        rows, more = await listing.page(index, 1, prefix, after, limit, delimiter)
+        assert ([(k, loc is None) for k, loc in rows], more) == \
+            expected(keys, prefix, after, limit, delimiter), (prefix, after, limit, delimiter)
+        assert all(loc == LOC for _, loc in rows if loc is not None)
 
 
 async def test_a_long_listing_lets_the_loop_run_and_sees_keys_that_change_under_it(
@@ -88,19 +99,44 @@ async def test_a_page_filled_past_entries_freed_while_it_was_read(
     index = BlockIndex(16)
     for i in range(20):
         index.put(1, b"k%02d" % i, LOC)
-    least = listing.least_keys
+    least = listing.least_items
     calls = 0
 
-    async def then_free(*args: object) -> list[tuple[int, bytes]]:
+    async def then_free(*args: object) -> list[tuple[int, bytes, bool]]:
         nonlocal calls
         picked = await least(*args)  # type: ignore[arg-type]
         calls += 1
         if calls == 1:
-            for _, key in picked[:3]:
+            for _, key, _ in picked[:3]:
                 index.remove(1, key)
         return picked
 
-    monkeypatch.setattr(listing, "least_keys", then_free)
+    monkeypatch.setattr(listing, "least_items", then_free)
     rows, more = await listing.page(index, 1, b"", b"", 5)
     assert [k for k, _ in rows] == [b"k%02d" % i for i in range(3, 8)] and more
     assert calls == 2
+
+
+async def test_a_page_of_common_prefixes_is_one_pass_however_many_keys_each_holds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys rolled up in the pass itself: a page of 50 prefixes of 400 keys each reads the
+    namespace once, not once per prefix."""
+    index = BlockIndex(16)
+    for p in range(50):
+        for k in range(400):
+            index.put(1, b"p%02d/%04d" % (p, k), LOC)
+    index.put(1, b"top", LOC)
+    passes = 0
+    live = index.live_entries
+
+    def counted(ns: int) -> object:
+        nonlocal passes
+        passes += 1
+        return live(ns)
+
+    monkeypatch.setattr(index, "live_entries", counted)
+    rows, more = await listing.page(index, 1, b"", b"", 1000, b"/")
+    assert [k for k, _ in rows] == [b"p%02d/" % p for p in range(50)] + [b"top"]
+    assert not more and passes == 1
+    rows, more = await listing.page(index, 1, b"", b"p07/", 3, b"/")  # after a prefix: past it
+    assert [k for k, _ in rows] == [b"p08/", b"p09/", b"p10/"] and more
