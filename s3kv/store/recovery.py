@@ -6,8 +6,8 @@ order, last writer wins, tombstones included. Unfinished multipart uploads of th
 crash) and stale ones of any node are aborted; sidecars whose segment is gone are removed.
 
 While running: every ``sync_interval`` seconds, pick up the namespaces other replicas created
-(an empty bucket too, with its codec) and forget the ones they deleted, pick up segments other
-replicas sealed, and drop segments that disappeared (evicted elsewhere).
+(an empty bucket too, with its codec), pick up segments other replicas sealed, and drop
+segments that disappeared (evicted elsewhere).
 """
 
 from __future__ import annotations
@@ -177,16 +177,10 @@ class Recovery:
         return names
 
     async def _sync_namespaces(self) -> None:
-        """Namespaces other replicas created (with their codecs), and those they deleted:
-        forgotten here when they were known before the records were listed and hold no block
-        here (a namespace created here meanwhile is not yet known: it stays)."""
-        before = dict(self.catalog.namespaces)
-        records = await self._load_namespaces(before)
-        for name, nid in before.items():
-            if (name not in records and self.catalog.namespaces.get(name) == nid
-                    and not self.catalog.index.count_namespace(nid)):
-                self.catalog.drop_namespace(name)
-                log.info("namespace.deleted_elsewhere", namespace=name)
+        """Namespaces other replicas created, with their codecs. One whose record went is
+        still served here (a backend that lost its data loses every record: docs/reliability.md);
+        if it holds no block, the next start forgets it."""
+        await self._load_namespaces(set(self.catalog.namespaces))
 
     async def _abort_orphans(self) -> None:
         own = f"{self.prefix}segments/{self.node_id}/"
