@@ -249,6 +249,14 @@ class BlockIndex:
         del nsarr, seg
         return out
 
+    def in_namespace(self, entries: np.ndarray, ns: int) -> np.ndarray:
+        """Which of ``entries`` hold a block of namespace ``ns`` now."""
+        nsarr = np.frombuffer(self._ns, dtype=np.uint16)
+        seg = np.frombuffer(self._seg, dtype=np.uint32)
+        out: np.ndarray = (nsarr[entries] == ns) & (seg[entries] != 0xFFFFFFFF)
+        del nsarr, seg
+        return out
+
     def fixed_keys(self, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The keys of ``entries`` as one fixed-width numpy ``S`` array, and their lengths.
         ``S`` order is the keys' order but for trailing NUL bytes, which it drops: order by

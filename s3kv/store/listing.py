@@ -104,7 +104,8 @@ async def least_items(index: BlockIndex, ns: int, prefix: bytes, after: bytes, w
             await asyncio.sleep(0)  # the loop runs between chunks
         chunk = entries[first:first + step]
         keys, lens = index.fixed_keys(chunk)
-        keep = _above(keys, lens, prefix, True)
+        keep = index.in_namespace(chunk, ns)  # still: an entry may have been reused since
+        keep &= _above(keys, lens, prefix, True)
         if end is not None:
             keep &= _below(keys, lens, end)
         items, cut, rolled = _rolled(keys, lens, len(prefix), delimiter)

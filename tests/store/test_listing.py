@@ -140,3 +140,29 @@ async def test_a_page_of_common_prefixes_is_one_pass_however_many_keys_each_hold
     assert not more and passes == 1
     rows, more = await listing.page(index, 1, b"", b"p07/", 3, b"/")  # after a prefix: past it
     assert [k for k, _ in rows] == [b"p08/", b"p09/", b"p10/"] and more
+
+
+async def test_entries_another_namespace_takes_over_mid_listing_do_not_show(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entry freed and reused by another namespace's key while a listing reads its chunks
+    is not rolled up into this namespace's common prefixes (one tenant's keys never show in
+    another's listing)."""
+    monkeypatch.setattr(listing, "CHUNK_CELLS", 64)
+    index = BlockIndex(16)
+    mine = [b"mine/%04d" % i for i in range(2000)]
+    for key in mine:
+        index.put(1, key, LOC)
+
+    async def take_over() -> None:
+        for i, key in enumerate(mine[::-1]):  # freed from the end, whose chunks come last
+            index.remove(1, key)
+            index.put(2, b"theirs/%04d" % i, LOC)  # the freed entry, reused
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(take_over())
+    try:
+        for _ in range(20):
+            rows, _ = await listing.page(index, 1, b"", b"", 1000, b"/")
+            assert {k for k, _ in rows} <= {b"mine/"}
+    finally:
+        task.cancel()
