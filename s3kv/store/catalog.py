@@ -70,10 +70,9 @@ class Catalog:
                                     "can: delete one first")
         return free
 
-    def drop_namespace(self, name: str) -> int | None:
-        """Forget a namespace (its blocks must be gone); returns the id it had (None: it was
-        forgotten already, by a replica sync that saw its record go)."""
-        nid = self.namespaces.pop(name, None)
+    def drop_namespace(self, name: str) -> int:
+        """Forget a namespace (its blocks must be gone); returns the id it had."""
+        nid = self.namespaces.pop(name)
         self.namespace_codecs.pop(name, None)
         self.namespace_created.pop(name, None)
         return nid

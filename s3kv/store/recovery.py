@@ -157,15 +157,11 @@ class Recovery:
                 self.catalog.drop_namespace(name)
                 log.info("namespace.deleted_earlier", namespace=name)
 
-    async def _load_namespaces(self, known: Collection[str] = ()) -> set[str]:
-        """Register the namespaces whose records are on the backend, but the ``known`` ones;
-        returns the names of every record."""
-        names: set[str] = set()
+    async def _load_namespaces(self, known: Collection[str] = ()) -> None:
+        """Register the namespaces whose records are on the backend, but the ``known`` ones."""
         start = f"{self.prefix}namespaces/"
         for obj in await self.backend.list_objects(start):
-            name = obj.key[len(start):].removesuffix(".json")
-            names.add(name)
-            if name in known:
+            if obj.key[len(start):].removesuffix(".json") in known:
                 continue
             try:
                 record = json.loads(await self.backend.get_object(obj.key))
@@ -174,7 +170,6 @@ class Recovery:
                     float(record.get("created_at", 0.0)))
             except (ValueError, KeyError, BackendError, InvalidInput) as exc:
                 log.warning("namespace.unreadable", key=obj.key, error=str(exc))
-        return names
 
     async def _sync_namespaces(self) -> None:
         """Namespaces other replicas created, with their codecs. One whose record went is
