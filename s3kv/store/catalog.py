@@ -44,9 +44,6 @@ class Catalog:
             raise NamespaceNotFound(f"namespace {name!r} does not exist")
         return nid
 
-    def namespace_name(self, nid: int) -> str | None:
-        return next((n for n, i in self.namespaces.items() if i == nid), None)
-
     def register_namespace(self, name: str, codec: CodecSpec | None = None,
                            created_at: float = 0.0) -> int:
         """The namespace's id, registering it first if it is new (at start, from its record

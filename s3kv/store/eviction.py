@@ -42,6 +42,10 @@ INTERVAL = 0.5
 CHEAP_ROUND = 0.005
 #: and for at most this long (a slow delete is finished in the background)
 ROOM_WAIT = 0.25
+#: bytes of hot blocks a compaction reads at once (as coalesced ranged GETs)
+COMPACT_READ = 32 * 1024 * 1024
+#: an index entry of a segment: (namespace id, key, location, hot)
+Entry = tuple[int, bytes, Location, bool]
 
 
 class Rewriter(Protocol):
@@ -176,28 +180,31 @@ class Evictor:
         return done
 
     async def _compact(self, seg: SegmentInfo) -> bool:
-        """Rewrite the segment's hot live blocks; False if that could not be completed."""
+        """Rewrite the segment's hot live blocks, read a namespace's together in groups of up
+        to COMPACT_READ bytes (coalesced ranged GETs, not one GET per block); False if that
+        could not be completed."""
         index = self.catalog.index
-        entries = [e for e in index.segment_entries(seg.seg_id) if e[3]]
+        hot = sorted((e for e in index.segment_entries(seg.seg_id) if e[3]),
+                     key=lambda e: (e[0], e[2].offset))
+        names = {nid: name for name, nid in self.catalog.namespaces.items()}
         moved = 0
-        for nid, key, loc, _hot in entries:
-            name = self.catalog.namespace_name(nid)
+        for group in _groups(hot):
+            nid, name = group[0][0], names.get(group[0][0])
             if name is None:
                 continue
-            data = (await self.rewriter.get_many(name, [key], decode=False))[0]
-            if data is None:
-                continue
-            if index.get(nid, key) != loc:
-                continue  # overwritten meanwhile
-            try:
-                await self.rewriter.rewrite(name, key, data, loc)
-            except BackendError as exc:
-                log.warning("compaction.deferred", segment=seg.name, error=str(exc))
-                return False
-            moved += len(data)
+            blocks = await self.rewriter.get_many(name, [e[1] for e in group], decode=False)
+            for (_, key, loc, _hot), data in zip(group, blocks, strict=True):
+                if data is None or index.get(nid, key) != loc:
+                    continue  # gone, or overwritten meanwhile
+                try:
+                    await self.rewriter.rewrite(name, key, data, loc)
+                except BackendError as exc:
+                    log.warning("compaction.deferred", segment=seg.name, error=str(exc))
+                    return False
+                moved += len(data)
         self.stats.compactions += 1
         self.stats.compaction_bytes += moved
-        log.info("segment.compacted", segment=seg.name, hot_blocks=len(entries), bytes=moved)
+        log.info("segment.compacted", segment=seg.name, hot_blocks=len(hot), bytes=moved)
         return True
 
     async def _delete(self, seg: SegmentInfo, reason: str) -> None:
@@ -213,3 +220,17 @@ class Evictor:
         self.stats.evicted_bytes += seg.length
         log.info("segment.evicted", segment=seg.name, reason=reason, bytes=seg.length,
                  live_blocks=blocks)
+
+
+def _groups(entries: list[Entry]) -> list[list[Entry]]:
+    """``entries`` (sorted by namespace) in groups of one namespace, up to COMPACT_READ bytes
+    each (at least one entry)."""
+    groups: list[list[Entry]] = []
+    size = 0
+    for e in entries:
+        if not groups or groups[-1][0][0] != e[0] or size + e[2].length > COMPACT_READ:
+            groups.append([])
+            size = 0
+        groups[-1].append(e)
+        size += e[2].length
+    return groups

@@ -1,6 +1,7 @@
 """Eviction rounds: they do not overlap (a round asked for while another deletes waits for
 it), and a segment about to open has one run for it, counting it at its full size (waited
-for on the file backend, whose next segment reuses the file freed; only woken on S3)."""
+for on the file backend, whose next segment reuses the file freed; only woken on S3); a
+compaction reads its hot blocks together."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from s3kv.backends import FileBackend
 from s3kv.backends.base import Backend
-from s3kv.sizes import MiB
+from s3kv.sizes import KiB, MiB
 from s3kv.store import eviction
 from tests.store.conftest import open_s3
 from tests.store.helpers import SEG, block, dangling, open_store, segments_on_backend
@@ -121,3 +122,30 @@ async def test_on_s3_a_write_does_not_wait_for_the_round_it_wakes(
         held.release.set()
         await store.close()
         await inner.close()
+
+
+async def test_compaction_reads_the_hot_blocks_together(backend: Backend) -> None:
+    """A segment's hot blocks are read back for their rewrite as coalesced ranged GETs, not
+    one GET per block (eight adjacent hot blocks: one read; eight before)."""
+    store = await open_store(backend, seal_after=30, compact_threshold=0.5,
+                             compact_mode="compact", capacity=50 * SEG)
+    try:
+        await store.create_namespace("kvns")
+        blocks = {f"c{i:02d}".encode(): block(i, 256 * KiB) for i in range(24)}
+        for key, data in blocks.items():
+            await store.put("kvns", key, data)
+        await store.flush()
+        hot = [f"c{i:02d}".encode() for i in range(8)]
+        for key in hot:  # read since written: hot
+            assert await store.get("kvns", key) == blocks[key]
+        for i in range(8, 21):  # live ratio 11/24
+            await store.delete("kvns", f"c{i:02d}".encode())
+        reads = store.stats.backend_reads
+        await store.evict_now()
+        assert store.stats.compactions == 1
+        assert store.stats.backend_reads - reads == 1
+        for key in hot:
+            assert await store.get("kvns", key) == blocks[key]
+        assert await store.get("kvns", b"c21") is None  # cold: dropped with the segment
+    finally:
+        await store.close()

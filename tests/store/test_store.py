@@ -372,3 +372,4 @@ async def test_a_callers_buffer_changed_after_put_does_not_change_the_block(
         assert await store.get("kvns", b"mv") == first
     finally:
         await store.close()
+
