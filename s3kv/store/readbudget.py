@@ -92,8 +92,8 @@ class ReadBudget:
         """``buffer`` (weak-referenceable) holds ``n`` bytes made from a read, a decoded block,
         until it is freed. Counted at once and never waited for: a read that holds bytes and
         waits for more could wait on another doing the same. Reads asked for later wait until
-        it is freed, so held memory passes ``held_limit`` by at most what the reads let in
-        before decoded into. Called on the loop."""
+        it is freed, so held memory passes ``held_limit`` by at most what the reads already
+        let in decode into. Called on the loop."""
         self.held += n
         weakref.finalize(buffer, self.let_go, n)
 
