@@ -82,16 +82,12 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
     upload_id = t.query["uploadId"]
     ups = uploads_of(request)
     m = request.method
-    if m == "PUT" and "partNumber" in t.query and copy.SOURCE_HEADER in request.headers:
-        request["op"] = "UploadPartCopy"
-        up = ups.get(upload_id, t)
-        with up.working():
-            return await upload_part_copy(request, st, t, up)
     if m == "PUT" and "partNumber" in t.query:
-        request["op"] = "UploadPart"
+        copying = copy.SOURCE_HEADER in request.headers
+        request["op"] = "UploadPartCopy" if copying else "UploadPart"
         up = ups.get(upload_id, t)
         with up.working():
-            return await upload_part(request, st, t, up)
+            return await (upload_part_copy if copying else upload_part)(request, st, t, up)
     if m == "POST":
         request["op"] = "CompleteMultipartUpload"
         active = ups.active.get(upload_id)

@@ -100,12 +100,15 @@ class Uploads:
                                404)
         return up
 
-    def drop(self, upload_id: str, st: GatewayState) -> None:
+    def drop(self, upload_id: str, st: GatewayState) -> int:
+        """Forget the upload and give its parts' memory back; the bytes released."""
         up = self.active.pop(upload_id, None)
-        if up is not None:
-            up.dropped = True
-            for part in up.parts.values():
-                st.budget.release(part.reserved)
+        if up is None:
+            return 0
+        up.dropped = True
+        held = sum(part.reserved for part in up.parts.values())
+        st.budget.release(held)
+        return held
 
     def expire(self, st: GatewayState) -> None:
         now = time.monotonic()
@@ -123,10 +126,9 @@ class Uploads:
             if freed >= need:
                 break
             up = self.active[uid]
-            held = sum(p.reserved for p in up.parts.values())
+            held = self.drop(uid, st)
             log.warning("multipart.idle_dropped", upload_id=uid, bucket=up.bucket,
                         idle_s=round(now - up.last, 1), bytes=held)
-            self.drop(uid, st)
             freed += held
         return freed
 

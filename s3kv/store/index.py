@@ -243,14 +243,10 @@ class BlockIndex:
     def live_entries(self, ns: int) -> np.ndarray:
         """Entry numbers of one namespace's live entries (a copy: it stays valid as a list of
         numbers after the index changes; what they hold then may not)."""
-        nsarr = np.frombuffer(self._ns, dtype=np.uint16)
-        seg = np.frombuffer(self._seg, dtype=np.uint32)
-        out = np.flatnonzero((nsarr == ns) & (seg != 0xFFFFFFFF))
-        del nsarr, seg
-        return out
+        return np.flatnonzero(self.in_namespace(slice(None), ns))
 
-    def in_namespace(self, entries: np.ndarray, ns: int) -> np.ndarray:
-        """Which of ``entries`` hold a block of namespace ``ns`` now."""
+    def in_namespace(self, entries: np.ndarray | slice, ns: int) -> np.ndarray:
+        """Which of ``entries`` (a slice: every entry) hold a block of namespace ``ns`` now."""
         nsarr = np.frombuffer(self._ns, dtype=np.uint16)
         seg = np.frombuffer(self._seg, dtype=np.uint32)
         out: np.ndarray = (nsarr[entries] == ns) & (seg[entries] != 0xFFFFFFFF)
@@ -284,11 +280,7 @@ class BlockIndex:
         return self._ns[e], self._key(e), self._location(e)
 
     def count_namespace(self, ns: int) -> int:
-        nsarr = np.frombuffer(self._ns, dtype=np.uint16)
-        seg = np.frombuffer(self._seg, dtype=np.uint32)
-        n = int(np.count_nonzero((nsarr == ns) & (seg != 0xFFFFFFFF)))
-        del nsarr, seg
-        return n
+        return int(np.count_nonzero(self.in_namespace(slice(None), ns)))
 
     def memory_bytes(self) -> int:
         """Bytes held by the index's arrays (not counting Python object headers)."""

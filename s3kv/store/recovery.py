@@ -171,12 +171,6 @@ class Recovery:
             except (ValueError, KeyError, BackendError, InvalidInput) as exc:
                 log.warning("namespace.unreadable", key=obj.key, error=str(exc))
 
-    async def _sync_namespaces(self) -> None:
-        """Namespaces other replicas created, with their codecs. One whose record went is
-        still served here (a backend that lost its data loses every record: docs/reliability.md);
-        if it holds no block, the next start forgets it."""
-        await self._load_namespaces(set(self.catalog.namespaces))
-
     async def _abort_orphans(self) -> None:
         own = f"{self.prefix}segments/{self.node_id}/"
         now = time.time()
@@ -196,7 +190,10 @@ class Recovery:
         """Load segments sealed by other replicas, forget vanished ones. Returns new segments."""
         cat = self.catalog
         listed_at = time.time()
-        await self._sync_namespaces()
+        # namespaces other replicas created, with their codecs; one whose record went stays
+        # served (a backend that lost its data loses every record: docs/reliability.md), and
+        # the next start forgets it if it holds no block
+        await self._load_namespaces(set(cat.namespaces))
         segs = await self._list("segments")
         sidecars = await self._list("manifests")
         known = cat.segments.names()
