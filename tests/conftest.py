@@ -97,11 +97,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "ceph-osd radosgw ceph-common; missing packages fail, never skip); "
                           "without it they are deselected")
     parser.addoption("--long", action="store_true", default=False,
-                     help="run the full reliability suite (tests/reliability): longer loads, "
-                          "more crashes and faults; CI runs the short version")
+                     help="run the full reliability suite (tests/reliability) and the store's "
+                          "model (tests/store/test_store_model.py): longer loads, more crashes, "
+                          "faults and sequences; CI runs the short version")
     parser.addoption("--reliability-report", metavar="PATH", default=None,
                      help="write the reliability suite's table (Markdown) and counts (JSON, "
                           "PATH with .json) here")
+
+
+@pytest.fixture(scope="session")
+def long_run(request: pytest.FixtureRequest) -> bool:
+    """True with --long: run the full versions (more iterations, longer loads)."""
+    return bool(request.config.getoption("--long"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

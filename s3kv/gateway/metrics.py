@@ -37,6 +37,9 @@ _COUNTERS = {
     "blocks_lost": ("s3kv_blocks_lost_total", "Write-back blocks lost with a failed segment"),
     "evictions": ("s3kv_evictions_total", "Segments evicted"),
     "evicted_bytes": ("s3kv_evicted_bytes_total", "Bytes of evicted segments"),
+    "tombstones_carried": ("s3kv_tombstones_carried_total",
+                           "Tombstones written again before the segment holding them was "
+                           "deleted (so no restart brings back what they hid)"),
     "backpressure_rejections": ("s3kv_backpressure_rejections_total",
                                 "Writes refused with SlowDown"),
     "dram_hits": ("s3kv_dram_hits_total", "DRAM-tier hits"),

@@ -19,7 +19,13 @@ import time
 from collections.abc import Collection
 
 from s3kv.backends.base import Backend, ObjectInfo
-from s3kv.errors import BackendError, IntegrityError, InvalidInput, TooManyNamespaces
+from s3kv.errors import (
+    BackendError,
+    IntegrityError,
+    InvalidInput,
+    ObjectMissing,
+    TooManyNamespaces,
+)
 from s3kv.log import get_logger
 from s3kv.store import layout
 from s3kv.store.catalog import Catalog
@@ -37,6 +43,45 @@ log = get_logger(__name__)
 #: multipart uploads of other nodes older than this are considered orphans
 ORPHAN_AGE = 3600.0
 LOAD_CONCURRENCY = 16
+
+
+async def read_manifest(backend: Backend, prefix: str, name: str, size: int,
+                        has_sidecar: bool = True) -> tuple[layout.Manifest, bytes | None]:
+    """A segment's manifest: its sidecar's, or its footer's (through the trailer) when the
+    sidecar is missing or bad; and, in that case, the bytes a new sidecar would hold. Raises
+    IntegrityError if neither can be read, BackendError if the backend cannot be."""
+    if has_sidecar:
+        try:
+            return layout.Manifest.decode(
+                await backend.get_object(sidecar_key(prefix, name))), None
+        except IntegrityError as exc:
+            log.warning("manifest.sidecar_bad", segment=name, error=str(exc))
+        except ObjectMissing:  # gone since it was listed: the footer has the same
+            pass
+    key = segment_key(prefix, name)
+    if size < layout.TRAILER_SIZE:
+        raise IntegrityError("segment shorter than a trailer")
+    trailer = await backend.get_range(key, size - layout.TRAILER_SIZE, layout.TRAILER_SIZE)
+    moff, mlen, mcrc = layout.decode_trailer(trailer)
+    body = bytes(await backend.get_range(key, moff, mlen))  # keys: hashable
+    if layout.checksum(body) != mcrc:
+        raise IntegrityError("footer manifest checksum mismatch")
+    return layout.Manifest.decode(body), body
+
+
+async def load_manifest(backend: Backend, prefix: str, name: str, size: int,
+                        has_sidecar: bool) -> layout.Manifest | None:
+    """:func:`read_manifest` at start: a missing sidecar is written anew (the next start is
+    cheap); None if the manifest cannot be read (logged: the segment is skipped)."""
+    try:
+        manifest, sidecar = await read_manifest(backend, prefix, name, size, has_sidecar)
+        if sidecar is not None:
+            with contextlib.suppress(BackendError):
+                await backend.put_object(sidecar_key(prefix, name), sidecar)
+        return manifest
+    except (IntegrityError, BackendError) as exc:
+        log.error("manifest.unreadable", segment=name, error=str(exc))
+        return None
 
 
 class Recovery:
@@ -59,40 +104,14 @@ class Recovery:
                 out[name] = obj
         return out
 
-    async def _load_manifest(self, name: str, seg: ObjectInfo,
-                             has_sidecar: bool) -> layout.Manifest | None:
-        try:
-            if has_sidecar:
-                try:
-                    return layout.Manifest.decode(
-                        await self.backend.get_object(sidecar_key(self.prefix, name)))
-                except IntegrityError as exc:
-                    log.warning("manifest.sidecar_bad", segment=name, error=str(exc))
-            key = segment_key(self.prefix, name)
-            if seg.size < layout.TRAILER_SIZE:
-                raise IntegrityError("segment shorter than a trailer")
-            trailer = await self.backend.get_range(key, seg.size - layout.TRAILER_SIZE,
-                                                   layout.TRAILER_SIZE)
-            moff, mlen, mcrc = layout.decode_trailer(trailer)
-            body = bytes(await self.backend.get_range(key, moff, mlen))  # keys: hashable
-            if layout.checksum(body) != mcrc:
-                raise IntegrityError("footer manifest checksum mismatch")
-            manifest = layout.Manifest.decode(body)
-            if not has_sidecar:  # restore the sidecar so the next start is cheap
-                with contextlib.suppress(BackendError):
-                    await self.backend.put_object(sidecar_key(self.prefix, name), body)
-            return manifest
-        except (IntegrityError, BackendError) as exc:
-            log.error("manifest.unreadable", segment=name, error=str(exc))
-            return None
-
     async def _load_all(self, names: list[str], segs: dict[str, ObjectInfo],
                         sidecars: set[str]) -> list[layout.Manifest]:
         slots = asyncio.Semaphore(LOAD_CONCURRENCY)
 
         async def one(name: str) -> layout.Manifest | None:
             async with slots:
-                return await self._load_manifest(name, segs[name], name in sidecars)
+                return await load_manifest(self.backend, self.prefix, name, segs[name].size,
+                                           name in sidecars)
 
         loaded = await asyncio.gather(*(one(n) for n in names))
         return [m for m in loaded if m is not None]
@@ -107,6 +126,8 @@ class Recovery:
             info.length = m.segment_length
             info.sealed_at = info.last_access = info.created_at = m.created_at
             info.block_bytes = sum(e.length for e in m.entries if not e.tombstone)
+            for e in m.entries:
+                info.saw(e.written_at)
             stream.extend((e.written_at, info.seg_id, e) for e in m.entries)
         stream.sort(key=lambda t: (t[0], t[1]))
         lost: set[str] = set()

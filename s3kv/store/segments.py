@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 import os
 import socket
 import time
@@ -29,6 +30,16 @@ class SegmentInfo:
     live_bytes: int = 0  # stored bytes of blocks the index still points to
     last_access: float = 0.0  # last read (or seal), for coldest-first eviction
     own: bool = True  # written by this store instance
+    # the written_at range of its entries, tombstones included (a compaction rewrite keeps
+    # its block's: a segment can hold entries older than itself): what deleting it may
+    # uncover (carry.py)
+    oldest: float = math.inf
+    newest: float = 0.0
+
+    def saw(self, written_at: float) -> None:
+        """An entry stamped ``written_at`` is in the segment."""
+        self.oldest = min(self.oldest, written_at)
+        self.newest = max(self.newest, written_at)
 
     @property
     def live_ratio(self) -> float:

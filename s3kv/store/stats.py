@@ -26,6 +26,7 @@ class StoreStats:
     evictions: int = 0  # segments evicted (capacity, TTL, low live ratio)
     evicted_bytes: int = 0
     compactions: int = 0
+    tombstones_carried: int = 0  # written again before their segment was deleted (carry.py)
     backpressure_rejections: int = 0
     dram_hits: int = 0
     dram_misses: int = 0

@@ -175,6 +175,7 @@ class SegmentWriter:
                               entry.raw_length, entry.crc, entry.codec,
                               entry.written_at or self._stamp(), entry.flags, entry.attrs)
         seg.add_entry(placed)
+        seg.info.saw(placed.written_at)
         seg.info.block_bytes += size
         seg.info.live_bytes += size
         return placed
@@ -255,7 +256,19 @@ class SegmentWriter:
                 "than the write stream. Retry later.", 1.0) from None
         self.health.check()
 
-    def _open_segment(self) -> OpenSegment:
+    async def write_entries(self, entries: Sequence[layout.Entry]) -> None:
+        """A segment of its own for entries without bytes (the tombstones a deleted segment
+        leaves behind: carry.py), sealed at once; returns once it is on the backend, raises
+        BackendError if it could not be written. It takes no writes: the segment that does
+        neither waits for it nor is sealed early for it."""
+        self.health.check()
+        seg = self._open_segment(current=False)
+        for entry in entries:
+            self.enter(seg, entry, 0, 0)
+        self._seal_soon(seg, "carried")
+        await seg.done
+
+    def _open_segment(self, current: bool = True) -> OpenSegment:
         self._seq += 1
         name = f"{self.node_id}/{self._epoch}-{self._seq:08d}"
         info = self.table.add(name, SegmentState.OPEN)
@@ -267,7 +280,8 @@ class SegmentWriter:
             context=contextvars.Context())
         seg.uploader.add_done_callback(functools.partial(self._uploader_done, seg))
         self._in_memory[info.seg_id] = seg
-        self._current = seg
+        if current:
+            self._current = seg
         return seg
 
     def _uploader_done(self, seg: OpenSegment, task: asyncio.Task[None]) -> None:

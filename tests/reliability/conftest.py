@@ -62,12 +62,6 @@ class Report:
 
 
 @pytest.fixture(scope="session")
-def long_run(request: pytest.FixtureRequest) -> bool:
-    """True with --long: run the full versions (more iterations, longer loads)."""
-    return bool(request.config.getoption("--long"))
-
-
-@pytest.fixture(scope="session")
 def reliability_report(request: pytest.FixtureRequest, long_run: bool) -> Iterator[Report]:
     if request.config.getoption("--reliability-report") and os.environ.get("PYTEST_XDIST_WORKER"):
         raise pytest.UsageError("--reliability-report collects every test's row in one "

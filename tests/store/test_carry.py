@@ -1,0 +1,131 @@
+"""Deleting a segment never lets a restart bring back what its entries hid (carry.py): a deleted
+block, a deleted bucket's blocks, an overwritten block's older value. The tombstones are
+written again first, into a small segment of their own, and that segment goes once nothing
+older is left for them to hide. Each scenario restarts the store on the same backend."""
+
+from __future__ import annotations
+
+from s3kv.backends.base import Backend
+from s3kv.sizes import KiB
+from s3kv.store.store import BlockStore
+from tests.store.helpers import SEG, block, open_store, segments_on_backend
+
+NS = "kvns"
+
+
+async def _restart(store: BlockStore, backend: Backend, **over: object) -> BlockStore:
+    await store.close()
+    return await open_store(backend, seal_after=30, **over)
+
+
+async def test_a_deleted_block_stays_deleted_after_its_segment_goes(backend: Backend) -> None:
+    store = await open_store(backend, seal_after=30)
+    try:
+        await store.create_namespace(NS)
+        await store.put(NS, b"k1", block(1, 64 * KiB))
+        await store.put(NS, b"k2", block(2, 64 * KiB))
+        await store.flush()  # A: k1, k2 (k2 keeps A alive)
+        await store.put(NS, b"k3", block(3, 64 * KiB))
+        await store.delete(NS, b"k1")
+        await store.delete(NS, b"k3")
+        await store.flush()  # B: k3, the tombstones of k1 and k3: nothing in it is live
+        before = set(await segments_on_backend(backend))
+        assert await store.evict_now() == 1  # B, dead
+        # k1's (A holds its put), and k3's: the index knows nothing of older puts, so every
+        # tombstone newer than the oldest entry elsewhere is carried
+        assert store.stats.tombstones_carried == 2
+        assert len(set(await segments_on_backend(backend)) - before) == 1  # the carrier
+        store = await _restart(store, backend)
+        assert await store.get(NS, b"k1") is None
+        assert store.head(NS, b"k1") is None
+        assert [m.key for m in (await store.list_blocks(NS))[0]] == [b"k2"]  # type: ignore[union-attr]
+    finally:
+        await store.close()
+
+
+async def test_a_deleted_bucket_stays_deleted_after_its_segments_go(backend: Backend) -> None:
+    store = await open_store(backend, seal_after=30)
+    try:
+        await store.create_namespace(NS)
+        await store.create_namespace("gone")
+        await store.put("gone", b"k", block(1, 64 * KiB))
+        await store.put(NS, b"keep", block(2, 64 * KiB))
+        await store.flush()  # A: gone/k, kvns/keep
+        await store.delete("gone", b"k")
+        await store.put(NS, b"tmp", block(3, 64 * KiB))
+        await store.delete(NS, b"tmp")
+        await store.flush()  # B: dead, with gone/k's tombstone
+        await store.delete_namespace("gone")
+        assert await store.evict_now() == 1
+        store = await _restart(store, backend)
+        assert store.list_namespaces() == [NS]
+        assert await store.get(NS, b"keep") is not None
+    finally:
+        await store.close()
+
+
+async def test_an_evicted_overwrite_does_not_bring_the_old_value_back(backend: Backend) -> None:
+    over = {"capacity": 4 * SEG, "compact_threshold": 0.5, "compact_mode": "drop"}
+    store = await open_store(backend, seal_after=30, **over)
+    try:
+        await store.create_namespace(NS)
+        await store.put(NS, b"k", block(1, 64 * KiB))
+        await store.put(NS, b"big", block(2, 512 * KiB))
+        await store.flush()  # A: k (old value), big: mostly live once k is overwritten
+        await store.put(NS, b"k", block(3, 64 * KiB))
+        await store.put(NS, b"tmp", block(4, 512 * KiB))
+        await store.delete(NS, b"tmp")
+        await store.flush()  # B: k (new value), tmp (deleted): live ratio 1/9, dropped
+        assert await store.evict_now() == 1
+        assert await store.get(NS, b"k") is None  # evicted with B
+        assert store.stats.tombstones_carried == 2  # k's new value, and tmp's tombstone
+        store = await _restart(store, backend, **over)
+        assert await store.get(NS, b"k") is None  # not the old value from A
+        assert await store.get(NS, b"big") is not None
+    finally:
+        await store.close()
+
+
+async def test_carried_tombstones_go_once_nothing_older_is_left(backend: Backend) -> None:
+    store = await open_store(backend, seal_after=30)
+    try:
+        await store.create_namespace(NS)
+        await store.put(NS, b"k1", block(1, 64 * KiB))
+        await store.put(NS, b"k2", block(2, 64 * KiB))
+        await store.flush()  # A
+        await store.put(NS, b"k3", block(3, 64 * KiB))
+        await store.delete(NS, b"k1")
+        await store.delete(NS, b"k3")
+        await store.flush()  # B: dead
+        await store.evict_now()  # B goes, k1's and k3's tombstones are carried into C
+        assert store.stats.tombstones_carried == 2
+        await store.delete(NS, b"k2")
+        await store.flush()  # D: k2's tombstone; A is dead now
+        await store.evict_now()  # A goes: nothing older than it; then C and D hide nothing
+        await store.evict_now()
+        assert await segments_on_backend(backend) == {}
+        assert store.stats.tombstones_carried == 2  # nothing more was carried
+        store = await _restart(store, backend)
+        assert (await store.list_blocks(NS))[0] == []
+    finally:
+        await store.close()
+
+
+async def test_segments_going_oldest_first_carry_nothing(backend: Backend) -> None:
+    store = await open_store(backend, seal_after=30)
+    try:
+        await store.create_namespace(NS)
+        for round_ in range(3):  # each segment: its keys written, then deleted, in order
+            keys = [f"r{round_}-{i}".encode() for i in range(4)]
+            for i, key in enumerate(keys):
+                await store.put(NS, key, block(i, 32 * KiB))
+            await store.flush()
+            for key in keys:
+                await store.delete(NS, key)
+            await store.flush()
+        await store.evict_now()
+        await store.evict_now()
+        assert store.stats.tombstones_carried == 0
+        assert await segments_on_backend(backend) == {}
+    finally:
+        await store.close()

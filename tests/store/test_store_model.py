@@ -1,0 +1,123 @@
+"""The store against a model (hypothesis): random puts, overwrites, deletes, flushes, eviction
+rounds and restarts on the same directory, checked after every step. A block read back is
+always its latest value and a deleted one is never read again, across restarts too. Without a
+capacity budget every live block reads back; with one (dropping or compacting mostly-dead
+segments, in the background too) a block may be evicted, and once missing it stays missing.
+CI runs a few derandomized sequences; ``--long`` runs hundreds."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from s3kv.backends import FileBackend
+from s3kv.sizes import KiB, MiB
+from s3kv.store.store import BlockStore
+from tests.store.helpers import block, open_store
+
+NS = "model"
+KEYS = [f"k{i}".encode() for i in range(4)]
+OVER: dict[str, Any] = {"segment_size": 2 * MiB, "part_size": 2 * MiB,
+                        "max_block_size": 512 * KiB, "seal_after": 30, "compact_threshold": 0.5}
+
+
+class StoreModel(RuleBasedStateMachine):
+    """No capacity budget: nothing live is ever given up."""
+
+    over: dict[str, Any] = {}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.root = Path(tempfile.mkdtemp(prefix="s3kv-model-"))
+        self.latest: dict[bytes, bytes | None] = {}  # None: deleted, or seen evicted
+        self.lossy = bool(self.over.get("capacity"))  # rounds run in the background too
+        self.n = 0
+        self.store = self.run(self._open())
+        self.run(self.store.create_namespace(NS))
+
+    def run(self, aw: Any) -> Any:
+        return self.loop.run_until_complete(aw)
+
+    async def _open(self) -> BlockStore:
+        backend = await FileBackend(self.root).open()
+        return await open_store(backend, **OVER, **self.over)
+
+    async def _close(self) -> None:
+        backend = self.store.backend
+        await self.store.close()
+        await backend.close()
+
+    @rule(k=st.sampled_from(KEYS), size=st.sampled_from([4 * KiB, 96 * KiB, 400 * KiB]))
+    def put(self, k: bytes, size: int) -> None:
+        self.n += 1
+        data = block(self.n, size)
+        self.run(self.store.put(NS, k, data))
+        self.latest[k] = data
+
+    @rule(k=st.sampled_from(KEYS))
+    def delete(self, k: bytes) -> None:
+        self.run(self.store.delete(NS, k))
+        self.latest[k] = None
+
+    @rule()
+    def flush(self) -> None:
+        self.run(self.store.flush())
+
+    @rule()
+    def evict(self) -> None:
+        self.run(self.store.evict_now())
+
+    @rule()
+    def restart(self) -> None:
+        self.run(self._close())
+        self.store = self.run(self._open())
+
+    @invariant()
+    def reads_match(self) -> None:
+        for k, want in self.latest.items():
+            got = self.run(self.store.get(NS, k))
+            if want is None:
+                assert got is None, f"{k!r} was deleted or evicted, yet reads back"
+            elif got is None and self.lossy:
+                self.latest[k] = None  # evicted: it must stay gone
+            else:
+                assert got is not None and bytes(got) == want, f"{k!r} reads back wrong"
+        listed, _ = self.run(self.store.list_blocks(NS))
+        assert {m.key for m in listed} == {  # type: ignore[union-attr]
+            k for k, v in self.latest.items() if v is not None}
+
+    def teardown(self) -> None:
+        try:
+            self.run(self._close())
+        finally:
+            self.loop.close()
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+class DroppingModel(StoreModel):
+    """A capacity budget of a few segments; mostly-dead segments are dropped."""
+
+    over = {"capacity": 5 * MiB, "compact_mode": "drop"}
+
+
+class CompactingModel(StoreModel):
+    """The same, compacting mostly-dead segments (their blocks read since written stay)."""
+
+    over = {"capacity": 5 * MiB, "compact_mode": "compact"}
+
+
+@pytest.mark.parametrize("machine", [StoreModel, DroppingModel, CompactingModel],
+                         ids=["lossless", "drop", "compact"])
+def test_store_against_a_model(machine: type[StoreModel], long_run: bool) -> None:
+    run_state_machine_as_test(machine, settings=settings(
+        max_examples=300 if long_run else 25, stateful_step_count=40, deadline=None,
+        derandomize=not long_run, suppress_health_check=list(HealthCheck)))
