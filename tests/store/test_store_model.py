@@ -1,6 +1,7 @@
 """The store against a model (hypothesis): random puts, overwrites, deletes, flushes, eviction
-rounds and restarts on the same directory, checked after every step. A block read back is
-always its latest value and a deleted one is never read again, across restarts too. Without a
+rounds and restarts on the same directory, checked after every step, and a second store on the
+same directory (a replica) that syncs now and then. A block read back is always its latest
+value and a deleted one is never read again, across restarts and on the replica too. Without a
 capacity budget every live block reads back; with one (dropping or compacting mostly-dead
 segments, in the background too) a block may be evicted, and once missing it stays missing.
 CI runs a few derandomized sequences; ``--long`` runs hundreds."""
@@ -43,18 +44,20 @@ class StoreModel(RuleBasedStateMachine):
         self.n = 0
         self.store = self.run(self._open())
         self.run(self.store.create_namespace(NS))
+        self.replica = self.run(self._open(node_id="replica"))
+        self.replica_gone: set[bytes] = set()  # seen evicted through the replica
 
     def run(self, aw: Any) -> Any:
         return self.loop.run_until_complete(aw)
 
-    async def _open(self) -> BlockStore:
+    async def _open(self, **more: Any) -> BlockStore:
         backend = await FileBackend(self.root).open()
-        return await open_store(backend, **OVER, **self.over)
+        return await open_store(backend, **OVER, **self.over, **more)
 
-    async def _close(self) -> None:
-        backend = self.store.backend
-        await self.store.close()
-        await backend.close()
+    @staticmethod
+    async def _close(store: BlockStore) -> None:
+        await store.close()
+        await store.backend.close()
 
     @rule(k=st.sampled_from(KEYS), size=st.sampled_from([4 * KiB, 96 * KiB, 400 * KiB]))
     def put(self, k: bytes, size: int) -> None:
@@ -62,6 +65,7 @@ class StoreModel(RuleBasedStateMachine):
         data = block(self.n, size)
         self.run(self.store.put(NS, k, data))
         self.latest[k] = data
+        self.replica_gone.discard(k)
 
     @rule(k=st.sampled_from(KEYS))
     def delete(self, k: bytes) -> None:
@@ -78,8 +82,22 @@ class StoreModel(RuleBasedStateMachine):
 
     @rule()
     def restart(self) -> None:
-        self.run(self._close())
+        self.run(self._close(self.store))
         self.store = self.run(self._open())
+
+    @rule()
+    def replica_syncs(self) -> None:
+        """What the first store sealed, the replica serves after its sync: the same values."""
+        self.run(self.store.flush())
+        self.run(self.replica.recovery_sync())
+        for k, want in self.latest.items():
+            got = self.run(self.replica.get(NS, k))
+            if want is None or k in self.replica_gone:
+                assert got is None, f"{k!r} was deleted or evicted, yet the replica reads it"
+            elif got is None and self.lossy:
+                self.replica_gone.add(k)
+            else:
+                assert got is not None and bytes(got) == want, f"the replica reads {k!r} wrong"
 
     @invariant()
     def reads_match(self) -> None:
@@ -97,7 +115,8 @@ class StoreModel(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         try:
-            self.run(self._close())
+            self.run(self._close(self.store))
+            self.run(self._close(self.replica))
         finally:
             self.loop.close()
             shutil.rmtree(self.root, ignore_errors=True)
@@ -119,5 +138,5 @@ class CompactingModel(StoreModel):
                          ids=["lossless", "drop", "compact"])
 def test_store_against_a_model(machine: type[StoreModel], long_run: bool) -> None:
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=300 if long_run else 25, stateful_step_count=40, deadline=None,
+        max_examples=300 if long_run else 60, stateful_step_count=40, deadline=None,
         derandomize=not long_run, suppress_health_check=list(HealthCheck)))
