@@ -17,23 +17,7 @@ import structlog
 from aiohttp import HttpVersion11, web
 
 from s3kv.config import Settings
-from s3kv.errors import (
-    BackendError,
-    Backpressure,
-    IntegrityError,
-    InvalidInput,
-    InvalidNamespace,
-    InvalidRange,
-    NamespaceExists,
-    NamespaceNotEmpty,
-    NamespaceNotFound,
-    NotFound,
-    RequestError,
-    S3KVError,
-    TooLarge,
-    TooManyNamespaces,
-)
-from s3kv.frames import STORED_HEADER
+from s3kv.errors import RequestError, S3KVError
 from s3kv.gateway import native, ops, s3_buckets, s3_objects
 from s3kv.gateway.access import check_namespace, credential_table
 from s3kv.gateway.classify import Level, check_headers, classify, hoisted, level_of
@@ -41,6 +25,7 @@ from s3kv.gateway.metrics import GatewayMetrics
 from s3kv.gateway.requests import parse_target
 from s3kv.gateway.s3xml import XML, error_document
 from s3kv.gateway.state import STATE, GatewayState, MemoryBudget, state_of
+from s3kv.gateway.translate import to_request_error
 from s3kv.log import enabled as log_enabled
 from s3kv.log import get_logger
 from s3kv.store.store import BlockStore
@@ -50,38 +35,6 @@ from s3kv.wire.sigv4_verify import SigV4Verifier, query_params
 log = get_logger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-# store errors -> (HTTP status, S3 code); order matters: subclasses first
-_STATUS: list[tuple[type[S3KVError], int, str]] = [
-    (NamespaceNotFound, 404, "NoSuchBucket"),
-    (NotFound, 404, "NoSuchKey"),
-    (NamespaceExists, 409, "BucketAlreadyOwnedByYou"),
-    (NamespaceNotEmpty, 409, "BucketNotEmpty"),
-    (InvalidNamespace, 400, "InvalidBucketName"),
-    (TooManyNamespaces, 400, "TooManyBuckets"),
-    (TooLarge, 400, "EntityTooLarge"),
-    (InvalidRange, 416, "InvalidRange"),
-    (InvalidInput, 400, "InvalidArgument"),
-    (Backpressure, 503, "SlowDown"),
-    (BackendError, 503, "ServiceUnavailable"),
-    (IntegrityError, 503, "ServiceUnavailable"),
-]
-
-
-def to_request_error(exc: S3KVError) -> RequestError:
-    if isinstance(exc, RequestError):
-        return exc
-    for cls, status, code in _STATUS:
-        if isinstance(exc, cls):
-            headers = {}
-            if status == 503:
-                retry = exc.retry_after if isinstance(exc, Backpressure) else 1.0
-                headers["Retry-After"] = str(max(1, round(retry)))
-            if isinstance(exc, Backpressure) and exc.stored:
-                headers[STORED_HEADER] = str(exc.stored)
-            return RequestError(code, str(exc), status, headers)
-    return RequestError("InternalError", str(exc), 500)
-
 
 def _error_response(request: web.Request, err: RequestError) -> web.Response:
     rid = request.get("request_id", "")

@@ -25,11 +25,12 @@ from aiohttp.http import SERVER_SOFTWARE
 from s3kv.backends.base import lends_windows
 from s3kv.errors import RequestError, S3KVError
 from s3kv.gateway.access import ANONYMOUS, Credential, check_namespace
-from s3kv.gateway.app import next_request_id, to_request_error
+from s3kv.gateway.app import next_request_id
 from s3kv.gateway.objattrs import ObjectAttrs, attrs_of, http_date, object_etag, response_headers
 from s3kv.gateway.requests import validate_key
 from s3kv.gateway.s3xml import XML, error_document
 from s3kv.gateway.state import GatewayState
+from s3kv.gateway.translate import to_request_error
 from s3kv.store.landing import LAND_MIN, Landing
 from s3kv.store.layout import checksum
 from s3kv.store.store import BlockMeta

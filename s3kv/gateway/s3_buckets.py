@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from s3kv.errors import RequestError
+from s3kv.errors import BackendError, Backpressure, RequestError
 from s3kv.gateway.bodies import read_small
 from s3kv.gateway.classify import require_null_version
 from s3kv.gateway.multipart_listing import list_uploads_handler
@@ -32,6 +32,7 @@ from s3kv.gateway.s3xml import (
 )
 from s3kv.gateway.s3xml_parse import parse_create_bucket_configuration, parse_delete
 from s3kv.gateway.state import GatewayState
+from s3kv.gateway.translate import to_request_error
 from s3kv.store.codecs import HEADER_CODEC
 
 __all__ = ["dispatch", "list_buckets"]
@@ -102,8 +103,9 @@ async def delete_objects(request: web.Request, st: GatewayState, t: Target) -> w
             require_null_version(obj.version_id)
             await st.store.delete(t.bucket, validate_key(obj.key))
             deleted.append(obj)
-        except RequestError as exc:
-            errors.append(DeleteError(obj, exc.code, str(exc)))
+        except (RequestError, Backpressure, BackendError) as exc:  # 503s: the object stays
+            err = to_request_error(exc)
+            errors.append(DeleteError(obj, err.code, str(err)))
     return web.Response(body=delete_result(deleted, errors, req.quiet), content_type=XML)
 
 

@@ -18,14 +18,7 @@ from typing import NamedTuple
 from s3kv.backends import open_backend
 from s3kv.backends.base import Backend
 from s3kv.config import Settings
-from s3kv.errors import (
-    BackendError,
-    BackendUnavailable,
-    Backpressure,
-    NamespaceExists,
-    NamespaceNotEmpty,
-)
-from s3kv.log import get_logger
+from s3kv.errors import BackendUnavailable, Backpressure, NamespaceExists, NamespaceNotEmpty
 from s3kv.store import layout, listing
 from s3kv.store.catalog import Catalog, validate_namespace
 from s3kv.store.codecs import CodecSpec, parse_codec_spec
@@ -44,8 +37,6 @@ from s3kv.store.stats import StoreStats
 from s3kv.store.unverified import Sendable
 from s3kv.store.writer import SegmentWriter
 from s3kv.wire.body import Pieces
-
-log = get_logger(__name__)
 
 
 class BlockMeta(NamedTuple):
@@ -315,17 +306,21 @@ class BlockStore:
         return await self._evictor.run_once()
 
     async def delete(self, namespace: str, key: bytes) -> bool:
+        """Delete a block: its tombstone first (restarts and replicas learn of the delete from
+        it), then its index entry, unless a write placed after the tombstone replaced it.
+        Raises Backpressure or BackendError (503: retry) if the tombstone cannot be appended;
+        the block then stays."""
         nid = self.ns_id(namespace)
-        old = self.catalog.remove(nid, key)
-        self.dram.invalidate(nid, key)
-        if old is None:
+        if self.index.get(nid, key) is None:
             return False
-        self.stats.deletes += 1
         tomb = layout.Entry(namespace, key, 0, 0, 0, 0, 0, 0.0, layout.FLAG_TOMBSTONE)
-        try:
-            await self.writer.append(tomb, b"")
-        except BackendError as exc:  # Backpressure included: the delete holds in memory
-            log.warning("store.tombstone_deferred", key=key[:80], error=str(exc))
+        placed = (await self.writer.append(tomb, b""))[1]
+        old = self.index.get(nid, key)
+        if old is None or old.written_at > placed.written_at:
+            return False  # deleted meanwhile, or written again after the tombstone
+        self.catalog.remove(nid, key)
+        self.dram.invalidate(nid, key)
+        self.stats.deletes += 1
         return True
 
     def _segment_failed(self, info: SegmentInfo) -> None:

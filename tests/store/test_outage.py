@@ -6,6 +6,8 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from s3kv.backends import FileBackend
 from s3kv.errors import BackendError, Backpressure
 from s3kv.sizes import KiB
@@ -120,6 +122,30 @@ async def test_a_segment_sealed_after_a_failure_marks_the_backend_up(tmp_path: P
         await store.put("kvns", b"after", b"y" * 100, durable=True)
         assert await store.get("kvns", b"after") == b"y" * 100
         assert await store.get("kvns", b"open") == b"x" * 1000
+    finally:
+        await store.close()
+        await backend.close()
+
+
+async def test_a_delete_that_cannot_be_recorded_is_refused_and_the_block_stays(
+        tmp_path: Path) -> None:
+    """Its tombstone cannot be appended while the backend is marked down: the delete raises
+    (503 at the gateway) instead of dropping the block from the index alone, which a restart
+    then undid. Once the backend is back the delete holds, across a restart too."""
+    backend = await FileBackend(tmp_path / "store").open()
+    store = await open_store(backend, seal_after=60)
+    try:
+        await store.create_namespace("kvns")
+        await store.put("kvns", b"k", b"x" * 1000, durable=True)
+        store.writer.health.mark_down("a segment upload failed")
+        with pytest.raises(Backpressure):
+            await store.delete("kvns", b"k")
+        assert await store.get("kvns", b"k") == b"x" * 1000
+        store.writer.health.mark_up()
+        assert await store.delete("kvns", b"k")
+        await store.close()
+        store = await open_store(backend, seal_after=60)
+        assert await store.get("kvns", b"k") is None
     finally:
         await store.close()
         await backend.close()
