@@ -30,7 +30,7 @@ from typing import Protocol
 
 from s3kv.backends.base import Backend, lends_windows
 from s3kv.config import Settings
-from s3kv.errors import BackendError, IntegrityError
+from s3kv.errors import BackendError, Backpressure, IntegrityError
 from s3kv.log import get_logger
 from s3kv.store.carry import Floor, carried
 from s3kv.store.catalog import Catalog
@@ -102,7 +102,7 @@ class Evictor:
                                                  compact=False))
         self._tasks.add(task)
         task.add_done_callback(self._round_done)
-        with contextlib.suppress(TimeoutError, BackendError):
+        with contextlib.suppress(TimeoutError, BackendError, Backpressure):
             await asyncio.wait_for(asyncio.shield(task), ROOM_WAIT)
 
     def _round_done(self, task: asyncio.Task[int]) -> None:
@@ -128,7 +128,7 @@ class Evictor:
             self._wake.clear()
             try:
                 await self.run_once()
-            except BackendError as exc:
+            except (BackendError, Backpressure) as exc:  # the next round tries again
                 log.warning("eviction.failed", error=str(exc))
 
     def _choose(self, opening: int) -> tuple[list[tuple[SegmentInfo, str]], Floor]:
@@ -224,7 +224,7 @@ class Evictor:
                     continue  # gone, or overwritten meanwhile
                 try:
                     await self.rewriter.rewrite(name, key, data, loc)
-                except BackendError as exc:
+                except (BackendError, Backpressure) as exc:
                     log.warning("compaction.deferred", segment=seg.name, error=str(exc))
                     return False
                 moved += len(data)
@@ -251,8 +251,8 @@ class Evictor:
                  live_blocks=blocks)
 
     async def _carry(self, seg: SegmentInfo, floor: float) -> None:
-        """Write the tombstones deleting ``seg`` must leave; raises BackendError if they could
-        not be read or written (the segment then stays)."""
+        """Write the tombstones deleting ``seg`` must leave; raises BackendError or
+        Backpressure if they could not be read or written (the segment then stays)."""
         try:
             manifest, _ = await read_manifest(self.backend, self.prefix, seg.name, seg.length)
         except IntegrityError as exc:  # recovery skips such a segment: it hides nothing then

@@ -1,7 +1,8 @@
 """Eviction rounds: they do not overlap (a round asked for while another deletes waits for
 it), and a segment about to open has one run for it, counting it at its full size (waited
 for on the file backend, whose next segment reuses the file freed; only woken on S3); a
-compaction reads its hot blocks together."""
+compaction reads its hot blocks together; a round the writer refuses (Backpressure) neither
+ends the loop nor the round."""
 
 from __future__ import annotations
 
@@ -149,3 +150,62 @@ async def test_compaction_reads_the_hot_blocks_together(backend: Backend) -> Non
         assert await store.get("kvns", b"c21") is None  # cold: dropped with the segment
     finally:
         await store.close()
+
+
+async def test_the_loop_outlives_a_round_the_writer_refuses(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round that writes (a carrier of tombstones, a compaction's rewrites) while the backend
+    is marked down meets Backpressure, not a BackendError: the loop logs it and its next round
+    evicts, instead of ending (before, it ended for good, and the capacity went unenforced)."""
+    monkeypatch.setattr(eviction, "INTERVAL", 0.02)  # the probe marks the backend up at 0.25 s
+    backend = await FileBackend(tmp_path / "store").open()
+    store = await open_store(backend, seal_after=30)
+    try:
+        await store.create_namespace("kvns")
+        await store.put("kvns", b"k1", block(1, 64 * KiB))
+        await store.put("kvns", b"k2", block(2, 64 * KiB))
+        await store.flush()  # A
+        await store.put("kvns", b"k3", block(3, 64 * KiB))
+        await store.delete("kvns", b"k1")
+        await store.delete("kvns", b"k3")
+        await store.flush()  # B: dead; deleting it carries k1's tombstone (A holds k1)
+        store.writer.health.mark_down("test: an upload failed")
+        refused = store.stats.backpressure_rejections
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if store.stats.evictions:
+                break
+        assert store.stats.backpressure_rejections > refused  # a round met the outage
+        assert store.stats.evictions == 1 and store.stats.tombstones_carried == 2
+    finally:
+        await store.close()
+        await backend.close()
+
+
+async def test_a_compaction_the_writer_refuses_is_deferred(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its rewrites meet Backpressure (the backend marked down): the segment is kept whole for
+    a later round, and the round goes on, rather than ending with the error. On the file
+    backend, with the loop's rounds far apart: only ``evict_now`` compacts here."""
+    monkeypatch.setattr(eviction, "INTERVAL", 3600.0)
+    backend = await FileBackend(tmp_path / "store").open()
+    store = await open_store(backend, seal_after=30, compact_threshold=0.5,
+                             compact_mode="compact", capacity=50 * SEG)
+    try:
+        await store.create_namespace("kvns")
+        for i in range(8):
+            await store.put("kvns", f"c{i}".encode(), block(i, 512 * KiB))
+        await store.flush()
+        hot = await store.get("kvns", b"c0")
+        for i in range(1, 7):  # live ratio 2/8: compacted
+            await store.delete("kvns", f"c{i}".encode())
+        await store.flush()
+        store.writer.health.mark_down("test: an upload failed")
+        await store.evict_now()  # no error: deferred
+        assert store.stats.compactions == 0 and await store.get("kvns", b"c7") is not None
+        store.writer.health.mark_up()
+        await store.evict_now()
+        assert store.stats.compactions == 1 and await store.get("kvns", b"c0") == hot
+    finally:
+        await store.close()
+        await backend.close()
