@@ -11,7 +11,8 @@
 - low live ratio (only with a capacity budget): a segment whose live bytes fell below
   ``compact_threshold`` of its block bytes (after deletes and overwrites) is dropped, or, in
   ``compact`` mode, its hot live blocks (read since written) are first rewritten into the open
-  segment. Without a budget, live blocks are never given up to reclaim space;
+  segment, which is then sealed, and it is deleted once that is on the backend. Without a
+  budget, live blocks are never given up to reclaim space;
 - obsolete: a segment of tombstones only, once no segment older than its newest is left.
 
 Before a segment is deleted, the tombstones that keep what it hid hidden are written again
@@ -61,7 +62,7 @@ class Rewriter(Protocol):
     async def get_many(self, namespace: str, keys: Sequence[bytes], *,
                        decode: bool = True) -> list[Block | None]: ...
 
-    async def rewrite(self, namespace: str, key: bytes, data: Block, old: Location) -> None: ...
+    async def rewrite(self, namespace: str, key: bytes, data: Block, old: Location) -> int: ...
 
 
 class Evictor:
@@ -207,13 +208,14 @@ class Evictor:
 
     async def _compact(self, seg: SegmentInfo) -> bool:
         """Rewrite the segment's hot live blocks, read a namespace's together in groups of up
-        to COMPACT_READ bytes (coalesced ranged GETs, not one GET per block); False if that
-        could not be completed."""
+        to COMPACT_READ bytes (coalesced ranged GETs, not one GET per block), and wait until
+        they are on the backend; False if that could not be completed."""
         index = self.catalog.index
         hot = sorted((e for e in index.segment_entries(seg.seg_id) if e[3]),
                      key=lambda e: (e[0], e[2].offset))
         names = {nid: name for name, nid in self.catalog.namespaces.items()}
         moved = 0
+        into: set[int] = set()  # the segments the rewrites went to
         for group in _groups(hot):
             nid, name = group[0][0], names.get(group[0][0])
             if name is None:
@@ -223,11 +225,21 @@ class Evictor:
                 if data is None or index.get(nid, key) != loc:
                     continue  # gone, or overwritten meanwhile
                 try:
-                    await self.rewriter.rewrite(name, key, data, loc)
+                    into.add(await self.rewriter.rewrite(name, key, data, loc))
                 except (BackendError, Backpressure) as exc:
                     log.warning("compaction.deferred", segment=seg.name, error=str(exc))
                     return False
                 moved += len(data)
+        # the old copies go once the new ones are on the backend (their segment sealed now, a
+        # shorter one): deleted at once, a crash before the seal lost blocks that were durable
+        try:
+            for sid in into:
+                sealed = self.writer.seal_now(sid, "compaction")
+                if sealed is not None:
+                    await asyncio.shield(sealed)
+        except BackendError as exc:
+            log.warning("compaction.deferred", segment=seg.name, error=str(exc))
+            return False
         self.stats.compactions += 1
         self.stats.compaction_bytes += moved
         log.info("segment.compacted", segment=seg.name, hot_blocks=len(hot), bytes=moved)

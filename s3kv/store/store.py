@@ -290,17 +290,18 @@ class BlockStore:
         for fut in futures:
             await fut
 
-    async def rewrite(self, namespace: str, key: bytes, data: Block, old: Location) -> None:
-        """Compaction: append a live block again, unless it changed meanwhile."""
+    async def rewrite(self, namespace: str, key: bytes, data: Block, old: Location) -> int:
+        """Compaction: append a live block again, and index it there unless it changed
+        meanwhile (the newer write stands). Returns the segment it was appended to."""
         nid = self.ns_id(namespace)
         entry = layout.Entry(namespace, key, 0, old.length, old.raw_length, old.crc, old.codec,
                              old.written_at, attrs=old.attrs)  # the same block, as written
         seg, placed = await self.writer.append(entry, data)
-        if self.index.get(nid, key) != old:
-            return  # overwritten or deleted while we appended: the newer write stands
-        self.catalog.put(nid, key, Location(seg.info.seg_id, placed.offset, old.length,
-                                            old.raw_length, old.crc, old.codec,
-                                            placed.written_at, old.attrs))
+        if self.index.get(nid, key) == old:
+            self.catalog.put(nid, key, Location(seg.info.seg_id, placed.offset, old.length,
+                                                old.raw_length, old.crc, old.codec,
+                                                placed.written_at, old.attrs))
+        return seg.info.seg_id
 
     async def evict_now(self) -> int:  # the eviction policy run once (tests and operations)
         return await self._evictor.run_once()

@@ -193,6 +193,15 @@ class SegmentWriter:
         self._last_stamp = now
         return now
 
+    def seal_now(self, seg_id: int, reason: str) -> asyncio.Future[None] | None:
+        """Seal the segment now if it is still open (as its ``seal_after`` timer would), and
+        resolve when it is on the backend; None if it is not in memory (sealed)."""
+        seg = self._in_memory.get(seg_id)
+        if seg is None:
+            return None
+        self._seal_soon(seg, reason)
+        return seg.done
+
     def sealed_future(self, seg_id: int) -> asyncio.Future[None] | None:
         """Resolves when the segment is on the backend; None if it is not in memory (sealed)."""
         seg = self._in_memory.get(seg_id)

@@ -209,3 +209,34 @@ async def test_a_compaction_the_writer_refuses_is_deferred(
     finally:
         await store.close()
         await backend.close()
+
+
+async def test_a_compacted_segment_goes_once_its_hot_blocks_are_on_the_backend(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash right after a compaction (here: a second store opened on the directory while
+    the first, never closed, holds its open segment) still finds the hot blocks it rewrote.
+    Before, the old segment was deleted at once, and a crash within ``seal_after`` lost blocks
+    that had been durable."""
+    monkeypatch.setattr(eviction, "INTERVAL", 3600.0)  # only evict_now compacts
+    backend = await FileBackend(tmp_path / "store").open()
+    store = await open_store(backend, seal_after=1, compact_threshold=0.5,
+                             compact_mode="compact", capacity=50 * SEG)
+    try:
+        await store.create_namespace("kvns")
+        for i in range(8):
+            await store.put("kvns", f"c{i}".encode(), block(i, 512 * KiB))
+        await store.flush()  # durable
+        hot = await store.get("kvns", b"c0")
+        for i in range(1, 7):
+            await store.delete("kvns", f"c{i}".encode())
+        await store.evict_now()
+        assert store.stats.compactions == 1
+        after_crash = await open_store(await FileBackend(tmp_path / "store").open())
+        try:
+            assert await after_crash.get("kvns", b"c0") == hot
+        finally:
+            await after_crash.close()
+            await after_crash.backend.close()
+    finally:
+        await store.close()
+        await backend.close()

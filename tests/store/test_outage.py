@@ -119,7 +119,8 @@ async def test_a_segment_sealed_after_a_failure_marks_the_backend_up(tmp_path: P
             pass
         await store.flush()  # the open segment seals: the backend took a write
         assert store.writer.health.healthy
-        await store.put("kvns", b"after", b"y" * 100, durable=True)
+        await store.put("kvns", b"after", b"y" * 100)
+        await store.flush()  # durable (a durable put would wait for seal_after)
         assert await store.get("kvns", b"after") == b"y" * 100
         assert await store.get("kvns", b"open") == b"x" * 1000
     finally:
@@ -136,7 +137,8 @@ async def test_a_delete_that_cannot_be_recorded_is_refused_and_the_block_stays(
     store = await open_store(backend, seal_after=60)
     try:
         await store.create_namespace("kvns")
-        await store.put("kvns", b"k", b"x" * 1000, durable=True)
+        await store.put("kvns", b"k", b"x" * 1000)
+        await store.flush()
         store.writer.health.mark_down("a segment upload failed")
         with pytest.raises(Backpressure):
             await store.delete("kvns", b"k")
