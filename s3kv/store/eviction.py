@@ -13,7 +13,8 @@
   ``compact`` mode, its hot live blocks (read since written) are first rewritten into the open
   segment, which is then sealed, and it is deleted once that is on the backend. Without a
   budget, live blocks are never given up to reclaim space;
-- obsolete: a segment of tombstones only, once no segment older than its newest is left.
+- obsolete: a segment of tombstones only (a carrier), once no segment older than its newest
+  is left; past MERGE_CARRIERS carriers, a round merges those still needed into one.
 
 Before a segment is deleted, the tombstones that keep what it hid hidden are written again
 (carry.py): no restart serves a deleted or evicted block's older version.
@@ -33,6 +34,7 @@ from s3kv.backends.base import Backend, lends_windows
 from s3kv.config import Settings
 from s3kv.errors import BackendError, Backpressure, IntegrityError
 from s3kv.log import get_logger
+from s3kv.store import layout
 from s3kv.store.carry import Floor, carried
 from s3kv.store.catalog import Catalog
 from s3kv.store.fetch import Block
@@ -52,6 +54,8 @@ CHEAP_ROUND = 0.005
 ROOM_WAIT = 0.25
 #: bytes of hot blocks a compaction reads at once (as coalesced ranged GETs)
 COMPACT_READ = 32 * 1024 * 1024
+#: carriers (segments of tombstones only) past which a round merges those still needed
+MERGE_CARRIERS = 16
 #: an index entry of a segment: (namespace id, key, location, hot)
 Entry = tuple[int, bytes, Location, bool]
 
@@ -192,19 +196,21 @@ class Evictor:
 
     async def _run_round(self, opening: int, compact: bool) -> int:
         done = 0
+        kept: list[SegmentInfo] = []  # carriers that still hide something
         start = time.monotonic()
         chosen, floor = self._choose(opening)
         self._choice_time = time.monotonic() - start
         for seg, reason in chosen:
             if reason == "obsolete" and seg.newest > floor.without(seg.seg_id):
-                continue  # its tombstones still hide older entries
+                kept.append(seg)  # its tombstones still hide older entries
+                continue
             if reason == "low_live_ratio" and self.settings.compact_mode == "compact" \
                     and not (compact and await self._compact(seg)):
                 continue  # the rewrite could not finish (backpressure): keep it, try later
             await self._delete(seg, reason, floor.without(seg.seg_id))
             floor.gone(seg.seg_id)
             done += 1
-        return done
+        return done + await self._merge(kept, floor)
 
     async def _compact(self, seg: SegmentInfo) -> bool:
         """Rewrite the segment's hot live blocks, read a namespace's together in groups of up
@@ -249,7 +255,7 @@ class Evictor:
         """Delete the segment, once what it hides is carried over (carry.py)."""
         keys = [segment_key(self.prefix, seg.name), sidecar_key(self.prefix, seg.name)]
         if seg.newest > floor:
-            await self._carry(seg, floor)
+            await self._carry([(seg, floor)])
         seg.state = SegmentState.EVICTING  # reads now miss instead of racing the delete
         try:
             await self.writer.retry.run(lambda: self.backend.delete_objects(keys))
@@ -262,20 +268,38 @@ class Evictor:
         log.info("segment.evicted", segment=seg.name, reason=reason, bytes=seg.length,
                  live_blocks=blocks)
 
-    async def _carry(self, seg: SegmentInfo, floor: float) -> None:
-        """Write the tombstones deleting ``seg`` must leave; raises BackendError or
-        Backpressure if they could not be read or written (the segment then stays)."""
-        try:
-            manifest, _ = await read_manifest(self.backend, self.prefix, seg.name, seg.length)
-        except IntegrityError as exc:  # recovery skips such a segment: it hides nothing then
-            log.warning("eviction.manifest_unreadable", segment=seg.name, error=str(exc))
-            return
+    async def _carry(self, segs: Sequence[tuple[SegmentInfo, float]]) -> None:
+        """Write, as one carrier, the tombstones deleting ``segs`` (each with its floor) must
+        leave; raises BackendError or Backpressure if they could not be read or written (the
+        segments then stay)."""
         cat = self.catalog
-        tombs = carried(manifest, seg.seg_id, cat.namespaces, cat.index, floor)
+        tombs: dict[tuple[str, bytes], layout.Entry] = {}
+        for seg, floor in segs:
+            try:
+                manifest, _ = await read_manifest(self.backend, self.prefix, seg.name,
+                                                  seg.length)
+            except IntegrityError as exc:  # recovery skips such a segment: it hides nothing
+                log.warning("eviction.manifest_unreadable", segment=seg.name, error=str(exc))
+                continue
+            for e in carried(manifest, seg.seg_id, cat.namespaces, cat.index, floor):
+                seen = tombs.get((e.namespace, e.key))
+                if seen is None or seen.written_at < e.written_at:
+                    tombs[e.namespace, e.key] = e
         if tombs:
-            await self.writer.write_entries(tombs)
+            await self.writer.write_entries(list(tombs.values()))
             self.stats.tombstones_carried += len(tombs)
-            log.info("segment.tombstones_carried", segment=seg.name, tombstones=len(tombs))
+            log.info("segment.tombstones_carried", segments=len(segs), tombstones=len(tombs))
+
+    async def _merge(self, carriers: list[SegmentInfo], floor: Floor) -> int:
+        """More than MERGE_CARRIERS carriers still hide something: their tombstones go into
+        one, and they go (each is a backend object, and a manifest to read at every start)."""
+        if len(carriers) <= MERGE_CARRIERS:
+            return 0
+        await self._carry([(seg, floor.without(seg.seg_id)) for seg in carriers])
+        for seg in carriers:
+            await self._delete(seg, "merged", math.inf)  # carried above
+            floor.gone(seg.seg_id)
+        return len(carriers)
 
 
 def _groups(entries: list[Entry]) -> list[list[Entry]]:

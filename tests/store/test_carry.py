@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from s3kv.backends.base import Backend
 from s3kv.sizes import KiB
+from s3kv.store import eviction
 from s3kv.store.store import BlockStore
 from tests.store.helpers import SEG, block, open_store, segments_on_backend
 
@@ -127,5 +128,32 @@ async def test_segments_going_oldest_first_carry_nothing(backend: Backend) -> No
         await store.evict_now()
         assert store.stats.tombstones_carried == 0
         assert await segments_on_backend(backend) == {}
+    finally:
+        await store.close()
+
+
+async def test_carriers_still_needed_are_merged_into_one(backend: Backend) -> None:
+    """An old segment with a live block keeps every later tombstone needed (it could hide an
+    older put), so carriers pile up, one per dead segment deleted; past MERGE_CARRIERS a round
+    merges them into one, and the deleted blocks stay deleted across a restart."""
+    n = eviction.MERGE_CARRIERS + 2
+    store = await open_store(backend, seal_after=30)
+    try:
+        await store.create_namespace(NS)
+        await store.put(NS, b"pin", block(0, 4 * KiB))
+        for i in range(n):
+            await store.put(NS, f"k{i}".encode(), block(i, 4 * KiB))
+        await store.flush()  # A: pin and every k (pin keeps A, and the floor, old)
+        for i in range(n):
+            await store.put(NS, b"tmp", block(i, 4 * KiB))
+            await store.delete(NS, f"k{i}".encode())
+            await store.delete(NS, b"tmp")
+            await store.flush()  # dead: it goes, its tombstones into a carrier
+            await store.evict_now()
+        carriers = [s for s in store.segments.sealed() if not s.block_bytes]
+        assert 1 <= len(carriers) <= 2  # merged (and the one the last round carried into)
+        assert len(await segments_on_backend(backend)) == 1 + len(carriers)  # A and carriers
+        store = await _restart(store, backend)
+        assert [m.key for m in (await store.list_blocks(NS))[0]] == [b"pin"]  # type: ignore[union-attr]
     finally:
         await store.close()

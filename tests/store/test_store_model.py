@@ -4,7 +4,8 @@ same directory (a replica) that syncs now and then. A block read back is always 
 value and a deleted one is never read again, across restarts and on the replica too. Without a
 capacity budget every live block reads back; with one (dropping or compacting mostly-dead
 segments, in the background too) a block may be evicted, and once missing it stays missing.
-CI runs a few derandomized sequences; ``--long`` runs hundreds."""
+Carriers of tombstones are merged as soon as two wait. CI runs a few derandomized sequences;
+``--long`` runs hundreds."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from s3kv.backends import FileBackend
 from s3kv.sizes import KiB, MiB
+from s3kv.store import eviction
 from s3kv.store.store import BlockStore
 from tests.store.helpers import block, open_store
 
@@ -136,7 +138,9 @@ class CompactingModel(StoreModel):
 
 @pytest.mark.parametrize("machine", [StoreModel, DroppingModel, CompactingModel],
                          ids=["lossless", "drop", "compact"])
-def test_store_against_a_model(machine: type[StoreModel], long_run: bool) -> None:
+def test_store_against_a_model(machine: type[StoreModel], long_run: bool,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(eviction, "MERGE_CARRIERS", 1)  # carriers merged as soon as two wait
     run_state_machine_as_test(machine, settings=settings(
         max_examples=300 if long_run else 60, stateful_step_count=40, deadline=None,
         derandomize=not long_run, suppress_health_check=list(HealthCheck)))
