@@ -60,3 +60,30 @@ def dangling(store: BlockStore, namespace: str, keys: Iterable[bytes],
             if info is None or info.name not in on_backend:
                 out.append(key)
     return out
+
+
+async def mostly_dead_segment(store: BlockStore, namespace: str = "kvns") -> bytes:
+    """A sealed segment of eight 512 KiB blocks c0..c7 with c0 read since (hot) and c1..c6
+    deleted (live ratio 2/8, below a compact_threshold of 0.5): c0's bytes."""
+    await store.create_namespace(namespace)
+    for i in range(8):
+        await store.put(namespace, f"c{i}".encode(), block(i, 512 * 1024))
+    await store.flush()
+    hot = await store.get(namespace, b"c0")
+    assert hot is not None
+    for i in range(1, 7):
+        await store.delete(namespace, f"c{i}".encode())
+    return bytes(hot)
+
+
+async def tombstone_in_a_dead_segment(store: BlockStore, namespace: str = "kvns") -> None:
+    """Two sealed segments: A with blocks k1 and k2, then B with k3 and the tombstones of k1
+    and k3. Nothing in B is live (it goes as dead); its k1 tombstone hides A's k1."""
+    await store.create_namespace(namespace)
+    await store.put(namespace, b"k1", block(1, 64 * 1024))
+    await store.put(namespace, b"k2", block(2, 64 * 1024))
+    await store.flush()
+    await store.put(namespace, b"k3", block(3, 64 * 1024))
+    await store.delete(namespace, b"k1")
+    await store.delete(namespace, b"k3")
+    await store.flush()

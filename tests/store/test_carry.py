@@ -9,7 +9,13 @@ from s3kv.backends.base import Backend
 from s3kv.sizes import KiB
 from s3kv.store import eviction
 from s3kv.store.store import BlockStore
-from tests.store.helpers import SEG, block, open_store, segments_on_backend
+from tests.store.helpers import (
+    SEG,
+    block,
+    open_store,
+    segments_on_backend,
+    tombstone_in_a_dead_segment,
+)
 
 NS = "kvns"
 
@@ -22,14 +28,7 @@ async def _restart(store: BlockStore, backend: Backend, **over: object) -> Block
 async def test_a_deleted_block_stays_deleted_after_its_segment_goes(backend: Backend) -> None:
     store = await open_store(backend, seal_after=30)
     try:
-        await store.create_namespace(NS)
-        await store.put(NS, b"k1", block(1, 64 * KiB))
-        await store.put(NS, b"k2", block(2, 64 * KiB))
-        await store.flush()  # A: k1, k2 (k2 keeps A alive)
-        await store.put(NS, b"k3", block(3, 64 * KiB))
-        await store.delete(NS, b"k1")
-        await store.delete(NS, b"k3")
-        await store.flush()  # B: k3, the tombstones of k1 and k3: nothing in it is live
+        await tombstone_in_a_dead_segment(store, NS)  # A: k1, k2; B (dead): k3, tombstones
         before = set(await segments_on_backend(backend))
         assert await store.evict_now() == 1  # B, dead
         # k1's (A holds its put), and k3's: the index knows nothing of older puts, so every
@@ -90,14 +89,7 @@ async def test_an_evicted_overwrite_does_not_bring_the_old_value_back(backend: B
 async def test_carried_tombstones_go_once_nothing_older_is_left(backend: Backend) -> None:
     store = await open_store(backend, seal_after=30)
     try:
-        await store.create_namespace(NS)
-        await store.put(NS, b"k1", block(1, 64 * KiB))
-        await store.put(NS, b"k2", block(2, 64 * KiB))
-        await store.flush()  # A
-        await store.put(NS, b"k3", block(3, 64 * KiB))
-        await store.delete(NS, b"k1")
-        await store.delete(NS, b"k3")
-        await store.flush()  # B: dead
+        await tombstone_in_a_dead_segment(store, NS)  # A: k1, k2; B (dead): k3, tombstones
         await store.evict_now()  # B goes, k1's and k3's tombstones are carried into C
         assert store.stats.tombstones_carried == 2
         await store.delete(NS, b"k2")

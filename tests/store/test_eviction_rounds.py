@@ -16,7 +16,15 @@ from s3kv.backends.base import Backend
 from s3kv.sizes import KiB, MiB
 from s3kv.store import eviction
 from tests.store.conftest import open_s3
-from tests.store.helpers import SEG, block, dangling, open_store, segments_on_backend
+from tests.store.helpers import (
+    SEG,
+    block,
+    dangling,
+    mostly_dead_segment,
+    open_store,
+    segments_on_backend,
+    tombstone_in_a_dead_segment,
+)
 from tests.support.s3server import MotoServer
 
 
@@ -161,14 +169,7 @@ async def test_the_loop_outlives_a_round_the_writer_refuses(
     backend = await FileBackend(tmp_path / "store").open()
     store = await open_store(backend, seal_after=30)
     try:
-        await store.create_namespace("kvns")
-        await store.put("kvns", b"k1", block(1, 64 * KiB))
-        await store.put("kvns", b"k2", block(2, 64 * KiB))
-        await store.flush()  # A
-        await store.put("kvns", b"k3", block(3, 64 * KiB))
-        await store.delete("kvns", b"k1")
-        await store.delete("kvns", b"k3")
-        await store.flush()  # B: dead; deleting it carries k1's tombstone (A holds k1)
+        await tombstone_in_a_dead_segment(store)  # B's deletion carries k1's tombstone
         store.writer.health.mark_down("test: an upload failed")
         refused = store.stats.backpressure_rejections
         for _ in range(100):
@@ -192,13 +193,7 @@ async def test_a_compaction_the_writer_refuses_is_deferred(
     store = await open_store(backend, seal_after=30, compact_threshold=0.5,
                              compact_mode="compact", capacity=50 * SEG)
     try:
-        await store.create_namespace("kvns")
-        for i in range(8):
-            await store.put("kvns", f"c{i}".encode(), block(i, 512 * KiB))
-        await store.flush()
-        hot = await store.get("kvns", b"c0")
-        for i in range(1, 7):  # live ratio 2/8: compacted
-            await store.delete("kvns", f"c{i}".encode())
+        hot = await mostly_dead_segment(store)
         await store.flush()
         store.writer.health.mark_down("test: an upload failed")
         await store.evict_now()  # no error: deferred
@@ -222,13 +217,7 @@ async def test_a_compacted_segment_goes_once_its_hot_blocks_are_on_the_backend(
     store = await open_store(backend, seal_after=1, compact_threshold=0.5,
                              compact_mode="compact", capacity=50 * SEG)
     try:
-        await store.create_namespace("kvns")
-        for i in range(8):
-            await store.put("kvns", f"c{i}".encode(), block(i, 512 * KiB))
-        await store.flush()  # durable
-        hot = await store.get("kvns", b"c0")
-        for i in range(1, 7):
-            await store.delete("kvns", f"c{i}".encode())
+        hot = await mostly_dead_segment(store)  # sealed: durable
         await store.evict_now()
         assert store.stats.compactions == 1
         after_crash = await open_store(await FileBackend(tmp_path / "store").open())

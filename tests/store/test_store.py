@@ -11,7 +11,14 @@ from s3kv.backends.base import Backend
 from s3kv.errors import NamespaceNotFound, TooLarge
 from s3kv.sizes import KiB, MiB
 from s3kv.store import layout
-from tests.store.helpers import SEG, block, dangling, open_store, segments_on_backend
+from tests.store.helpers import (
+    SEG,
+    block,
+    dangling,
+    mostly_dead_segment,
+    open_store,
+    segments_on_backend,
+)
 
 
 @pytest.mark.parametrize("size", [1, 4095, 4096, 4097, 256 * KiB, 2 * MiB])
@@ -217,14 +224,8 @@ async def test_compaction_keeps_hot_blocks(backend: Backend) -> None:
     store = await open_store(backend, seal_after=30, compact_threshold=0.5,
                              compact_mode="compact", capacity=50 * SEG)
     try:
-        await store.create_namespace("kvns")
-        for i in range(8):
-            await store.put("kvns", f"c{i}".encode(), block(i, 512 * KiB))
-        await store.flush()
-        hot = await store.get("kvns", b"c0")
+        hot = await mostly_dead_segment(store)
         written = store.head("kvns", b"c0").written_at  # type: ignore[union-attr]
-        for i in range(1, 7):  # delete most: live ratio 2/8
-            await store.delete("kvns", f"c{i}".encode())
         accepted = store.stats.bytes_accepted
         await store.evict_now()  # this round, or the background one it waited for
         assert store.stats.evictions >= 1
