@@ -73,6 +73,8 @@ class SegmentWriter:
         self._slots = UploadSlots(settings.max_parts_in_flight,
                                   settings.parts_in_flight_reading, reads_waiting)
         self._tasks: set[asyncio.Task[None]] = set()
+        # tombstones standing for a failed segment's entries, for the next segment to hold
+        self._unrecorded: dict[tuple[str, bytes], layout.Entry] = {}
         self.health = BackendHealth(backend, stats)
         self.make_room: Callable[[], Awaitable[None]] | None = None  # the store's evictor
 
@@ -291,6 +293,9 @@ class SegmentWriter:
         self._in_memory[info.seg_id] = seg
         if current:
             self._current = seg
+            for entry in self._unrecorded.values():
+                self.enter(seg, entry, 0, 0)
+            self._unrecorded.clear()
         return seg
 
     def _uploader_done(self, seg: OpenSegment, task: asyncio.Task[None]) -> None:
@@ -350,6 +355,14 @@ class SegmentWriter:
         self.health.mark_down(f"{type(exc).__name__}: {exc}")
         log.error("segment.failed", segment=info.name, blocks=len(seg.entries), error=str(exc))
         self.on_failed(info)
+        # What its entries hid stays hidden: its blocks and deletes are lost (the index forgot
+        # them), and a tombstone for each, stamped as it was, goes into the next segment, so
+        # that no restart serves an older version of them from an older segment.
+        for e in seg.entries:
+            seen = self._unrecorded.get((e.namespace, e.key))
+            if seen is None or seen.written_at < e.written_at:
+                self._unrecorded[e.namespace, e.key] = layout.Entry(
+                    e.namespace, e.key, 0, 0, 0, 0, 0, e.written_at, layout.FLAG_TOMBSTONE)
         err = exc if isinstance(exc, BackendError) else BackendUnavailable(str(exc))
         if not seg.done.done():
             seg.done.set_exception(err)

@@ -151,3 +151,55 @@ async def test_a_delete_that_cannot_be_recorded_is_refused_and_the_block_stays(
     finally:
         await store.close()
         await backend.close()
+
+
+class _FailingSegments:
+    """The file backend underneath; while ``failing``, writes of segment objects fail (not
+    transient: the upload gives up at once), as a backend that lost a segment's upload."""
+
+    def __init__(self, inner: FileBackend) -> None:
+        self._inner = inner
+        self.failing = False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    async def put_object(self, key: str, data: object) -> None:
+        if self.failing and key.startswith("segments/"):
+            raise BackendError(f"PUT {key}: injected failure")
+        await self._inner.put_object(key, data)  # type: ignore[arg-type]
+
+
+async def test_what_a_failed_segment_hid_stays_hidden_after_a_restart(tmp_path: Path) -> None:
+    """A segment whose upload failed loses its write-back blocks and deletes (the index forgot
+    them); a restart must not serve older versions of them from older segments instead: the
+    overwritten block's old value, the deleted block. Its entries' tombstones go into the next
+    segment."""
+    inner = await FileBackend(tmp_path / "store").open()
+    backend = _FailingSegments(inner)
+    store = await open_store(backend, seal_after=30)  # type: ignore[arg-type]
+    try:
+        await store.create_namespace("kvns")
+        await store.put("kvns", b"k", b"old" * 100)
+        await store.put("kvns", b"j", b"j" * 100)
+        await store.flush()  # A
+        await store.put("kvns", b"k", b"new" * 100)
+        await store.delete("kvns", b"j")
+        backend.failing = True
+        with pytest.raises(BackendError):
+            await store.flush()  # F fails: k's new value and j's delete are lost
+        backend.failing = False
+        assert await store.get("kvns", b"k") is None and await store.get("kvns", b"j") is None
+        deadline = time.monotonic() + 10
+        while not store.writer.health.healthy:  # the probe finds the backend up
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        await store.put("kvns", b"x", b"x" * 100)
+        await store.close()
+        store = await open_store(backend, seal_after=30)  # type: ignore[arg-type]
+        assert await store.get("kvns", b"k") is None  # not A's old value
+        assert await store.get("kvns", b"j") is None  # not back
+        assert await store.get("kvns", b"x") == b"x" * 100
+    finally:
+        await store.close()
+        await inner.close()
