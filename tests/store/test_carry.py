@@ -25,7 +25,8 @@ async def _restart(store: BlockStore, backend: Backend, **over: object) -> Block
     return await open_store(backend, seal_after=30, **over)
 
 
-async def test_a_deleted_block_stays_deleted_after_its_segment_goes(backend: Backend) -> None:
+async def test_a_deleted_block_stays_deleted_after_its_segment_goes(any_backend: Backend) -> None:
+    backend = any_backend
     store = await open_store(backend, seal_after=30)
     try:
         await tombstone_in_a_dead_segment(store, NS)  # A: k1, k2; B (dead): k3, tombstones
@@ -43,7 +44,8 @@ async def test_a_deleted_block_stays_deleted_after_its_segment_goes(backend: Bac
         await store.close()
 
 
-async def test_a_deleted_bucket_stays_deleted_after_its_segments_go(backend: Backend) -> None:
+async def test_a_deleted_bucket_stays_deleted_after_its_segments_go(any_backend: Backend) -> None:
+    backend = any_backend
     store = await open_store(backend, seal_after=30)
     try:
         await store.create_namespace(NS)
@@ -64,7 +66,8 @@ async def test_a_deleted_bucket_stays_deleted_after_its_segments_go(backend: Bac
         await store.close()
 
 
-async def test_an_evicted_overwrite_does_not_bring_the_old_value_back(backend: Backend) -> None:
+async def test_an_evicted_overwrite_does_not_bring_the_old_value_back(any_backend: Backend) -> None:
+    backend = any_backend
     over = {"capacity": 4 * SEG, "compact_threshold": 0.5, "compact_mode": "drop"}
     store = await open_store(backend, seal_after=30, **over)
     try:
@@ -86,7 +89,8 @@ async def test_an_evicted_overwrite_does_not_bring_the_old_value_back(backend: B
         await store.close()
 
 
-async def test_carried_tombstones_go_once_nothing_older_is_left(backend: Backend) -> None:
+async def test_carried_tombstones_go_once_nothing_older_is_left(any_backend: Backend) -> None:
+    backend = any_backend
     store = await open_store(backend, seal_after=30)
     try:
         await tombstone_in_a_dead_segment(store, NS)  # A: k1, k2; B (dead): k3, tombstones
@@ -104,7 +108,8 @@ async def test_carried_tombstones_go_once_nothing_older_is_left(backend: Backend
         await store.close()
 
 
-async def test_segments_going_oldest_first_carry_nothing(backend: Backend) -> None:
+async def test_segments_going_oldest_first_carry_nothing(any_backend: Backend) -> None:
+    backend = any_backend
     store = await open_store(backend, seal_after=30)
     try:
         await store.create_namespace(NS)
@@ -124,7 +129,8 @@ async def test_segments_going_oldest_first_carry_nothing(backend: Backend) -> No
         await store.close()
 
 
-async def test_carriers_still_needed_are_merged_into_one(backend: Backend) -> None:
+async def test_carriers_still_needed_are_merged_into_one(any_backend: Backend) -> None:
+    backend = any_backend
     """An old segment with a live block keeps every later tombstone needed (it could hide an
     older put), so carriers pile up, one per dead segment deleted; past MERGE_CARRIERS a round
     merges them into one, and the deleted blocks stay deleted across a restart."""
