@@ -1,7 +1,8 @@
 """Deleting a segment never lets a restart bring back what its entries hid (carry.py): a deleted
 block, a deleted bucket's blocks, an overwritten block's older value. The tombstones are
 written again first, into a small segment of their own, and that segment goes once nothing
-older is left for them to hide. Each scenario restarts the store on the same backend."""
+older is left for them to hide. Each scenario restarts the store on the same backend: moto, a
+directory, and Ceph RGW with ``--rgw`` (``any_backend``)."""
 
 from __future__ import annotations
 
