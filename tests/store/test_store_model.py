@@ -143,4 +143,4 @@ def test_store_against_a_model(machine: type[StoreModel], long_run: bool,
     monkeypatch.setattr(eviction, "MERGE_CARRIERS", 1)  # carriers merged as soon as two wait
     run_state_machine_as_test(machine, settings=settings(
         max_examples=300 if long_run else 60, stateful_step_count=40, deadline=None,
-        derandomize=not long_run, suppress_health_check=list(HealthCheck)))
+        derandomize=not long_run, database=None, suppress_health_check=list(HealthCheck)))
