@@ -65,11 +65,7 @@ def carried(manifest: layout.Manifest, seg_id: int, namespaces: Mapping[str, int
     one per key whose newest entry in the segment is newer than ``floor`` and still hides
     something (the module's docstring)."""
     newest: dict[tuple[str, bytes], layout.Entry] = {}
-    for e in manifest.entries:
-        if e.written_at > floor:
-            seen = newest.get((e.namespace, e.key))
-            if seen is None or seen.written_at < e.written_at:
-                newest[e.namespace, e.key] = e
+    layout.keep_newest((e for e in manifest.entries if e.written_at > floor), newest)
     out: list[layout.Entry] = []
     for (ns, key), e in newest.items():
         nid = namespaces.get(ns)
@@ -79,6 +75,5 @@ def carried(manifest: layout.Manifest, seg_id: int, namespaces: Mapping[str, int
         else:
             keep = current is not None and current.segment == seg_id
         if keep:
-            out.append(layout.Entry(ns, key, 0, 0, 0, 0, 0, e.written_at,
-                                    layout.FLAG_TOMBSTONE))
+            out.append(layout.tombstone_for(ns, key, e.written_at))
     return out

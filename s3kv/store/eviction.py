@@ -281,10 +281,8 @@ class Evictor:
             except IntegrityError as exc:  # recovery skips such a segment: it hides nothing
                 log.warning("eviction.manifest_unreadable", segment=seg.name, error=str(exc))
                 continue
-            for e in carried(manifest, seg.seg_id, cat.namespaces, cat.index, floor):
-                seen = tombs.get((e.namespace, e.key))
-                if seen is None or seen.written_at < e.written_at:
-                    tombs[e.namespace, e.key] = e
+            layout.keep_newest(carried(manifest, seg.seg_id, cat.namespaces, cat.index,
+                                       floor), tombs)
         if tombs:
             await self.writer.write_entries(list(tombs.values()))
             self.stats.tombstones_carried += len(tombs)

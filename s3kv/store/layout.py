@@ -12,7 +12,7 @@ All integers little-endian. Checksums are CRC-32 (zlib polynomial).
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -87,6 +87,20 @@ class Entry(NamedTuple):
     @property
     def tombstone(self) -> bool:
         return bool(self.flags & FLAG_TOMBSTONE)
+
+
+def tombstone_for(namespace: str, key: bytes, written_at: float = 0.0) -> Entry:
+    """A tombstone of ``key`` stamped ``written_at`` (0: stamped when it is appended)."""
+    return Entry(namespace, key, 0, 0, 0, 0, 0, written_at, FLAG_TOMBSTONE)
+
+
+def keep_newest(entries: Iterable[Entry], into: dict[tuple[str, bytes], Entry]) -> None:
+    """Into ``into``, by (namespace, key), the newest of ``entries`` and of what it holds:
+    the one entry of each key that last writer wins leaves standing."""
+    for e in entries:
+        seen = into.get((e.namespace, e.key))
+        if seen is None or seen.written_at < e.written_at:
+            into[e.namespace, e.key] = e
 
 
 @dataclass

@@ -314,8 +314,7 @@ class BlockStore:
         nid = self.ns_id(namespace)
         if self.index.get(nid, key) is None:
             return False
-        tomb = layout.Entry(namespace, key, 0, 0, 0, 0, 0, 0.0, layout.FLAG_TOMBSTONE)
-        placed = (await self.writer.append(tomb, b""))[1]
+        placed = (await self.writer.append(layout.tombstone_for(namespace, key), b""))[1]
         old = self.index.get(nid, key)
         if old is None or old.written_at > placed.written_at:
             return False  # deleted meanwhile, or written again after the tombstone

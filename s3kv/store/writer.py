@@ -270,7 +270,8 @@ class SegmentWriter:
     async def write_entries(self, entries: Sequence[layout.Entry]) -> None:
         """A segment of its own for entries without bytes (the tombstones a deleted segment
         leaves behind: carry.py), sealed at once; returns once it is on the backend, raises
-        BackendError if it could not be written. It takes no writes: the segment that does
+        Backpressure (the backend is marked down) or BackendError if it could not be
+        written. It takes no writes: the segment that does
         neither waits for it nor is sealed early for it."""
         self.health.check()
         seg = self._open_segment(current=False)
@@ -358,11 +359,8 @@ class SegmentWriter:
         # What its entries hid stays hidden: its blocks and deletes are lost (the index forgot
         # them), and a tombstone for each, stamped as it was, goes into the next segment, so
         # that no restart serves an older version of them from an older segment.
-        for e in seg.entries:
-            seen = self._unrecorded.get((e.namespace, e.key))
-            if seen is None or seen.written_at < e.written_at:
-                self._unrecorded[e.namespace, e.key] = layout.Entry(
-                    e.namespace, e.key, 0, 0, 0, 0, 0, e.written_at, layout.FLAG_TOMBSTONE)
+        layout.keep_newest((layout.tombstone_for(e.namespace, e.key, e.written_at)
+                            for e in seg.entries), self._unrecorded)
         err = exc if isinstance(exc, BackendError) else BackendUnavailable(str(exc))
         if not seg.done.done():
             seg.done.set_exception(err)
