@@ -126,8 +126,10 @@ class Recovery:
             info.length = m.segment_length
             info.sealed_at = info.last_access = info.created_at = m.created_at
             info.block_bytes = sum(e.length for e in m.entries if not e.tombstone)
-            for e in m.entries:
-                info.saw(e.written_at)
+            if m.entries:  # the range of its stamps, in C (a call per entry: 4x the time)
+                stamps = [e.written_at for e in m.entries]
+                info.saw(min(stamps))
+                info.saw(max(stamps))
             stream.extend((e.written_at, info.seg_id, e) for e in m.entries)
         stream.sort(key=lambda t: (t[0], t[1]))
         lost: set[str] = set()
