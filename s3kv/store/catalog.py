@@ -35,6 +35,8 @@ class Catalog:
         self.namespaces: dict[str, int] = {}
         self.namespace_codecs: dict[str, CodecSpec] = {}
         self.namespace_created: dict[str, float] = {}
+        #: each deleted name's latest deletion (s3kv/store/namespaces.py)
+        self.deleted: dict[str, float] = {}
         self._top = 0  # the highest namespace id given out
 
     # ---- namespaces ---------------------------------------------------------------------
@@ -73,6 +75,25 @@ class Catalog:
         self.namespace_codecs.pop(name, None)
         self.namespace_created.pop(name, None)
         return nid
+
+    def hides(self, name: str, written_at: float) -> bool:
+        """Whether an entry of namespace ``name`` stamped ``written_at`` belongs to a deleted
+        namespace: stamped up to its deletion, or while the name stays deleted."""
+        stamp = self.deleted.get(name)
+        return stamp is not None and (written_at <= stamp or name not in self.namespaces)
+
+    def delete_namespace(self, name: str, stamp: float) -> int | None:
+        """A deletion stamped ``stamp`` became known: a namespace created before it goes with
+        every block it holds. Returns the id it had (None: nothing went)."""
+        self.deleted[name] = max(stamp, self.deleted.get(name, stamp))
+        if name not in self.namespaces or self.namespace_created[name] >= stamp:
+            return None
+        nid = self.namespaces[name]
+        for e in self.index.live_entries(nid):
+            held = self.index.entry(int(e))
+            if held is not None:
+                self.remove(nid, held[1])
+        return self.drop_namespace(name)
 
     # ---- blocks -------------------------------------------------------------------------
     def put(self, nid: int, key: bytes, loc: Location) -> None:

@@ -14,23 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from s3kv.backends.base import Backend, ObjectInfo
 from s3kv.errors import (
     BackendError,
     IntegrityError,
-    InvalidInput,
     ObjectMissing,
     TooManyNamespaces,
 )
 from s3kv.log import get_logger
 from s3kv.store import layout
 from s3kv.store.catalog import Catalog
-from s3kv.store.codecs import parse_codec_spec
 from s3kv.store.index import Location
+from s3kv.store.namespaces import NamespaceRecords
 from s3kv.store.segments import (
     SegmentState,
     name_from_key,
@@ -86,14 +84,18 @@ async def load_manifest(backend: Backend, prefix: str, name: str, size: int,
 
 class Recovery:
     def __init__(self, backend: Backend, prefix: str, catalog: Catalog, node_id: str,
-                 sync_interval: float) -> None:
+                 sync_interval: float, records: NamespaceRecords,
+                 on_deleted: Callable[[int], None] = lambda nid: None) -> None:
         """``node_id``: this node's (its unfinished uploads are a crash's); ``sync_interval``:
-        seconds between looks at other replicas' segments (0: never)."""
+        seconds between looks at other replicas' segments (0: never); ``on_deleted``: called
+        with the id of a namespace another replica deleted, once it is gone from the catalog."""
         self.backend = backend
         self.prefix = prefix
         self.catalog = catalog
         self.node_id = node_id
         self.sync_interval = sync_interval
+        self.records = records
+        self.on_deleted = on_deleted
 
     # ---- listing ------------------------------------------------------------------------
     async def _list(self, kind: str) -> dict[str, ObjectInfo]:
@@ -134,6 +136,8 @@ class Recovery:
         stream.sort(key=lambda t: (t[0], t[1]))
         lost: set[str] = set()
         for _, seg_id, e in stream:
+            if cat.hides(e.namespace, e.written_at):  # of a deleted namespace
+                continue
             try:
                 nid = cat.register_namespace(e.namespace)
             except TooManyNamespaces:  # more than the index holds (replicas created them)
@@ -155,6 +159,7 @@ class Recovery:
     # ---- start --------------------------------------------------------------------------
     async def rebuild(self) -> None:
         started = time.monotonic()
+        self.catalog.deleted.update(await self.records.deletions())
         await self._load_namespaces()
         recorded = set(self.catalog.namespaces)
         segs = await self._list("segments")
@@ -181,18 +186,23 @@ class Recovery:
                 log.info("namespace.deleted_earlier", namespace=name)
 
     async def _load_namespaces(self, known: Collection[str] = ()) -> None:
-        """Register the namespaces whose records are on the backend, but the ``known`` ones."""
-        start = f"{self.prefix}namespaces/"
-        for obj in await self.backend.list_objects(start):
-            if obj.key[len(start):].removesuffix(".json") in known:
-                continue
+        """Register the namespaces whose records are on the backend, but the ``known`` ones
+        and those deleted since their record was written."""
+        for r in await self.records.read(known, self.catalog.deleted):
             try:
-                record = json.loads(await self.backend.get_object(obj.key))
-                self.catalog.register_namespace(
-                    str(record["name"]), parse_codec_spec(str(record.get("codec", "none"))),
-                    float(record.get("created_at", 0.0)))
-            except (ValueError, KeyError, BackendError, InvalidInput) as exc:
-                log.warning("namespace.unreadable", key=obj.key, error=str(exc))
+                self.catalog.register_namespace(r.name, r.codec, r.created_at)
+            except TooManyNamespaces as exc:
+                log.warning("namespace.no_room", namespace=r.name, error=str(exc))
+
+    async def _learn_deletions(self) -> None:
+        """Drop the namespaces other replicas deleted (with every block held in them)."""
+        cat = self.catalog
+        for name, stamp in (await self.records.deletions()).items():
+            if stamp > cat.deleted.get(name, float("-inf")):
+                nid = cat.delete_namespace(name, stamp)
+                if nid is not None:
+                    self.on_deleted(nid)
+                    log.info("namespace.deleted_elsewhere", namespace=name)
 
     async def _abort_orphans(self) -> None:
         own = f"{self.prefix}segments/{self.node_id}/"
@@ -213,9 +223,11 @@ class Recovery:
         """Load segments sealed by other replicas, forget vanished ones. Returns new segments."""
         cat = self.catalog
         listed_at = time.time()
-        # namespaces other replicas created, with their codecs; one whose record went stays
-        # served (a backend that lost its data loses every record: docs/reliability.md), and
-        # the next start forgets it if it holds no block
+        # namespaces other replicas deleted (a marker), then those they created, with their
+        # codecs; one whose record merely went stays served (a backend that lost its data
+        # loses every record: docs/reliability.md), and the next start forgets it if it holds
+        # no block
+        await self._learn_deletions()
         await self._load_namespaces(set(cat.namespaces))
         segs = await self._list("segments")
         sidecars = await self._list("manifests")

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
-import time
 from collections.abc import AsyncGenerator, Sequence
 from typing import NamedTuple
 
@@ -29,6 +27,7 @@ from s3kv.store.index import BlockIndex, Location
 from s3kv.store.ingest import prepare
 from s3kv.store.landing import LAND_MIN, Landing, reserve, reserve_now
 from s3kv.store.locate import Locator
+from s3kv.store.namespaces import NamespaceRecords
 from s3kv.store.open_segment import OpenSegment, Room
 from s3kv.store.recovery import Recovery
 from s3kv.store.segments import SegmentInfo, SegmentState, SegmentTable
@@ -70,8 +69,10 @@ class BlockStore:
             backend, prefix, self.catalog.index, self.catalog.segments, self.dram, self.writer,
             self.stats, self.catalog.forget_segment, self.catalog.dead, settings.read_ahead,
             settings.max_read_memory)
+        self._records = NamespaceRecords(backend, prefix, self.writer.retry)
         self._recovery = Recovery(backend, prefix, self.catalog, self.writer.node_id,
-                                  settings.sync_interval)
+                                  settings.sync_interval, self._records,
+                                  self.dram.invalidate_namespace)
         self._evictor = Evictor(settings, backend, prefix, self.catalog, self.writer,
                                 self.stats, self)
         self.writer.make_room = self._evictor.make_room
@@ -160,21 +161,18 @@ class BlockStore:
             codec = self.settings.default_codec
         spec = parse_codec_spec(codec) if isinstance(codec, str) else codec
         self.catalog.free_id()  # refused before its record is written, if there is no room
-        created = time.time()
-        record = json.dumps({"name": name, "codec": spec.render(),
-                             "created_at": created}).encode()
-        await self.writer.retry.run(lambda: self.backend.put_object(
-            f"{self.prefix}namespaces/{name}.json", record))
-        self.stats.backend_bytes_written += len(record)
+        created, written = await self._records.create(name, spec)
+        self.stats.backend_bytes_written += written
         self.catalog.register_namespace(name, spec, created)
 
     async def delete_namespace(self, name: str) -> None:
+        """Delete an empty namespace, for every replica (s3kv/store/namespaces.py)."""
         nid = self.ns_id(name)
         if self.index.count_namespace(nid):
             raise NamespaceNotEmpty(f"namespace {name!r} is not empty")
-        await self.writer.retry.run(lambda: self.backend.delete_objects(
-            [f"{self.prefix}namespaces/{name}.json"]))
-        self.catalog.drop_namespace(name)
+        stamp = await self._records.delete(name)
+        if self.catalog.delete_namespace(name, stamp) is None:  # created "after" (a clock step)
+            self.catalog.drop_namespace(name)
         self.dram.invalidate_namespace(nid)
 
     def list_namespaces(self) -> list[str]:

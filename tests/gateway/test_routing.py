@@ -11,10 +11,12 @@ import time
 import uuid
 
 import pytest
+from botocore.exceptions import ClientError
 
 from s3kv.client import S3KVClient
 from s3kv.routing import GatewaySet, resolve_all
 from tests.gateway.conftest import TOKEN, Gateway, backend_store
+from tests.support.gateway import gateway_client
 from tests.support.s3server import MotoServer, free_port
 
 SEAL_AFTER = 2.0
@@ -120,6 +122,31 @@ async def test_own_writes_at_once_others_after_seal_and_sync(pair: list[Gateway]
             assert time.monotonic() - written < SEAL_AFTER + SYNC + 10, "B never saw A's writes"
             await asyncio.sleep(0.1)
         assert await only_b.get_many("homes", on_a) == [blocks[k] for k in on_a]
+
+
+def test_a_bucket_deleted_through_one_gateway_is_gone_through_the_other(pair: list[Gateway]
+                                                                      ) -> None:
+    """S3 clients on both replicas: B answers NoSuchBucket within a sync of A's DeleteBucket,
+    for reads and writes, and lists it no more (before, B served it until it restarted)."""
+    a, b = (gateway_client(g.endpoint) for g in pair)
+    a.create_bucket(Bucket="gone-soon")
+    deadline = time.monotonic() + SYNC + 10
+    while "gone-soon" not in [x["Name"] for x in b.list_buckets()["Buckets"]]:
+        assert time.monotonic() < deadline, "B never learnt the bucket"
+        time.sleep(0.1)
+    b.put_object(Bucket="gone-soon", Key="k", Body=b"v")
+    b.delete_object(Bucket="gone-soon", Key="k")
+    a.delete_bucket(Bucket="gone-soon")
+    deadline = time.monotonic() + SYNC + 10
+    while "gone-soon" in [x["Name"] for x in b.list_buckets()["Buckets"]]:
+        assert time.monotonic() < deadline, "B still serves the deleted bucket"
+        time.sleep(0.1)
+    for call in (lambda: b.put_object(Bucket="gone-soon", Key="k2", Body=b"v"),
+                 lambda: b.get_object(Bucket="gone-soon", Key="k"),
+                 lambda: b.list_objects_v2(Bucket="gone-soon")):
+        with pytest.raises(ClientError) as err:
+            call()
+        assert err.value.response["Error"]["Code"] == "NoSuchBucket"
 
 
 async def test_a_dead_gateway_is_misses_and_its_writes_go_to_the_next(pair: list[Gateway]
