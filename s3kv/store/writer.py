@@ -227,6 +227,7 @@ class SegmentWriter:
         except BackendError as exc:
             log.error("writer.close_flush_failed", error=str(exc))
         finally:
+            await self._write_unrecorded()
             self.health.close()
             for seg in list(self._in_memory.values()):
                 if not seg.entries and not seg.landing and seg.uploader is not None:
@@ -274,11 +275,27 @@ class SegmentWriter:
         written. It takes no writes: the segment that does
         neither waits for it nor is sealed early for it."""
         self.health.check()
+        await self._standalone(entries, "carried")
+
+    async def _standalone(self, entries: Sequence[layout.Entry], reason: str) -> None:
         seg = self._open_segment(current=False)
         for entry in entries:
             self.enter(seg, entry, 0, 0)
-        self._seal_soon(seg, "carried")
+        self._seal_soon(seg, reason)
         await seg.done
+
+    async def _write_unrecorded(self) -> None:
+        """At close: the tombstones of failed segments that no segment took yet (none opened
+        since), in a segment of their own, tried even while the backend is marked down:
+        nothing else would write them before the next start."""
+        if not self._unrecorded:
+            return
+        entries = list(self._unrecorded.values())
+        self._unrecorded.clear()
+        try:
+            await self._standalone(entries, "close")
+        except BackendError as exc:
+            log.error("writer.tombstones_lost", entries=len(entries), error=str(exc))
 
     def _open_segment(self, current: bool = True) -> OpenSegment:
         self._seq += 1

@@ -203,3 +203,30 @@ async def test_what_a_failed_segment_hid_stays_hidden_after_a_restart(tmp_path: 
     finally:
         await store.close()
         await inner.close()
+
+
+async def test_what_a_failed_segment_hid_stays_hidden_when_the_store_closes_next(
+        tmp_path: Path) -> None:
+    """No segment opens between the failure and the close (nothing written): the close writes
+    the tombstones in a segment of their own, as the next segment would have taken them."""
+    inner = await FileBackend(tmp_path / "store").open()
+    backend = _FailingSegments(inner)
+    store = await open_store(backend, seal_after=30)  # type: ignore[arg-type]
+    try:
+        await store.create_namespace("kvns")
+        await store.put("kvns", b"k", b"old" * 100)
+        await store.put("kvns", b"j", b"j" * 100)
+        await store.flush()
+        await store.put("kvns", b"k", b"new" * 100)
+        await store.delete("kvns", b"j")
+        backend.failing = True
+        with pytest.raises(BackendError):
+            await store.flush()
+        backend.failing = False  # back, but the store is marked down and closes before a probe
+        await store.close()
+        store = await open_store(backend, seal_after=30)  # type: ignore[arg-type]
+        assert await store.get("kvns", b"k") is None
+        assert await store.get("kvns", b"j") is None
+    finally:
+        await store.close()
+        await inner.close()
