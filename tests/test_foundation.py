@@ -90,7 +90,7 @@ def test_serve_on_a_backend_it_cannot_reach_says_so_and_leaves_nothing_open() ->
                            "--store", "s3://b/p?endpoint=http://127.0.0.1:1"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
-    assert "s3kv serve: error: LIST p/namespaces/" in proc.stderr, proc.stderr
+    assert "s3kv serve: error: LIST p/deleted-namespaces/" in proc.stderr, proc.stderr
     assert "Could not connect" in proc.stderr and "Unclosed" not in proc.stderr, proc.stderr
 
 
