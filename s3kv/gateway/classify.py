@@ -93,6 +93,7 @@ OPERATIONS: tuple[Operation, ...] = (
     _op("HeadObject", "HEAD", _O, "", "partNumber versionId", extra=RESPONSE_OVERRIDES,
         values=_NULL_VERSION),
     _op("DeleteObject", "DELETE", _O, "", "versionId", values=_NULL_VERSION),
+    _op("GetObjectAttributes", "GET", _O, "attributes", "versionId", values=_NULL_VERSION),
     _op("CreateMultipartUpload", "POST", _O, "uploads"),
     _op("UploadPart", "PUT", _O, "uploadId partNumber"),
     _op("CompleteMultipartUpload", "POST", _O, "uploadId"),

@@ -1,14 +1,14 @@
 """S3 object operations: PutObject, GetObject (ranges, partNumber), HeadObject, DeleteObject,
-and the multipart calls and CopyObject (delegated to multipart.py and copy.py). Object
-attributes (ETag, content headers, user metadata, checksum) come from objattrs.py,
-preconditions from conditions.py."""
+and the multipart calls, CopyObject and GetObjectAttributes (delegated to multipart.py,
+copy.py and s3_attributes.py). Object attributes (ETag, content headers, user metadata,
+checksum) come from objattrs.py, preconditions from conditions.py."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
 from s3kv.errors import RequestError
-from s3kv.gateway import copy, multipart, multipart_listing, objattrs
+from s3kv.gateway import copy, multipart, multipart_listing, objattrs, s3_attributes
 from s3kv.gateway.bodies import Destination, read_body
 from s3kv.gateway.chunked import BodySender
 from s3kv.gateway.conditions import NOT_MODIFIED, check_read, check_write, is_conditional_write
@@ -39,6 +39,9 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
     if m == "PUT":
         request["op"] = "PutObject"
         return await put_object(request, st, t)
+    if m == "GET" and "attributes" in q:
+        request["op"] = "GetObjectAttributes"
+        return await s3_attributes.get_object_attributes(request, st, t)
     if m in ("GET", "HEAD"):
         request["op"] = "GetObject" if m == "GET" else "HeadObject"
         return await get_object(request, st, t, head=m == "HEAD")

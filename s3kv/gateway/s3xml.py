@@ -335,6 +335,29 @@ def copy_result(root: str, etag: str, last_modified: float,
                 _checksum_elements(checksum))
 
 
+@dataclass(frozen=True)
+class AttributesAnswer:
+    """GetObjectAttributes' answer: each field None when not asked for (or, for ``parts``,
+    when the object is not multipart); ``parts``: (total, marker, next marker, max, truncated)."""
+    etag: str | None = None  # unquoted
+    checksum: tuple[str, str, str] | None = None
+    parts: tuple[int, int, int, int, bool] | None = None
+    storage_class: str | None = None
+    size: int | None = None
+
+
+def object_attributes(a: AttributesAnswer) -> bytes:
+    """GetObjectAttributesResponse, in S3's element order."""
+    parts = "" if a.parts is None else "<ObjectParts>" + "".join(_el(n, v) for n, v in zip(
+        ("PartsCount", "PartNumberMarker", "NextPartNumberMarker", "MaxParts", "IsTruncated"),
+        a.parts, strict=True)) + "</ObjectParts>"
+    return _doc("GetObjectAttributesResponse", "".join((
+        "" if a.etag is None else _el("ETag", a.etag),
+        "" if a.checksum is None else f"<Checksum>{_checksum_elements(a.checksum)}</Checksum>",
+        parts, "" if a.storage_class is None else _el("StorageClass", a.storage_class),
+        "" if a.size is None else _el("ObjectSize", a.size))))
+
+
 def versioning_configuration() -> bytes:
     """GetBucketVersioning of a bucket whose versioning was never enabled (no Status)."""
     return _doc("VersioningConfiguration", "")

@@ -1,11 +1,11 @@
 """The store against a model (hypothesis): random puts, overwrites, deletes, flushes, eviction
-rounds and restarts on the same directory, checked after every step, and a second store on the
-same directory (a replica) that syncs now and then. A block read back is always its latest
-value and a deleted one is never read again, across restarts and on the replica too. Without a
-capacity budget every live block reads back; with one (dropping or compacting mostly-dead
-segments, in the background too) a block may be evicted, and once missing it stays missing.
-Carriers of tombstones are merged as soon as two wait. CI runs a few derandomized sequences;
-``--long`` runs hundreds."""
+rounds, restarts on the same directory and the namespace deleted and created anew, checked
+after every step, and a second store on the same directory (a replica) that syncs now and then.
+A block read back is always its latest value and a deleted one is never read again, across
+restarts and on the replica too. Without a capacity budget every live block reads back; with
+one (dropping or compacting mostly-dead segments, in the background too) a block may be
+evicted, and once missing it stays missing. Carriers of tombstones are merged as soon as two
+wait. CI runs a few derandomized sequences; ``--long`` runs hundreds."""
 
 from __future__ import annotations
 
@@ -73,6 +73,16 @@ class StoreModel(RuleBasedStateMachine):
     def delete(self, k: bytes) -> None:
         self.run(self.store.delete(NS, k))
         self.latest[k] = None
+
+    @rule()
+    def bucket_anew(self) -> None:
+        """Every key deleted, the namespace deleted and created again under its name: it is
+        empty, on the replica after its sync too, and no restart brings an old block back."""
+        for k in KEYS:
+            self.run(self.store.delete(NS, k))
+        self.run(self.store.delete_namespace(NS))
+        self.run(self.store.create_namespace(NS))
+        self.latest = dict.fromkeys(KEYS)
 
     @rule()
     def flush(self) -> None:
