@@ -170,6 +170,21 @@ class _FailingSegments:
         await self._inner.put_object(key, data)  # type: ignore[arg-type]
 
 
+async def _a_segment_fails_over_k_and_j(store: BlockStore, backend: _FailingSegments) -> None:
+    """k and j in a segment A; then k overwritten and j deleted in a segment F whose upload
+    fails: k's new value and j's delete are lost. The backend is back afterwards."""
+    await store.create_namespace("kvns")
+    await store.put("kvns", b"k", b"old" * 100)
+    await store.put("kvns", b"j", b"j" * 100)
+    await store.flush()  # A
+    await store.put("kvns", b"k", b"new" * 100)
+    await store.delete("kvns", b"j")
+    backend.failing = True
+    with pytest.raises(BackendError):
+        await store.flush()  # F fails
+    backend.failing = False
+
+
 async def test_what_a_failed_segment_hid_stays_hidden_after_a_restart(tmp_path: Path) -> None:
     """A segment whose upload failed loses its write-back blocks and deletes (the index forgot
     them); a restart must not serve older versions of them from older segments instead: the
@@ -179,16 +194,7 @@ async def test_what_a_failed_segment_hid_stays_hidden_after_a_restart(tmp_path: 
     backend = _FailingSegments(inner)
     store = await open_store(backend, seal_after=30)  # type: ignore[arg-type]
     try:
-        await store.create_namespace("kvns")
-        await store.put("kvns", b"k", b"old" * 100)
-        await store.put("kvns", b"j", b"j" * 100)
-        await store.flush()  # A
-        await store.put("kvns", b"k", b"new" * 100)
-        await store.delete("kvns", b"j")
-        backend.failing = True
-        with pytest.raises(BackendError):
-            await store.flush()  # F fails: k's new value and j's delete are lost
-        backend.failing = False
+        await _a_segment_fails_over_k_and_j(store, backend)
         assert await store.get("kvns", b"k") is None and await store.get("kvns", b"j") is None
         deadline = time.monotonic() + 10
         while not store.writer.health.healthy:  # the probe finds the backend up
@@ -213,17 +219,8 @@ async def test_what_a_failed_segment_hid_stays_hidden_when_the_store_closes_next
     backend = _FailingSegments(inner)
     store = await open_store(backend, seal_after=30)  # type: ignore[arg-type]
     try:
-        await store.create_namespace("kvns")
-        await store.put("kvns", b"k", b"old" * 100)
-        await store.put("kvns", b"j", b"j" * 100)
-        await store.flush()
-        await store.put("kvns", b"k", b"new" * 100)
-        await store.delete("kvns", b"j")
-        backend.failing = True
-        with pytest.raises(BackendError):
-            await store.flush()
-        backend.failing = False  # back, but the store is marked down and closes before a probe
-        await store.close()
+        await _a_segment_fails_over_k_and_j(store, backend)
+        await store.close()  # the backend is back, but the store is marked down: no probe yet
         store = await open_store(backend, seal_after=30)  # type: ignore[arg-type]
         assert await store.get("kvns", b"k") is None
         assert await store.get("kvns", b"j") is None
