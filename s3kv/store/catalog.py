@@ -78,9 +78,12 @@ class Catalog:
 
     def hides(self, name: str, written_at: float) -> bool:
         """Whether an entry of namespace ``name`` stamped ``written_at`` belongs to a deleted
-        namespace: stamped up to its deletion, or while the name stays deleted."""
-        stamp = self.deleted.get(name)
-        return stamp is not None and (written_at <= stamp or name not in self.namespaces)
+        namespace: the name was deleted, and it either stays deleted or was created anew
+        after the entry (which another replica took before it learnt of the deletion)."""
+        if name not in self.deleted:
+            return False
+        created = self.namespace_created.get(name)
+        return created is None or written_at < created
 
     def delete_namespace(self, name: str, stamp: float) -> int | None:
         """A deletion stamped ``stamp`` became known: a namespace created before it goes with

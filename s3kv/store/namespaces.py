@@ -6,11 +6,12 @@ time), written before the namespace is used. Deleting one writes a marker first,
 every deletion without a GET), then removes the record and the name's older markers.
 
 A marker newer than a namespace's record deletes it, on every replica at its next scan and at
-every start: its entries stamped up to the marker belong to the deleted namespace and never
-count again (a namespace created anew under the name starts empty), and while no newer record
-exists neither do later ones (writes another replica took before it learnt of the deletion:
-the deletion wins, as one S3 bucket's would). A record that merely goes missing deletes
-nothing: a backend that lost its data loses every record too (docs/reliability.md).
+every start. Once a name has a marker, its entries count only if stamped after the creation of
+the namespace that now holds the name: none while it stays deleted, and a namespace created
+anew under the name starts empty, without the old one's blocks or the writes another replica
+took into the old one before it learnt of the deletion (the deletion wins, as one S3
+bucket's would). A record that merely goes missing deletes nothing: a backend that lost its
+data loses every record too (docs/reliability.md).
 """
 
 from __future__ import annotations

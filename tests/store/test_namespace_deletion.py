@@ -64,13 +64,15 @@ async def test_a_name_created_anew_starts_empty_on_every_replica(any_backend: Ba
         await b.put(NS, b"old", block(1, 64 * KiB))
         await b.flush()  # sealed; A has not synced, so NS is empty to A
         await a.delete_namespace(NS)
+        await b.put(NS, b"raced", block(3, 64 * KiB))  # B has not learnt of the deletion
+        await b.flush()
         await a.create_namespace(NS, "zstd:level=1")
         await a.put(NS, b"new", block(2, 64 * KiB))
         await a.flush()
         await b.recovery_sync()
         assert b.list_namespaces() == [NS]
         assert b.namespace_codecs[NS] == a.namespace_codecs[NS]
-        assert await b.get(NS, b"old") is None
+        assert await b.get(NS, b"old") is None and await b.get(NS, b"raced") is None
         assert await b.get(NS, b"new") == await a.get(NS, b"new")
     finally:
         await a.close()
@@ -78,7 +80,7 @@ async def test_a_name_created_anew_starts_empty_on_every_replica(any_backend: Ba
     again = await _replica(any_backend, "c")
     try:
         assert again.list_namespaces() == [NS]
-        assert await again.get(NS, b"old") is None
+        assert await again.get(NS, b"old") is None and await again.get(NS, b"raced") is None
         assert [m.key for m in (await again.list_blocks(NS))[0]] == [b"new"]  # type: ignore[union-attr]
     finally:
         await again.close()
