@@ -22,6 +22,7 @@ from s3kv.gateway import native, ops, s3_buckets, s3_objects
 from s3kv.gateway.access import check_namespace, credential_table
 from s3kv.gateway.classify import Level, check_headers, classify, hoisted, level_of
 from s3kv.gateway.metrics import GatewayMetrics
+from s3kv.gateway.reqkeys import AUTH, OP, REQUEST_ID
 from s3kv.gateway.requests import parse_target
 from s3kv.gateway.s3xml import XML, error_document
 from s3kv.gateway.state import STATE, GatewayState, MemoryBudget, state_of
@@ -37,7 +38,7 @@ log = get_logger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def _error_response(request: web.Request, err: RequestError) -> web.Response:
-    rid = request.get("request_id", "")
+    rid = request.get(REQUEST_ID, "")
     headers = {"x-amz-request-id": rid, **err.headers}
     if request.path.startswith("/v1/"):
         return web.json_response({"error": err.code, "message": str(err), "request_id": rid},
@@ -79,7 +80,7 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
 
 async def _shutting_down(request: web.Request) -> web.StreamResponse:
     """A request that arrived (on a kept-alive connection) after SIGTERM: go elsewhere."""
-    request["op"] = "ShuttingDown"
+    request[OP] = "ShuttingDown"
     raise RequestError("ServiceUnavailable", "The gateway is shutting down; retry on another "
                        "replica or after it restarts.", 503, {"Retry-After": "1"})
 
@@ -89,7 +90,7 @@ async def _handle(request: web.Request, handler: Handler,
     if st.shutting_down and request.path not in _OPS_PATHS:
         handler = _shutting_down
     rid = next_request_id()
-    request["request_id"] = rid
+    request[REQUEST_ID] = rid
     structlog.contextvars.bind_contextvars(request_id=rid)
     started = time.perf_counter()
     try:
@@ -115,7 +116,7 @@ async def _handle(request: web.Request, handler: Handler,
             resp = _error_response(request, RequestError(
                 "InternalError", "We encountered an internal error. Please try again.", 500))
     try:
-        op = request.get("op", "unknown")
+        op = request.get(OP, "unknown")
         elapsed = time.perf_counter() - started
         st.metrics.observe(op, resp.status, elapsed)
         # logged while request_id is still bound: every line of a request carries it; the
@@ -151,7 +152,7 @@ def _client_gone(request: web.Request) -> bool:
 async def s3_dispatch(request: web.Request) -> web.StreamResponse:
     st = state_of(request)
     target = parse_target(request, st.settings.domain)
-    request["auth"] = ops.authenticate(request, st, target.raw_path, target.raw_query,
+    request[AUTH] = ops.authenticate(request, st, target.raw_path, target.raw_query,
                                        bucket_in_host=target.bucket if target.virtual else "")
     if target.bucket:
         # before anything looks at the bucket: another credential's namespace (existing or
@@ -159,10 +160,10 @@ async def s3_dispatch(request: web.Request) -> web.StreamResponse:
         check_namespace(ops.caller(request), target.bucket)
     # the allow-list, before any handler: what it does not name is refused here, untouched
     params = query_params(target.raw_query)
-    request["op"] = "Unsupported"
+    request[OP] = "Unsupported"
     op = classify(request.method, level_of(target.bucket, target.key), params,
                   request.headers)
-    request["op"] = op.name
+    request[OP] = op.name
     check_headers(request.headers, hoisted(params))
     if op.level is Level.SERVICE:
         return await s3_buckets.list_buckets(request, st, target)
@@ -186,7 +187,7 @@ async def expect_continue(request: web.Request) -> None:
 async def _stamp_request_id(request: web.Request, response: web.StreamResponse) -> None:
     """Every answer names its request, a streamed one too (GetObject's head goes out before
     the middleware sees its response)."""
-    rid = request.get("request_id")
+    rid = request.get(REQUEST_ID)
     if rid and "x-amz-request-id" not in response.headers:
         response.headers["x-amz-request-id"] = rid
 

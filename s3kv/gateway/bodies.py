@@ -19,6 +19,7 @@ from aiohttp import web
 from s3kv.errors import RequestError
 from s3kv.gateway.payload import BodyReader, BodyResult
 from s3kv.gateway.protocol import S3RequestHandler
+from s3kv.gateway.reqkeys import AUTH
 from s3kv.gateway.s3xml_parse import MAX_XML_BYTES
 from s3kv.gateway.state import GatewayState
 from s3kv.gateway.takeover import BodyLanding, BodyTake, Sums
@@ -78,7 +79,7 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
     seconds, ...) with nothing reserved. ``heads``: the request's headers, if already indexed.
     """
     heads = heads if heads is not None else index_headers(request.headers)
-    reader = BodyReader(request.content, heads, request.get("auth"),
+    reader = BodyReader(request.content, heads, request.get(AUTH),
                         max_size=limit, md5=md5, crc=crc)
     declared = reader.declared_size
     reserved = st.budget.reserve(declared if declared is not None else limit)

@@ -31,6 +31,7 @@ from s3kv.gateway.body_headers import checksum_algorithm
 from s3kv.gateway.checksums import digest_b64, new_checksum
 from s3kv.gateway.conditions import check_write, is_conditional_write
 from s3kv.gateway.objattrs import Checksum, fast_etag, from_request, object_etag
+from s3kv.gateway.reqkeys import OP
 from s3kv.gateway.requests import Target, codec_of, durability, validate_key
 from s3kv.gateway.s3xml import (
     XML,
@@ -84,17 +85,17 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
     m = request.method
     if m == "PUT" and "partNumber" in t.query:
         copying = copy.SOURCE_HEADER in request.headers
-        request["op"] = "UploadPartCopy" if copying else "UploadPart"
+        request[OP] = "UploadPartCopy" if copying else "UploadPart"
         up = ups.get(upload_id, t)
         with up.working():
             return await (upload_part_copy if copying else upload_part)(request, st, t, up)
     if m == "POST":
-        request["op"] = "CompleteMultipartUpload"
+        request[OP] = "CompleteMultipartUpload"
         active = ups.active.get(upload_id)
         with active.working() if active is not None else contextlib.nullcontext():
             return await complete(request, st, t, upload_id, ups)
     if m == "DELETE":
-        request["op"] = "AbortMultipartUpload"
+        request[OP] = "AbortMultipartUpload"
         ups.get(upload_id, t)
         ups.drop(upload_id, st)
         return web.Response(status=204)

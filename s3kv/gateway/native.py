@@ -42,6 +42,7 @@ from s3kv.gateway import ops
 from s3kv.gateway.access import check_namespace, require_unrestricted
 from s3kv.gateway.bodies import Body, Destination, read_body, read_small
 from s3kv.gateway.chunked import ChunkSender
+from s3kv.gateway.reqkeys import AUTH, OP
 from s3kv.gateway.requests import codec_of, durability, validate_key
 from s3kv.gateway.s3_buckets import RESERVED
 from s3kv.gateway.state import GatewayState, state_of
@@ -82,7 +83,7 @@ def _auth(request: web.Request) -> GatewayState:
     store-wide endpoints (flush, stats) that it is unrestricted."""
     st = state_of(request)
     raw_path, _, raw_query = request.raw_path.partition("?")
-    request["auth"] = ops.authenticate(request, st, raw_path, raw_query)
+    request[AUTH] = ops.authenticate(request, st, raw_path, raw_query)
     ns = request.match_info.get("ns")
     if ns is None:
         require_unrestricted(ops.caller(request))
@@ -92,7 +93,7 @@ def _auth(request: web.Request) -> GatewayState:
 
 
 async def lookup(request: web.Request) -> web.StreamResponse:
-    request["op"] = "NativeLookup"
+    request[OP] = "NativeLookup"
     st = _auth(request)
     ns = request.match_info["ns"]
     keys = [validate_key(k) for k in _keys(await _json(request, st))]
@@ -101,7 +102,7 @@ async def lookup(request: web.Request) -> web.StreamResponse:
 
 
 async def batch_get(request: web.Request) -> web.StreamResponse:
-    request["op"] = "NativeBatchGet"
+    request[OP] = "NativeBatchGet"
     st = _auth(request)
     ns = request.match_info["ns"]
     names = _keys(await _json(request, st))
@@ -176,7 +177,7 @@ class _Run:
 
 
 async def locate(request: web.Request) -> web.StreamResponse:
-    request["op"] = "NativeLocate"
+    request[OP] = "NativeLocate"
     st = _auth(request)
     if not st.settings.direct_reads or not st.store.locator.possible:
         raise RequestError("NotImplemented", "Direct reads are off on this gateway: read the "
@@ -192,7 +193,7 @@ async def locate(request: web.Request) -> web.StreamResponse:
 
 
 async def batch_put(request: web.Request) -> web.StreamResponse:
-    request["op"] = "NativeBatchPut"
+    request[OP] = "NativeBatchPut"
     st = _auth(request)
     ns = request.match_info["ns"]
     st.store.ns_id(ns)
@@ -250,7 +251,7 @@ async def _put_framed(st: GatewayState, ns: str, body: Body, codec: CodecSpec | 
 
 
 async def create(request: web.Request) -> web.StreamResponse:
-    request["op"] = "NativeCreate"
+    request[OP] = "NativeCreate"
     st = _auth(request)
     ns = request.match_info["ns"]
     if ns in st.store.namespaces:
@@ -266,7 +267,7 @@ async def create(request: web.Request) -> web.StreamResponse:
 
 
 async def delete(request: web.Request) -> web.StreamResponse:
-    request["op"] = "NativeDelete"
+    request[OP] = "NativeDelete"
     st = _auth(request)
     ns = request.match_info["ns"]
     keys = [validate_key(k) for k in _keys(await _json(request, st))]
@@ -278,7 +279,7 @@ async def delete(request: web.Request) -> web.StreamResponse:
 
 
 async def list_keys(request: web.Request) -> web.StreamResponse:
-    request["op"] = "NativeList"
+    request[OP] = "NativeList"
     st = _auth(request)
     ns = request.match_info["ns"]
     doc = await _json(request, st)
@@ -295,14 +296,14 @@ async def list_keys(request: web.Request) -> web.StreamResponse:
 
 
 async def flush(request: web.Request) -> web.StreamResponse:
-    request["op"] = "NativeFlush"
+    request[OP] = "NativeFlush"
     st = _auth(request)
     await st.store.flush()
     return web.json_response({"sealed": True})
 
 
 async def stats(request: web.Request) -> web.StreamResponse:
-    request["op"] = "NativeStats"
+    request[OP] = "NativeStats"
     st = _auth(request)
     return web.json_response(st.store.summary())
 

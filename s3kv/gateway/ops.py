@@ -11,24 +11,23 @@ from aiohttp import web
 from s3kv.errors import BackendError, RequestError
 from s3kv.gateway.access import ANONYMOUS, Credential
 from s3kv.gateway.classify import hoisted
+from s3kv.gateway.reqkeys import CALLER, OP
 from s3kv.gateway.state import GatewayState, state_of
 from s3kv.wire import sigv2
 from s3kv.wire.sigv4_verify import AuthContext, has_auth, query_params
 
 READY_PROBE_TIMEOUT = 2.0
-#: where authenticate() leaves the request's credential
-CALLER = "s3kv_caller"
 
 
 async def healthz(request: web.Request) -> web.StreamResponse:
     """The process is alive and its event loop answers."""
-    request["op"] = "Healthz"
+    request[OP] = "Healthz"
     return web.json_response({"status": "ok"})
 
 
 async def readyz(request: web.Request) -> web.StreamResponse:
     """Ready: index loaded, backend reachable, not shutting down."""
-    request["op"] = "Readyz"
+    request[OP] = "Readyz"
     st = state_of(request)
     problems: list[str] = []
     if st.shutting_down:
@@ -48,7 +47,7 @@ async def readyz(request: web.Request) -> web.StreamResponse:
 
 
 async def metrics(request: web.Request) -> web.StreamResponse:
-    request["op"] = "Metrics"
+    request[OP] = "Metrics"
     st = state_of(request)
     return web.Response(body=st.metrics.render(),
                         content_type="text/plain", charset="utf-8",

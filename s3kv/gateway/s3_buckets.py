@@ -1,7 +1,7 @@
 """S3 bucket operations; a bucket is a store namespace.
 
 The request has been classified (s3kv/gateway/classify.py) before it reaches
-:func:`dispatch`: ``request["op"]`` names an implemented bucket operation.
+:func:`dispatch`: ``request[OP]`` names an implemented bucket operation.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from s3kv.errors import BackendError, Backpressure, RequestError
 from s3kv.gateway.bodies import read_small
 from s3kv.gateway.classify import require_null_version
 from s3kv.gateway.multipart_listing import list_uploads_handler
+from s3kv.gateway.reqkeys import OP
 from s3kv.gateway.requests import Target, validate_key
 from s3kv.gateway.s3_listing import (
     list_buckets,
@@ -64,9 +65,9 @@ async def _delete(request: web.Request, st: GatewayState, t: Target) -> web.Stre
 
 
 async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
-    handler = _HANDLERS.get(request.get("op", ""))
+    handler = _HANDLERS.get(request.get(OP, ""))
     if handler is None:  # classify() lets only the operations below through
-        raise RuntimeError(f"bucket operation {request.get('op')!r} has no handler")
+        raise RuntimeError(f"bucket operation {request.get(OP)!r} has no handler")
     return await handler(request, st, t)
 
 

@@ -14,6 +14,7 @@ from s3kv.gateway.chunked import BodySender
 from s3kv.gateway.conditions import NOT_MODIFIED, check_read, check_write, is_conditional_write
 from s3kv.gateway.objattrs import Checksum, ObjectAttrs, attrs_of, object_etag
 from s3kv.gateway.payload import BodyResult
+from s3kv.gateway.reqkeys import OP
 from s3kv.gateway.requests import Target, codec_of, durability, parse_range, validate_key
 from s3kv.gateway.state import GatewayState
 from s3kv.store import layout
@@ -26,27 +27,27 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
     m = request.method
     q = t.query
     if m == "POST" and "uploads" in q:
-        request["op"] = "CreateMultipartUpload"
+        request[OP] = "CreateMultipartUpload"
         return await multipart.create(request, st, t)
     if "uploadId" in q and m == "GET":
-        request["op"] = "ListParts"
+        request[OP] = "ListParts"
         return await multipart_listing.list_parts_handler(request, st, t)
     if "uploadId" in q:
         return await multipart.dispatch(request, st, t)
     if m == "PUT" and copy.SOURCE_HEADER in request.headers:
-        request["op"] = "CopyObject"
+        request[OP] = "CopyObject"
         return await copy.copy_object(request, st, t)
     if m == "PUT":
-        request["op"] = "PutObject"
+        request[OP] = "PutObject"
         return await put_object(request, st, t)
     if m == "GET" and "attributes" in q:
-        request["op"] = "GetObjectAttributes"
+        request[OP] = "GetObjectAttributes"
         return await s3_attributes.get_object_attributes(request, st, t)
     if m in ("GET", "HEAD"):
-        request["op"] = "GetObject" if m == "GET" else "HeadObject"
+        request[OP] = "GetObject" if m == "GET" else "HeadObject"
         return await get_object(request, st, t, head=m == "HEAD")
     if m == "DELETE":
-        request["op"] = "DeleteObject"
+        request[OP] = "DeleteObject"
         return await delete_object(request, st, t)
     raise RequestError("MethodNotAllowed", f"{m} is not allowed on an object.", 405)
 
