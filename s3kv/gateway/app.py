@@ -153,7 +153,7 @@ async def s3_dispatch(request: web.Request) -> web.StreamResponse:
     st = state_of(request)
     target = parse_target(request, st.settings.domain)
     request[AUTH] = ops.authenticate(request, st, target.raw_path, target.raw_query,
-                                       bucket_in_host=target.bucket if target.virtual else "")
+                                     bucket_in_host=target.bucket if target.virtual else "")
     if target.bucket:
         # before anything looks at the bucket: another credential's namespace (existing or
         # not) gets the same 403 as any other it may not use, whatever the operation
