@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from s3kv.errors import RequestError
-from s3kv.gateway.requests import Target, encoding_type, max_keys
+from s3kv.gateway.requests import Target, encoding_type, max_keys, part_number_marker
 from s3kv.gateway.s3_listing import common_prefix
 from s3kv.gateway.s3xml import (
     XML,
@@ -39,11 +38,7 @@ async def list_parts_handler(request: web.Request, st: GatewayState,
     ups.expire(st)
     up = ups.get(t.query["uploadId"], t)
     limit = max_keys(t.query, "max-parts")
-    raw = t.query.get("part-number-marker", "0")
-    if not raw.isdigit():
-        raise RequestError("InvalidArgument", "part-number-marker must be a non-negative "
-                           "integer.")
-    marker = int(raw)
+    marker = part_number_marker(t.query)
     numbers = sorted(n for n in up.parts if n > marker)
     shown = numbers[:limit]
     entries = []

@@ -4,6 +4,7 @@ codec a PUT asks for."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import NamedTuple
 from urllib.parse import parse_qsl, unquote
 
@@ -124,8 +125,9 @@ def encoding_type(query: dict[str, str]) -> str | None:
     return encoding
 
 
-def max_keys(query: dict[str, str], name: str = "max-keys") -> int:
-    """A listing's page size (``max-keys``, ``max-parts``, ``max-uploads``): 0 to 1000."""
+def max_keys(query: Mapping[str, str], name: str = "max-keys") -> int:
+    """A listing's page size (``max-keys``, ``max-parts``, ``max-uploads``; the query's or,
+    as GetObjectAttributes' ``x-amz-max-parts``, the headers'): 0 to 1000."""
     raw = query.get(name, "1000")
     try:
         value = int(raw)
@@ -134,3 +136,12 @@ def max_keys(query: dict[str, str], name: str = "max-keys") -> int:
     if value < 0:
         raise RequestError("InvalidArgument", f"{name} must not be negative")
     return min(value, 1000)
+
+
+def part_number_marker(values: Mapping[str, str], name: str = "part-number-marker") -> int:
+    """The part after which a listing of parts starts (ListParts' query parameter,
+    GetObjectAttributes' ``x-amz-part-number-marker`` header): 0 if absent."""
+    raw = values.get(name, "0")
+    if not raw.isdigit():
+        raise RequestError("InvalidArgument", f"{name} must be a non-negative integer.")
+    return int(raw)

@@ -3,10 +3,11 @@ answer, for the attributes the ``x-amz-object-attributes`` header names.
 
 ``ETag`` (unquoted, as S3 gives it here), ``Checksum`` (the flexible checksum the object was
 written with, if any: a multipart object's composite without its ``-N``), ``ObjectParts``
-(multipart objects only: the part count, paged by ``x-amz-max-parts`` and
-``x-amz-part-number-marker``; no ``Part`` elements, which S3 gives only with per-part
-checksums, and the gateway keeps part sizes, not part checksums), ``StorageClass`` (always
-STANDARD) and ``ObjectSize``. Nothing is read from the backend: the index holds all of it.
+(multipart objects only: the part count, paged by ``x-amz-max-parts``, 0 to 1000 as ListParts'
+``max-parts``, and ``x-amz-part-number-marker``; no ``Part`` elements, which S3 gives only
+with per-part checksums, and the gateway keeps part sizes, not part checksums),
+``StorageClass`` (always STANDARD) and ``ObjectSize``. Nothing is read from the backend: the
+index holds all of it.
 """
 
 from __future__ import annotations
@@ -15,14 +16,13 @@ from aiohttp import web
 
 from s3kv.errors import RequestError
 from s3kv.gateway.objattrs import attrs_of, http_date, object_etag
-from s3kv.gateway.requests import Target, validate_key
+from s3kv.gateway.requests import Target, max_keys, part_number_marker, validate_key
 from s3kv.gateway.s3xml import XML, AttributesAnswer, object_attributes
 from s3kv.gateway.state import GatewayState
 
 #: the attribute names S3 accepts in ``x-amz-object-attributes``
 NAMES = frozenset({"ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize"})
 HEADER = "x-amz-object-attributes"
-DEFAULT_MAX_PARTS = 1000
 
 
 def wanted(request: web.Request) -> set[str]:
@@ -39,21 +39,11 @@ def wanted(request: web.Request) -> set[str]:
     return names
 
 
-def _number(request: web.Request, name: str, default: int) -> int:
-    raw = request.headers.get(name)
-    if raw is None:
-        return default
-    if not raw.strip().isdigit():
-        raise RequestError("InvalidArgument", f"{name} must be a non-negative integer, "
-                           f"not {raw!r}.")
-    return int(raw)
-
-
 async def get_object_attributes(request: web.Request, st: GatewayState,
                                 t: Target) -> web.StreamResponse:
     names = wanted(request)
-    most = _number(request, "x-amz-max-parts", DEFAULT_MAX_PARTS)
-    marker = _number(request, "x-amz-part-number-marker", 0)
+    most = max_keys(request.headers, "x-amz-max-parts")
+    marker = part_number_marker(request.headers, "x-amz-part-number-marker")
     meta = st.store.head(t.bucket, validate_key(t.key))
     if meta is None:
         raise RequestError("NoSuchKey", "The specified key does not exist.", 404)
