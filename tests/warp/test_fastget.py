@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from s3kv.wire.fastget import ERROR_BODY_LIMIT, GetPool, ProtocolError, landing_of
+from s3kv.wire.fastget import ERROR_BODY_LIMIT, RCV_LOWAT, GetPool, ProtocolError, landing_of
 
 BODY = b"0123456789" * 1000
 
@@ -59,11 +59,13 @@ def test_keep_alive_stale_connection_and_chunked_error() -> None:
 class _InPlace:
     """A sink that takes the body into its own buffer in place where it can."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, in_place_for: int | None = None) -> None:
         self.buf = bytearray(size)
         self.pos = 0
         self.landed_bytes = 0
         self.fed_bytes = 0
+        self.landings = 0  # receives straight into the buffer (each one a wake of the loop)
+        self.in_place_for = size if in_place_for is None else in_place_for
 
     def __call__(self, view: memoryview) -> None:
         self.buf[self.pos:self.pos + len(view)] = view
@@ -71,11 +73,13 @@ class _InPlace:
         self.fed_bytes += len(view)
 
     def space(self) -> memoryview | None:
-        return memoryview(self.buf)[self.pos:] if self.pos < len(self.buf) else None
+        return memoryview(self.buf)[self.pos:self.in_place_for] \
+            if self.pos < self.in_place_for else None
 
     def landed(self, n: int) -> None:
         self.pos += n
         self.landed_bytes += n
+        self.landings += 1
 
 
 async def _serve_slowly(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -194,6 +198,61 @@ def test_chunked_bodies_are_dechunked_whatever_they_go_to() -> None:
             assert len(connections) == 1
             with pytest.raises(ProtocolError, match="bad chunked body"):  # as S3 readers expect
                 await pool.get(endpoint, "/b/bad-chunk", {"host": "x"}, got.append)
+        finally:
+            pool.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(go())
+
+
+def _pattern(n: int) -> bytes:
+    return bytes(range(251)) * (n // 251) + bytes(range(n % 251))
+
+
+async def _dribble(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """``GET /SIZE/PIECE``: a body of SIZE bytes written PIECE bytes at a time, 1 ms apart
+    (each piece its own arrival)."""
+    while True:
+        head = await reader.readuntil(b"\r\n\r\n")
+        size, piece = (int(v) for v in head.split(b" ")[1].split(b"/")[1:3])
+        body = _pattern(size)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
+        for at in range(0, size, piece):
+            await writer.drain()
+            await asyncio.sleep(0.001)
+            writer.write(body[at:at + piece])
+        await writer.drain()
+
+
+def test_a_large_body_landing_in_place_wakes_the_loop_per_mark_and_never_stalls_at_its_end(
+) -> None:
+    """While 2x RCV_LOWAT or more of a body that lands in place is to come, the loop is woken
+    once that much is in, not per arrival; the mark comes down before the rest could fall
+    below it, so a body ends whatever its size against the mark and wherever its bytes go
+    (into the sink's memory or through its call), on one keep-alive connection."""
+    async def go() -> None:
+        server = await asyncio.start_server(_dribble, "127.0.0.1", 0)
+        endpoint = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        pool = GetPool()
+        piece = 64 << 10
+        try:
+            async with asyncio.timeout(30):  # a stall at a body's end never returns
+                size = 16 * RCV_LOWAT
+                sink = _InPlace(size)
+                r = await pool.get(endpoint, f"/{size}/{piece}", {"host": "x"}, sink)
+                assert r.status == 200 and bytes(sink.buf) == _pattern(size)
+                # 256 arrivals; with the mark, ~14 wakes for the first 14 MiB, one per piece
+                # of the last 2 MiB
+                assert sink.landings < size // piece // 2, sink.landings
+                for size, in_place_for in ((4 * RCV_LOWAT, None), (4 * RCV_LOWAT - 1, None),
+                                           (4 * RCV_LOWAT + 12345, RCV_LOWAT),
+                                           (5 * RCV_LOWAT + 3, 4 * RCV_LOWAT)):
+                    sink = _InPlace(size, in_place_for)
+                    r = await pool.get(endpoint, f"/{size}/{piece}", {"host": "x"}, sink)
+                    assert r.status == 200 and bytes(sink.buf) == _pattern(size)
+                    assert sink.landed_bytes <= (in_place_for or size)
+                    assert sink.fed_bytes >= size - (in_place_for or size)
         finally:
             pool.close()
             server.close()
