@@ -44,10 +44,10 @@ from s3kv.wire.dechunk import ChunkError, Dechunker
 from s3kv.wire.landing import Landing, Sink, landing_of, paced
 
 RECV_BUFFER = 1 << 20
-#: while at least 2x this much of a body that lands in place is to come, the socket wakes the
-#: loop only once this much is in (SO_RCVLOWAT): fewer, larger receives. A direct read of 32
-#: MiB chunks from RGW cost the client 0.29-0.30 CPU-s per GiB with it against 0.32-0.36
-#: without, in interleaved runs (docs/performance.md, session 50)
+#: a body that lands in place with 4x this much or more to come: until less than 2x is left,
+#: its socket wakes the loop only once this much is in (SO_RCVLOWAT): fewer, larger receives.
+#: A direct read of 32 MiB chunks from RGW cost the client 0.29-0.30 CPU-s per GiB with it
+#: against 0.32-0.36 without, in interleaved runs (docs/performance.md, session 50)
 RCV_LOWAT = 1 << 20
 HEAD_LIMIT = 64 << 10
 ERROR_BODY_LIMIT = 64 << 10
