@@ -19,10 +19,10 @@ A sink that is also a :class:`~s3kv.wire.landing.Landing` offers the memory the 
 belong in (the S3 backend's ranged reads and the client's direct reads: the block being read),
 and the kernel receives them straight into it: no copy out of the connection's buffer. Bytes it
 has no place for (a gap between blocks, the end of the head's read) go through the sink as
-before. While a large such body has ``RCV_LOWAT`` or more to come, its socket wakes the loop
-only once that much is in (fewer, larger receives). A chunked body's framing is taken off on
-the way (s3kv.wire.dechunk). A ValueError from a sink ends the exchange with it (the
-connection is closed).
+before. While a large body of a known length has ``RCV_LOWAT`` or more to come, its socket
+wakes the loop only once that much is in (fewer, larger receives). A chunked body's framing is
+taken off on the way (s3kv.wire.dechunk). A ValueError from a sink ends the exchange with it
+(the connection is closed).
 
 Used by warp's S3 client for its GETs and PUTs, by the S3 backend's ranged reads
 (:mod:`s3kv.backends.ranged`) and by the native client's reads (direct and batch get).
@@ -44,10 +44,10 @@ from s3kv.wire.dechunk import ChunkError, Dechunker
 from s3kv.wire.landing import Landing, Sink, landing_of, paced
 
 RECV_BUFFER = 1 << 20
-#: a body that lands in place with 4x this much or more to come: until less than 2x is left,
-#: its socket wakes the loop only once this much is in (SO_RCVLOWAT): fewer, larger receives.
-#: A direct read of 32 MiB chunks from RGW cost the client 0.29-0.30 CPU-s per GiB with it
-#: against 0.32-0.36 without, in interleaved runs (docs/performance.md, session 50)
+#: a body of a known length with 4x this much or more to come: until less than 2x is left, its
+#: socket wakes the loop only once this much is in (SO_RCVLOWAT): fewer, larger receives. A
+#: direct read of 32 MiB chunks from RGW cost the client 0.29-0.30 CPU-s per GiB with it
+#: against 0.32-0.36 without; warp's 32 MiB GETs 18-25 % less (docs/performance.md, session 50)
 RCV_LOWAT = 1 << 20
 HEAD_LIMIT = 64 << 10
 ERROR_BODY_LIMIT = 64 << 10
@@ -176,7 +176,7 @@ class _GetProtocol(asyncio.BufferedProtocol):
                 self._fail(ProtocolError(f"bad response head: {exc}"))
                 return
             self._in_head = False
-            if self._landing is not None and self._left >= 4 * RCV_LOWAT:
+            if self._sink is not None and self._left >= 4 * RCV_LOWAT:
                 self._set_lowat(RCV_LOWAT)
             rest = memoryview(self._head)[end + 4:self._head_len]
             if len(rest):

@@ -225,12 +225,12 @@ async def _dribble(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -
         await writer.drain()
 
 
-def test_a_large_body_landing_in_place_wakes_the_loop_per_mark_and_never_stalls_at_its_end(
-) -> None:
-    """While 2x RCV_LOWAT or more of a body that lands in place is to come, the loop is woken
-    once that much is in, not per arrival; the mark comes down before the rest could fall
-    below it, so a body ends whatever its size against the mark and wherever its bytes go
-    (into the sink's memory or through its call), on one keep-alive connection."""
+def test_a_large_body_wakes_the_loop_per_mark_and_never_stalls_at_its_end() -> None:
+    """While 2x RCV_LOWAT or more of a large body is to come (landing in place or through the
+    connection's buffer), the loop is woken once that much is in, not per arrival; the mark
+    comes down before the rest could fall below it, so a body ends whatever its size against
+    the mark and wherever its bytes go (into the sink's memory or through its call), on one
+    keep-alive connection."""
     async def go() -> None:
         server = await asyncio.start_server(_dribble, "127.0.0.1", 0)
         endpoint = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
@@ -245,6 +245,11 @@ def test_a_large_body_landing_in_place_wakes_the_loop_per_mark_and_never_stalls_
                 # 256 arrivals; with the mark, ~14 wakes for the first 14 MiB, one per piece
                 # of the last 2 MiB
                 assert sink.landings < size // piece // 2, sink.landings
+                calls: list[int] = []  # a plain sink: the body through the connection's buffer
+                r = await pool.get(endpoint, f"/{size}/{piece}", {"host": "x"},
+                                   lambda view: calls.append(len(view)))
+                assert r.status == 200 and sum(calls) == size
+                assert len(calls) < size // piece // 2, len(calls)
                 for size, in_place_for in ((4 * RCV_LOWAT, None), (4 * RCV_LOWAT - 1, None),
                                            (4 * RCV_LOWAT + 12345, RCV_LOWAT),
                                            (5 * RCV_LOWAT + 3, 4 * RCV_LOWAT)):
