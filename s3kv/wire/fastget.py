@@ -176,8 +176,9 @@ class _GetProtocol(asyncio.BufferedProtocol):
                 self._fail(ProtocolError(f"bad response head: {exc}"))
                 return
             self._in_head = False
-            if self._sink is not None and self._left >= 4 * RCV_LOWAT:
-                self._set_lowat(RCV_LOWAT)
+            if self._sink is not None and self._left >= 4 * RCV_LOWAT and self.transport \
+                    is not None and self.transport.get_extra_info("ssl_object") is None:
+                self._set_lowat(RCV_LOWAT)  # (TLS: the socket's bytes are records, not these)
             rest = memoryview(self._head)[end + 4:self._head_len]
             if len(rest):
                 self._feed(rest)

@@ -4,6 +4,9 @@ a chunked error body. (The S3 behaviour is tested against the real server elsewh
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import ssl
+from pathlib import Path
 
 import pytest
 
@@ -258,6 +261,62 @@ def test_a_large_body_wakes_the_loop_per_mark_and_never_stalls_at_its_end() -> N
                     assert r.status == 200 and bytes(sink.buf) == _pattern(size)
                     assert sink.landed_bytes <= (in_place_for or size)
                     assert sink.fed_bytes >= size - (in_place_for or size)
+        finally:
+            pool.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(go())
+
+
+def _tls_pair(tmp: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server context with a fresh self-signed certificate for 127.0.0.1, and a client
+    context that trusts it."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .sign(key, hashes.SHA256()))
+    (tmp / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp / "key.pem").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(tmp / "cert.pem", tmp / "key.pem")
+    client = ssl.create_default_context(cafile=str(tmp / "cert.pem"))
+    return server, client
+
+
+def test_large_bodies_over_tls_end_whole_on_one_connection(tmp_path: Path) -> None:
+    """An https endpoint (a backend behind TLS): large bodies, in place or through the sink's
+    call, arrive whole and end, whatever their size against the receive mark."""
+    server_ctx, client_ctx = _tls_pair(tmp_path)
+
+    async def go() -> None:
+        server = await asyncio.start_server(_dribble, "127.0.0.1", 0, ssl=server_ctx)
+        endpoint = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        pool = GetPool(client_ctx)
+        try:
+            async with asyncio.timeout(60):
+                for size, piece, in_place_for in ((16 * RCV_LOWAT, 256 << 10, None),
+                                                  (4 * RCV_LOWAT + 12345, 64 << 10, RCV_LOWAT),
+                                                  (4 * RCV_LOWAT, 1 << 20, None)):
+                    sink = _InPlace(size, in_place_for)
+                    r = await pool.get(endpoint, f"/{size}/{piece}", {"host": "x"}, sink)
+                    assert r.status == 200 and bytes(sink.buf) == _pattern(size)
+                    assert r.keep_alive
         finally:
             pool.close()
             server.close()
