@@ -19,10 +19,10 @@ A sink that is also a :class:`~s3kv.wire.landing.Landing` offers the memory the 
 belong in (the S3 backend's ranged reads and the client's direct reads: the block being read),
 and the kernel receives them straight into it: no copy out of the connection's buffer. Bytes it
 has no place for (a gap between blocks, the end of the head's read) go through the sink as
-before. While a large body of a known length has ``RCV_LOWAT`` or more to come, its socket
-wakes the loop only once that much is in (fewer, larger receives). A chunked body's framing is
-taken off on the way (s3kv.wire.dechunk). A ValueError from a sink ends the exchange with it
-(the connection is closed).
+before. While a large body of a known length has ``RCV_LOWAT`` or more to come, its plain TCP
+socket wakes the loop only once that much is in (fewer, larger receives). A chunked body's
+framing is taken off on the way (s3kv.wire.dechunk). A ValueError from a sink ends the
+exchange with it (the connection is closed).
 
 Used by warp's S3 client for its GETs and PUTs, by the S3 backend's ranged reads
 (:mod:`s3kv.backends.ranged`) and by the native client's reads (direct and batch get).
