@@ -272,8 +272,8 @@ class SegmentWriter:
         """A segment of its own for entries without bytes (the tombstones a deleted segment
         leaves behind: carry.py), sealed at once; returns once it is on the backend, raises
         Backpressure (the backend is marked down) or BackendError if it could not be
-        written. It takes no writes: the segment that does
-        neither waits for it nor is sealed early for it."""
+        written. It takes no writes: the segment that does neither waits for it nor is sealed
+        early for it."""
         self.health.check()
         await self._standalone(entries, "carried")
 
