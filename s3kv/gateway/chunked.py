@@ -17,9 +17,10 @@ The response's head goes out through aiohttp first (:meth:`BodySender.start`), i
 through ``write_eof``. A transport that is not a plain socket (TLS) gets every chunk through
 the transport.
 
-A client that takes none of its response for ``SEND_IDLE_TIMEOUT`` seconds while the body
-waits on it is cut (:func:`drained`), as a request body that stops arriving is: its blocks, and
-their room in the store's read budget (store/readbudget.py), are let go of.
+A client that takes none of its response (uptake.py: what its TCP acknowledges) for
+``SEND_IDLE_TIMEOUT`` seconds while the body waits on it is cut (:func:`drained`), as a request
+body that stops arriving is: its blocks, and their room in the store's read budget
+(store/readbudget.py), are let go of.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from aiohttp import web
 
+from s3kv.gateway.uptake import Uptake
 from s3kv.store import layout
 from s3kv.wire.blocksend import Sender
 from s3kv.wire.body import SLICE, Buffer, slices
@@ -49,11 +51,14 @@ class BodySender:
         self._writer = request.writer
         self._transport = request.transport
         self._fd = -1
+        self._uptake: Uptake | None = None
 
     async def start(self) -> None:
         """Send the response's head (aiohttp holds it until the body's first write)."""
         await self._resp.write(b"")
         transport = self._transport
+        if transport is not None:
+            self._uptake = Uptake(transport)
         if transport is not None and transport.get_extra_info("ssl_object") is None:
             sock = transport.get_extra_info("socket")
             self._fd = -1 if sock is None else sock.fileno()
@@ -73,7 +78,9 @@ class BodySender:
         if transport is None:
             raise ConnectionResetError("the client closed the connection")
         if send_vectors(transport, self._fd, bufs):
-            await drained(self._writer.drain(), transport)
+            if self._uptake is None:
+                self._uptake = Uptake(transport)
+            await drained(self._writer.drain(), transport, self._uptake)
 
 
 class ChunkSender(BodySender):
@@ -163,19 +170,21 @@ def send_vectors(transport: asyncio.Transport, fd: int, bufs: list[Buffer]) -> b
     return True
 
 
-async def drained(drain: Awaitable[None], transport: asyncio.Transport) -> None:
+async def drained(drain: Awaitable[None], transport: asyncio.Transport,
+                  uptake: Uptake) -> None:
     """Wait for ``drain`` (the transport's queue falling below its limit) while the client
-    takes some of the queue every ``SEND_IDLE_TIMEOUT`` seconds; if it takes none for that
-    long, abort the connection and raise ConnectionResetError."""
+    takes some of the answer (``uptake``, kept across the answer's waits) every
+    ``SEND_IDLE_TIMEOUT`` seconds; if it takes none for that long, abort the connection and
+    raise ConnectionResetError."""
     task = asyncio.ensure_future(drain)
     try:
         while not task.done():
-            queued = transport.get_write_buffer_size()
-            await asyncio.wait((task,), timeout=SEND_IDLE_TIMEOUT)
-            if not task.done() and transport.get_write_buffer_size() >= queued:
+            idle = uptake.idle()
+            if idle >= SEND_IDLE_TIMEOUT:
                 transport.abort()
                 raise ConnectionResetError(f"the client took none of the response for "
                                            f"{SEND_IDLE_TIMEOUT:g} s")
+            await asyncio.wait((task,), timeout=SEND_IDLE_TIMEOUT - idle)
         task.result()
     finally:
         if task is not drain:  # made here (a coroutine): the caller's own future is left be

@@ -30,10 +30,10 @@ answered by the lane, so its answer, an error included, is the handlers' own.
 One request at a time: what a client pipelined behind a request waits in the lane's buffer
 (reading is paused while a task stores or sends, or while the transport holds an answer above
 its limit). A body that stops arriving for ``BODY_IDLE_TIMEOUT`` seconds closes the connection
-(its reservation and room given back), so does an answer the client takes none of for
-``chunked.SEND_IDLE_TIMEOUT`` seconds, and a connection idle between requests for the
-``idle_timeout`` setting's seconds is closed, as aiohttp's handler does with the same setting
-(checked by one timer per connection).
+(its reservation and room given back), so does an answer the client takes none of
+(uptake.py) for ``chunked.SEND_IDLE_TIMEOUT`` seconds, and a connection idle between requests
+for the ``idle_timeout`` setting's seconds is closed, as aiohttp's handler does with the same
+setting (checked by one timer per connection).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from s3kv.gateway.plainops import (
 )
 from s3kv.gateway.protocol import Lane
 from s3kv.gateway.state import GatewayState
+from s3kv.gateway.uptake import Uptake
 from s3kv.log import get_logger
 from s3kv.store.landing import Landing
 from s3kv.wire.body import SLICE, Buffer
@@ -94,8 +95,8 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         self._idle_since = 0.0  # loop time the last request ended (or the connection began)
         self._seen = 0  # _got at the last tick
         self._stalled = 0.0  # seconds the body has not moved, as the ticks saw it
-        self._unsent = 0  # bytes the transport held at the last tick
-        self._send_stalled = 0.0  # seconds the client took none of them, as the ticks saw it
+        self._uptake: Uptake | None = None  # what the client takes of its answers
+        self._send_stalled = 0.0  # seconds the client took none of one, as the ticks saw it
         self._drained: asyncio.Future[None] | None = None
 
     # -- asyncio's protocol ------------------------------------------------------------------
@@ -108,6 +109,7 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
             self._hand_off()  # not a plain TCP socket: aiohttp's from the start
             return
         self._fd = sock.fileno()
+        self._uptake = Uptake(transport)
         loop = asyncio.get_running_loop()
         self._idle_since = loop.time()
         self._timer = loop.call_later(TICK, self._tick)
@@ -303,7 +305,7 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
     def _done(self) -> None:
         """The request is answered: on to what follows it in the buffer, or read again."""
         self._plain, self._body, self._landing, self._busy = None, None, None, False
-        self._unsent, self._send_stalled = 0, 0.0
+        self._send_stalled = 0.0
         transport = self._transport
         if self._gone or transport is None or transport.is_closing():
             return
@@ -362,9 +364,8 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         if self._gone or transport is None:
             return
         if self._busy:  # stored or answered: whoever ends it makes it idle again
-            unsent = transport.get_write_buffer_size()  # an answer the client does not take
-            stuck = unsent and unsent >= self._unsent
-            self._send_stalled, self._unsent = self._send_stalled + TICK if stuck else 0.0, unsent
+            took = self._uptake is None or self._uptake.took()  # of an answer waiting on it
+            self._send_stalled = 0.0 if took else self._send_stalled + TICK
             if self._send_stalled >= SEND_IDLE_TIMEOUT:
                 transport.abort()
                 return

@@ -2,21 +2,26 @@
 
 A block read from the backend stays counted in the store's read budget until its response has
 let go of it (s3kv/store/readbudget.py), so GETs whose clients take nothing hold at most
-``max_read_memory`` and later reads wait; a response the client takes none of for
-``SEND_IDLE_TIMEOUT`` seconds is cut, in the plain lane (plainlane.py's tick) and in aiohttp's
-handler (chunked.drained), and the reads that waited go on. Before, 100 such GETs of 32 MiB
+``max_read_memory`` and later reads wait; a response the client takes none of (acknowledges
+less than 64 KiB of: gateway/uptake.py) for ``SEND_IDLE_TIMEOUT`` seconds is cut, in the plain
+lane (plainlane.py's tick) and in aiohttp's handler (chunked.drained), and the reads that
+waited go on. Before, 100 such GETs of 32 MiB
 objects took a gateway on an S3 backend past 3.4 GiB of memory, growing while they lasted.
 
 Real parts, in process (so that the timeouts can be made short): the gateway's front on an
 S3 store on the shared moto server, raw sockets with a small receive buffer as the clients
-that stop reading."""
+that stop reading. A stalled client reads what it got only once the gateway has closed its
+end of the connection (found among this process's descriptors)."""
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
+import fcntl
 import os
 import socket
+import termios
 from collections.abc import AsyncIterator
 
 import pytest
@@ -98,6 +103,47 @@ async def drain_socket(s: socket.socket) -> bytes:
     return got
 
 
+def gateway_end(client: socket.socket) -> socket.socket | None:
+    """The gateway's end of ``client``'s connection (this process's), as a duplicate of its
+    descriptor (close it soon: it keeps the connection open), or None once it is closed."""
+    want = client.getsockname()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            fd = os.dup(int(name))
+        except OSError:  # gone
+            continue
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError:  # not a socket
+            os.close(fd)
+            continue
+        with contextlib.suppress(OSError):
+            if sock.type == socket.SOCK_STREAM and sock.getpeername() == want:
+                return sock
+        sock.close()
+    return None
+
+
+async def cut(client: socket.socket, within: float = 4 * LIMIT) -> None:
+    """Wait until the gateway has closed its end of ``client``'s connection. The client reads
+    nothing meanwhile: reading would be taking the answer (a test that read a stalled GET the
+    moment the read it blocked was served read, now and then, one whose cut was due a few
+    milliseconds later: it ended 200)."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + within
+    while (end := gateway_end(client)) is not None:
+        end.close()
+        assert loop.time() < until, "not cut"
+        await asyncio.sleep(0.05)
+
+
+def unacknowledged(sock: socket.socket) -> int:
+    """Bytes the kernel holds of what was written to ``sock`` (SIOCOUTQ)."""
+    out = array.array("i", [0])
+    fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, out, True)
+    return out[0]
+
+
 async def fetch(port: int, path: str) -> bytes:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(f"GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
@@ -127,9 +173,44 @@ async def test_stalled_gets_hold_bounded_memory_and_are_cut(
     assert await asyncio.wait_for(fetch(port, f"/{NS}/k4{query}"), 10) == blocks["k4"]
     assert loop.time() - started < 6 * LIMIT
     for s in stalled:
+        await cut(s)
         got = await drain_socket(s)
         assert len(got) < SIZE
         s.close()
+    await let_go(store)
+
+
+@pytest.mark.parametrize("query", ["", "?partNumber=1"])  # the plain lane; aiohttp's handler
+async def test_a_stalled_get_is_cut_while_its_send_buffer_grows(
+        gateway: tuple[int, BlockStore], query: str) -> None:
+    """The kernel's send buffer grows on its own (TCP's autotuning) and takes more of an
+    answer its client does not read: that is not the client taking any (uptake.py). Counted
+    as progress (the transport's queue fell), it put off the cut by a timeout: aiohttp's
+    handler began its wait again with each piece the transport drained. Here the buffer is
+    grown by hand once, before the cut is due, by enough for the kernel to wake the writer (a
+    third of it free) and not enough to take the whole rest. The plain lane's tick measured
+    the same before, but the next piece it wrote hid the fall."""
+    port, store = gateway
+    await sealed_blocks(store, "g")
+    s = stalled_get(port, f"/{NS}/g0{query}")
+    for _ in range(100):  # read and being answered
+        await asyncio.sleep(0.02)
+        if store.fetcher.read_memory >= SIZE:
+            break
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.sleep(0.75 * LIMIT)
+    end = gateway_end(s)
+    assert end is not None
+    held = unacknowledged(end)
+    end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 3 * MiB)  # 6 MiB, as the kernel doubles
+    await asyncio.sleep(0.1)
+    assert unacknowledged(end) > held + MiB  # the kernel took more of the answer
+    end.close()
+    await cut(s)
+    assert loop.time() - started < 1.5 * LIMIT  # not a timeout after the buffer grew
+    assert len(await drain_socket(s)) < SIZE
+    s.close()
     await let_go(store)
 
 
@@ -158,6 +239,7 @@ async def test_a_stalled_batch_get_holds_bounded_memory_and_is_cut(
     started = loop.time()
     assert await asyncio.wait_for(fetch(port, f"/{NS}/b4"), 10) == blocks["b4"]
     assert loop.time() - started < 6 * LIMIT
+    await cut(s)
     got = await drain_socket(s)
     assert len(got) < 4 * SIZE  # cut short of its blocks and of the stream's end
     s.close()
@@ -192,6 +274,7 @@ async def test_stalled_gets_of_decoded_blocks_hold_their_memory_until_cut(
         assert await asyncio.wait_for(later, 10) == blocks["z4"]
         assert loop.time() - started < 6 * LIMIT
         for s in stalled:
+            await cut(s)
             assert len(await drain_socket(s)) < SIZE
             s.close()
         await let_go(store)
