@@ -179,8 +179,8 @@ async def drained(drain: Awaitable[None], transport: asyncio.Transport,
     task = asyncio.ensure_future(drain)
     try:
         while not task.done():
-            idle = uptake.idle()
-            if idle >= SEND_IDLE_TIMEOUT:
+            idle = uptake.idle(look=False)  # a look (two system calls) only once it is due
+            if idle >= SEND_IDLE_TIMEOUT and (idle := uptake.idle()) >= SEND_IDLE_TIMEOUT:
                 transport.abort()
                 raise ConnectionResetError(f"the client took none of the response for "
                                            f"{SEND_IDLE_TIMEOUT:g} s")

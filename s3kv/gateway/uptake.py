@@ -53,10 +53,11 @@ class Uptake:
             self._mark = min(self._mark, taken)
         return took
 
-    def idle(self) -> float:
+    def idle(self, look: bool = True) -> float:
         """Seconds since the client last took any of the answer while some of it waited (since
-        this was made, at most)."""
-        self.took()
+        this was made, at most); without ``look``, as of the last look (no system call)."""
+        if look:
+            self.took()
         return time.monotonic() - self._since
 
     def _taken(self) -> int:

@@ -214,6 +214,33 @@ async def test_a_stalled_get_is_cut_while_its_send_buffer_grows(
     await let_go(store)
 
 
+@pytest.mark.parametrize("query", ["", "?partNumber=1"])  # the plain lane; aiohttp's handler
+async def test_a_slow_reader_is_not_cut(gateway: tuple[int, BlockStore], query: str) -> None:
+    """A client that takes its answer slowly, 1 MiB every LIMIT / 4 seconds, for longer than
+    LIMIT in all, gets all of it: each time the gateway looks, it has taken some."""
+    port, store = gateway
+    blocks = await sealed_blocks(store, "s")
+    s = stalled_get(port, f"/{NS}/s0{query}")
+    s.setblocking(False)
+    loop = asyncio.get_running_loop()
+    got = b""
+    started = loop.time()
+    while b"\r\n\r\n" not in got or len(got.partition(b"\r\n\r\n")[2]) < SIZE:
+        await asyncio.sleep(LIMIT / 4)
+        taken = 0
+        while taken < MiB:
+            chunk = await asyncio.wait_for(loop.sock_recv(s, MiB - taken), 5)
+            assert chunk, "cut"
+            taken += len(chunk)
+            got += chunk
+            if len(got.partition(b"\r\n\r\n")[2]) >= SIZE:
+                break
+    assert loop.time() - started > LIMIT
+    assert got.partition(b"\r\n\r\n")[2] == blocks["s0"]
+    s.close()
+    await let_go(store)
+
+
 async def test_a_stalled_batch_get_holds_bounded_memory_and_is_cut(
         gateway: tuple[int, BlockStore]) -> None:
     """A batch get reads ahead of what it has sent; a reader that takes nothing holds what was
