@@ -4,13 +4,12 @@
 The client has taken what it has acknowledged: on Linux the socket's ``tcpi_bytes_acked``
 (``TCP_INFO``). A fall in what the transport queues is not that: the kernel's send buffer grows
 on its own (TCP's autotuning) and takes more of an answer from the transport while the client
-reads nothing. Counted as progress, that put off the cut of such a client by a timeout or more
-(and its blocks' memory with it), and an answer small enough for the grown buffer ended "sent".
-Where ``TCP_INFO`` cannot tell (another system, no socket), a fall in the transport's queue
-stands for progress, as before. Taking means at least ``MIN_TAKE`` bytes, or all that waited:
-a client that reads nothing still acknowledges a trickle now and then (its kernel, compacting a
-full receive queue, finds room for another segment: 2 KiB after 2 s, seen here). Nothing
-waiting on the client (the transport's queue and the kernel's unacknowledged bytes,
+reads nothing. Counted as progress, that put off the cut of such a client by a timeout or more,
+and its blocks' memory with it. Where ``TCP_INFO`` cannot tell (another system, no socket), a
+fall in the transport's queue stands for progress, as before. Taking means at least
+``MIN_TAKE`` bytes, or all that waited: a client that reads nothing may still acknowledge a
+trickle (here, 2 KiB more 2 s into a stall: its kernel found room in a full receive queue).
+Nothing waiting on the client (the transport's queue and the kernel's unacknowledged bytes,
 ``SIOCOUTQ``, both empty) is not a stall either.
 """
 
@@ -38,8 +37,10 @@ class Uptake:
     def __init__(self, transport: asyncio.Transport) -> None:
         self._transport = transport
         self._sock = transport.get_extra_info("socket")
-        self._acks = self._acked() is not None  # this socket tells what was acknowledged
-        self._mark = self._taken()  # what it had taken when it last took any
+        acked = self._acked()
+        self._acks = acked is not None  # this socket tells what was acknowledged
+        # what it had taken when it last took any
+        self._mark = -transport.get_write_buffer_size() if acked is None else acked
         self._since = time.monotonic()
 
     def took(self) -> bool:
