@@ -177,6 +177,7 @@ async def drained(drain: Awaitable[None], transport: asyncio.Transport,
     ``SEND_IDLE_TIMEOUT`` seconds; if it takes none for that long, abort the connection and
     raise ConnectionResetError."""
     task = asyncio.ensure_future(drain)
+    uptake.back()
     try:
         while not task.done():
             idle = uptake.idle(look=False)  # a look (two system calls) only once it is due
@@ -187,6 +188,7 @@ async def drained(drain: Awaitable[None], transport: asyncio.Transport,
             await asyncio.wait((task,), timeout=SEND_IDLE_TIMEOUT - idle)
         task.result()
     finally:
+        uptake.away()
         if task is not drain:  # made here (a coroutine): the caller's own future is left be
             task.cancel()
 

@@ -41,7 +41,8 @@ class Uptake:
         self._acks = acked is not None  # this socket tells what was acknowledged
         # what it had taken when it last took any
         self._mark = -transport.get_write_buffer_size() if acked is None else acked
-        self._since = time.monotonic()
+        self._since = time.monotonic()  # the last take seen, moved on by the time away
+        self._away: float | None = self._since  # the sender not waiting on the client since
 
     def took(self) -> bool:
         """Whether the client took ``MIN_TAKE`` bytes or more of the answer since it last did
@@ -54,9 +55,22 @@ class Uptake:
             self._mark = min(self._mark, taken)
         return took
 
+    def away(self) -> None:
+        """The sender stops waiting on the client (its next piece is not ready yet)."""
+        self._away = time.monotonic()
+
+    def back(self) -> None:
+        """The sender waits on the client again: the time it was away is not the client's (a
+        batch get's next block can be a slow backend read away, with less than ``MIN_TAKE``
+        sent before it)."""
+        if self._away is not None:
+            self._since += time.monotonic() - self._away
+            self._away = None
+
     def idle(self, look: bool = True) -> float:
-        """Seconds since the client last took any of the answer while some of it waited (since
-        this was made, at most); without ``look``, as of the last look (no system call)."""
+        """Seconds the client has had the answer waiting on it since it last took any (the
+        sender's time away not counted); without ``look``, as of the last look (no system
+        call)."""
         if look:
             self.took()
         return time.monotonic() - self._since

@@ -2,7 +2,8 @@
 through asyncio's transport: a client that reads nothing takes nothing, however the bytes
 move between the transport and the kernel; reading less than ``MIN_TAKE`` is not taking;
 nothing left waiting is not a stall; a socket that cannot tell what was acknowledged (a Unix
-socket) falls back on the transport's queue."""
+socket) falls back on the transport's queue; the sender's own time away (a batch get's next
+block read slowly from the backend) is not the client's stall (``chunked.drained``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+import s3kv.gateway.chunked as chunked
 from s3kv.gateway.uptake import MIN_TAKE, Uptake
 
 ANSWER = 8 << 20  # more than the kernel holds for a client that reads nothing
@@ -100,3 +102,22 @@ async def test_without_acknowledgements_the_transports_queue_stands_for_progress
     finally:
         writer.transport.abort()
         b.close()
+
+
+async def test_the_senders_time_away_is_not_the_clients_stall(
+        pair: tuple[socket.socket, asyncio.StreamWriter],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small piece the client takes at once, then more than the timeout with nothing to
+    send (a slow backend read), then a large piece the client reads as it comes: no cut."""
+    monkeypatch.setattr(chunked, "SEND_IDLE_TIMEOUT", 0.3)
+    client, writer = pair
+    transport = writer.transport
+    uptake = Uptake(transport)
+    writer.write(b"x" * 1000)
+    await chunked.drained(writer.drain(), transport, uptake)
+    assert await read(client, 1000) == 1000
+    await asyncio.sleep(0.5)  # the sender's time away
+    writer.write(bytes(ANSWER))
+    reader = asyncio.ensure_future(read(client, ANSWER))
+    await chunked.drained(writer.drain(), transport, uptake)  # does not raise
+    assert await reader == ANSWER
