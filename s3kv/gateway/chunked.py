@@ -57,8 +57,6 @@ class BodySender:
         """Send the response's head (aiohttp holds it until the body's first write)."""
         await self._resp.write(b"")
         transport = self._transport
-        if transport is not None:
-            self._uptake = Uptake(transport)
         if transport is not None and transport.get_extra_info("ssl_object") is None:
             sock = transport.get_extra_info("socket")
             self._fd = -1 if sock is None else sock.fileno()
@@ -78,7 +76,7 @@ class BodySender:
         if transport is None:
             raise ConnectionResetError("the client closed the connection")
         if send_vectors(transport, self._fd, bufs):
-            if self._uptake is None:
+            if self._uptake is None:  # at its first wait: an answer that never waits asks none
                 self._uptake = Uptake(transport)
             await drained(self._writer.drain(), transport, self._uptake)
 

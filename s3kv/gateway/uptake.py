@@ -31,6 +31,14 @@ _TCP_INFO: int | None = getattr(socket, "TCP_INFO", None)
 MIN_TAKE = 64 * 1024
 
 
+def unacknowledged(fd: int) -> int:
+    """Bytes written to the TCP socket ``fd`` that its peer has not acknowledged, sent or not
+    (``SIOCOUTQ``); OSError where the socket cannot tell."""
+    out = array.array("i", [0])
+    fcntl.ioctl(fd, termios.TIOCOUTQ, out, True)
+    return out[0]
+
+
 class Uptake:
     """What the client on ``transport`` has taken of what was written to it."""
 
@@ -98,9 +106,7 @@ class Uptake:
         held = self._transport.get_write_buffer_size()
         if self._sock is None or self._transport.is_closing():  # its descriptor may be reused
             return held
-        out = array.array("i", [0])
         try:
-            fcntl.ioctl(self._sock.fileno(), termios.TIOCOUTQ, out, True)
+            return held + unacknowledged(self._sock.fileno())
         except OSError:
             return held
-        return held + out[0]

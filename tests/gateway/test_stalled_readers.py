@@ -15,13 +15,10 @@ end of the connection (found among this process's descriptors)."""
 
 from __future__ import annotations
 
-import array
 import asyncio
 import contextlib
-import fcntl
 import os
 import socket
-import termios
 from collections.abc import AsyncIterator
 
 import pytest
@@ -29,6 +26,7 @@ import pytest
 import s3kv.gateway.chunked as chunked
 import s3kv.gateway.plainlane as plainlane
 from s3kv.config import MiB, Settings
+from s3kv.gateway.uptake import unacknowledged
 from s3kv.store.store import BlockStore
 from tests.support.localapp import front_on
 from tests.support.s3server import MotoServer
@@ -137,13 +135,6 @@ async def cut(client: socket.socket, within: float = 4 * LIMIT) -> None:
         await asyncio.sleep(0.05)
 
 
-def unacknowledged(sock: socket.socket) -> int:
-    """Bytes the kernel holds of what was written to ``sock`` (SIOCOUTQ)."""
-    out = array.array("i", [0])
-    fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, out, True)
-    return out[0]
-
-
 def send_buffer_limit() -> int:
     """The largest send buffer a process may ask for (``net.core.wmem_max``)."""
     with open("/proc/sys/net/core/wmem_max") as f:
@@ -218,10 +209,10 @@ async def test_a_stalled_get_is_cut_while_its_send_buffer_grows(
     await asyncio.sleep(0.75 * LIMIT)
     end = gateway_end(s)
     assert end is not None
-    held = unacknowledged(end)
+    held = unacknowledged(end.fileno())
     end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, min(send_buffer_limit(), 2 * MiB))
     await asyncio.sleep(0.1)
-    assert unacknowledged(end) > held + 64 * 1024  # the kernel took more of the answer
+    assert unacknowledged(end.fileno()) > held + 64 * 1024  # the kernel took more of the answer
     end.close()
     await cut(s)
     assert loop.time() - started < 1.5 * LIMIT  # not a timeout after the buffer grew
