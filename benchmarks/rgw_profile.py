@@ -4,12 +4,16 @@ object per block (writes), and 32 MiB against 2 MiB ranged GETs of a segment (re
 
 Each load runs ``--seconds`` from a pool of boto3 threads with the gateway's S3 backend's
 botocore config (SigV4, UNSIGNED-PAYLOAD, no flexible checksums), while ``perf record`` samples
-the radosgw process. Reported per load: GiB moved, the CPU-seconds per GiB of each server daemon
-(radosgw, OSD, mon), and radosgw's samples by library and by function. Functions of stripped
-libraries (Debian's libcrypto) are named by the nearest exported symbol below them: OpenSSL's
-MD5 block function is static and shows as ``MD4...`` (it follows MD4's code), which is what an
-S3 server spends on the ETag of every byte it stores. Without ``perf`` only the CPU-seconds are
-reported. With ``--split-cores`` the server runs on one CPU and this client on the other.
+the radosgw and OSD processes. Reported per load: GiB moved, the CPU-seconds per GiB of each
+server daemon (radosgw, OSD, mon), and each of the two daemons' samples (as shares of its own)
+by library, by function and by thread name (``tp_osd_tp``: the OSD's op threads, where
+bluestore reads and checks what it stored; ``msgr-worker-*``: the messenger's socket I/O).
+Functions of stripped libraries (Debian's libcrypto) are named by the nearest exported symbol
+below them: OpenSSL's MD5 block function is static and shows as ``MD4...`` (it follows MD4's
+code), which is what an S3 server spends on the ETag of every byte it stores; ``crc32_iscsi``
+is Ceph's CRC-32C (the messenger's and bluestore's checksums). Without ``perf`` only the
+CPU-seconds are reported. With ``--split-cores`` the server runs on one CPU and this client on
+the other.
 
     python benchmarks/rgw_profile.py --server rgw --split-cores --seconds 10 --json
 """
@@ -105,7 +109,7 @@ def _libraries(pid: int) -> dict[str, str]:
     return out
 
 
-def _client(server: Any) -> Any:
+def s3_client(server: Any) -> Any:
     return boto3.client("s3", config=client_config(max_connections=16),
                         **server.client_kwargs())
 
@@ -148,36 +152,65 @@ def _run_load(s3: Any, bucket: str, load: str, seconds: float, segments: list[st
     return moved[0]
 
 
+#: the daemons sampled, by ``server_process_names``' name, and how the report names them
+DAEMONS = {"rgw": "radosgw", "osd": "osd"}
+
+
+def _report(perf: str, data: Path, pid: int, sort: str) -> str:
+    """``perf report`` of one process's samples, as shares of that process's own."""
+    return subprocess.run([perf, "report", "-i", str(data), "--pid", str(pid), "--percentage",
+                           "relative", "--no-children", "--sort", sort, "--stdio", "-g", "none"],
+                          capture_output=True, text=True).stdout
+
+
+def threads_of(text: str) -> dict[str, float]:
+    """``perf report --sort comm`` lines as thread name -> percent, names that differ only by a
+    number (``msgr-worker-0``, ``msgr-worker-2``) summed under one (``msgr-worker-*``)."""
+    out: collections.Counter[str] = collections.Counter()
+    for line in text.splitlines():
+        m = re.match(r"^\s*([\d.]+)%\s+(\S.*?)\s*$", line)
+        if m:
+            out[re.sub(r"\d+$", "*", m.group(2))] += float(m.group(1))
+    return {k: round(v, 1) for k, v in out.most_common(5)}
+
+
+def daemon_profile(perf: str, data: Path, pid: int) -> dict[str, Any]:
+    """One daemon's samples by library, by function (the eight largest) and by thread."""
+    libs = _libraries(pid)
+    rows = parse_report(_report(perf, data, pid, "dso,sym"))
+    symbols = {d: exported_symbols(libs[d]) for d in {r[1] for r in rows} if d in libs}
+    by_fn = name_addresses(rows, symbols)
+    by_lib: collections.Counter[str] = collections.Counter()
+    for (dso, _), pct in by_fn.items():
+        by_lib[dso] += pct
+    return {"by_library": {k: round(v, 1) for k, v in by_lib.most_common(6)},
+            "top_functions": [[round(v, 1), f"{d} {s}"] for (d, s), v in
+                              sorted(by_fn.items(), key=lambda kv: -kv[1])[:8]],
+            "by_thread": threads_of(_report(perf, data, pid, "comm"))}
+
+
 def profile(server: Any, load: str, seconds: float, segments: list[str], bucket: str,
             meter: CPUMeter) -> dict[str, Any]:
-    rgw = server_process_names(server).get("rgw")
+    names = server_process_names(server)
+    pids = {DAEMONS[k]: names[k] for k in DAEMONS if k in names}
     perf = shutil.which("perf")
     data = Path(tempfile.mkdtemp(prefix="rgw-profile-")) / "perf.data"
     rec = None
-    if perf and rgw:
-        rec = subprocess.Popen([perf, "record", "-q", "-F", "499", "-p", str(rgw), "-o", str(data),
+    if perf and pids:
+        rec = subprocess.Popen([perf, "record", "-q", "-F", "499", "-p",
+                                ",".join(str(p) for p in pids.values()), "-o", str(data),
                                 "--", "sleep", str(seconds)], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     before = meter.sample()
-    moved = _run_load(_client(server), bucket, load, seconds, segments)
+    moved = _run_load(s3_client(server), bucket, load, seconds, segments)
     cpu = meter.delta(before, meter.sample())
     out: dict[str, Any] = {"GiB": round(moved / GiB, 3), "cpu_s_per_GiB": {
         k: round(v * GiB / moved, 3) for k, v in cpu.items() if k != "client"} if moved else {}}
-    if rec is not None and rgw is not None:
+    if rec is not None and perf is not None:
         rec.wait()
-        text = subprocess.run([perf, "report", "-i", str(data), "--no-children", "--sort",
-                               "dso,sym", "--stdio", "-g", "none"], capture_output=True,
-                              text=True).stdout
-        libs = _libraries(rgw)
-        rows = parse_report(text)
-        symbols = {d: exported_symbols(libs[d]) for d in {r[1] for r in rows} if d in libs}
-        by_fn = name_addresses(rows, symbols)
-        by_lib: collections.Counter[str] = collections.Counter()
-        for (dso, _), pct in by_fn.items():
-            by_lib[dso] += pct
-        out["radosgw_by_library"] = {k: round(v, 1) for k, v in by_lib.most_common(6)}
-        out["radosgw_top_functions"] = [[round(v, 1), f"{d} {s}"] for (d, s), v in
-                                        sorted(by_fn.items(), key=lambda kv: -kv[1])[:8]]
+        for name, pid in pids.items():
+            for key, value in daemon_profile(perf, data, pid).items():
+                out[f"{name}_{key}"] = value
     shutil.rmtree(data.parent, ignore_errors=True)
     return out
 
@@ -200,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         topology = apply_topology(server, args.split_cores, args.server_cpus)
         meter = CPUMeter.for_run(server)
         bucket = f"profile-{uuid.uuid4().hex[:8]}"
-        _client(server).create_bucket(Bucket=bucket)
+        s3_client(server).create_bucket(Bucket=bucket)
         segments: list[str] = []
         if any(LOADS[x][0] == "GET" for x in loads) and "put-parts-64MiB" not in loads:
             loads.insert(0, "put-parts-64MiB")  # something to read
@@ -216,8 +249,13 @@ def main(argv: list[str] | None = None) -> int:
         for load in loads:
             r = results[load]
             print(f"{load}: {r['GiB']} GiB, CPU-s per GiB {r['cpu_s_per_GiB']}")
-            for pct, name in r.get("radosgw_top_functions", []):
-                print(f"    {pct:5.1f} %  {name}")
+            for daemon in DAEMONS.values():
+                if f"{daemon}_top_functions" not in r:
+                    continue
+                print(f"  {daemon}, by thread: " + ", ".join(
+                    f"{k} {v} %" for k, v in r[f"{daemon}_by_thread"].items()))
+                for pct, name in r[f"{daemon}_top_functions"]:
+                    print(f"    {pct:5.1f} %  {name}")
     return 0
 
 
