@@ -4,9 +4,10 @@ object per block (writes), and 32 MiB against 2 MiB ranged GETs of a segment (re
 
 Each load runs ``--seconds`` from a pool of boto3 threads with the gateway's S3 backend's
 botocore config (SigV4, UNSIGNED-PAYLOAD, no flexible checksums), while ``perf record`` samples
-the radosgw and OSD processes. Reported per load: GiB moved, the CPU-seconds per GiB of each
-server daemon (radosgw, OSD, mon), and each of the two daemons' samples (as shares of its own)
-by library, by function and by thread name (``tp_osd_tp``: the OSD's op threads, where
+every CPU for exactly that time. Reported per load: GiB moved, the CPU-seconds per GiB of each
+server daemon (radosgw, OSD, mon), and the radosgw's and the OSD's samples (each as shares of
+its own, and how many: perf samples 499 times a CPU-second) by library, by function and by
+thread name (``tp_osd_tp``: the OSD's op threads, where
 bluestore reads and checks what it stored; ``msgr-worker-*``: the messenger's socket I/O).
 Functions of stripped libraries (Debian's libcrypto) are named by the nearest exported symbol
 below them: OpenSSL's MD5 block function is static and shows as ``MD4...`` (it follows MD4's
@@ -24,16 +25,21 @@ import argparse
 import bisect
 import collections
 import concurrent.futures as cf
+import contextlib
 import json
 import os
 import re
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,16 +62,53 @@ SEGMENT_PARTS = 4
 #: name -> (what, bytes per request, threads)
 LOADS = {"put-parts-64MiB": ("PUT", 64 * MiB, 4), "put-256KiB": ("PUT", 256 * KiB, 8),
          "get-range-32MiB": ("GET", 32 * MiB, 4), "get-range-2MiB": ("GET", 2 * MiB, 8)}
-_LINE = re.compile(r"^\s*([\d.]+)%\s+(\S+)\s+\[[.k]\]\s+(.+?)\s*$")
+#: seconds perf record may take to switch its sampling on or off (it attaches first)
+PERF_TIMEOUT = 60.0
+#: a ``perf script -F comm,pid,ip,sym,dso`` line: thread name, process, address, function, library
+_SAMPLE = re.compile(r"^\s*(.*?)\s+(\d+)\s+([0-9a-f]+)\s+(.*?)\s+\(([^()]*)\)\s*$")
 
 
-def parse_report(text: str) -> list[tuple[float, str, str]]:
-    """``perf report --sort dso,sym --stdio -g none`` lines as (percent, library, symbol)."""
+@dataclass(frozen=True)
+class Sample:
+    """One ``perf script`` sample: its thread's name, process, library file name and function
+    (``0x...``: an address in the library, for a function perf could not name)."""
+
+    thread: str
+    pid: int
+    dso: str
+    sym: str
+
+
+def parse_script(text: str, maps: dict[int, list[tuple[int, int, int, str]]]) -> list[Sample]:
+    """``perf script -F comm,pid,ip,sym,dso`` lines as samples. A function perf could not name
+    gets its address inside the library it is in (``maps``: pid -> that process's mappings,
+    ``mappings``), as ``perf report`` would print it."""
     out = []
     for line in text.splitlines():
-        m = _LINE.match(line)
-        if m:
-            out.append((float(m.group(1)), m.group(2), m.group(3)))
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        thread, pid, ip, sym, path = m.group(1), int(m.group(2)), int(m.group(3), 16), \
+            m.group(4), m.group(5)
+        if sym == "[unknown]":
+            for start, end, offset, mapped in maps.get(pid, []):
+                if start <= ip < end and mapped == path:
+                    sym = f"0x{ip - start + offset:016x}"
+                    break
+        dso = path if path.startswith("[") else Path(path).name
+        out.append(Sample(thread, pid, dso, sym))
+    return out
+
+
+def mappings(pid: int) -> list[tuple[int, int, int, str]]:
+    """(start, end, file offset, path) of a process's file mappings (``/proc/PID/maps``)."""
+    out = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 6 and parts[5].startswith("/"):
+                start, end = (int(x, 16) for x in parts[0].split("-"))
+                out.append((start, end, int(parts[2], 16), parts[5]))
     return out
 
 
@@ -96,17 +139,6 @@ def name_addresses(rows: list[tuple[float, str, str]], symbols: dict[str, list[t
             sym = f"{syms[i][1]}+" if i >= 0 else sym
         out[(dso, sym)] += pct
     return dict(out)
-
-
-def _libraries(pid: int) -> dict[str, str]:
-    """Library file name -> path, as the process maps them."""
-    out = {}
-    with open(f"/proc/{pid}/maps") as f:
-        for line in f:
-            path = line.split()[-1]
-            if path.startswith("/") and ".so" in path:
-                out[Path(path).name] = path
-    return out
 
 
 def s3_client(server: Any) -> Any:
@@ -156,37 +188,69 @@ def _run_load(s3: Any, bucket: str, load: str, seconds: float, segments: list[st
 DAEMONS = {"rgw": "radosgw", "osd": "osd"}
 
 
-def _report(perf: str, data: Path, pid: int, sort: str) -> str:
-    """``perf report`` of one process's samples, as shares of that process's own."""
-    return subprocess.run([perf, "report", "-i", str(data), "--pid", str(pid), "--percentage",
-                           "relative", "--no-children", "--sort", sort, "--stdio", "-g", "none"],
-                          capture_output=True, text=True).stdout
-
-
-def threads_of(text: str) -> dict[str, float]:
-    """``perf report --sort comm`` lines as thread name -> percent, names that differ only by a
-    number (``msgr-worker-0``, ``msgr-worker-2``) summed under one (``msgr-worker-*``)."""
-    out: collections.Counter[str] = collections.Counter()
-    for line in text.splitlines():
-        m = re.match(r"^\s*([\d.]+)%\s+(\S.*?)\s*$", line)
-        if m:
-            out[re.sub(r"\d+$", "*", m.group(2))] += float(m.group(1))
-    return {k: round(v, 1) for k, v in out.most_common(5)}
-
-
-def daemon_profile(perf: str, data: Path, pid: int) -> dict[str, Any]:
-    """One daemon's samples by library, by function (the eight largest) and by thread."""
-    libs = _libraries(pid)
-    rows = parse_report(_report(perf, data, pid, "dso,sym"))
-    symbols = {d: exported_symbols(libs[d]) for d in {r[1] for r in rows} if d in libs}
+def daemon_profile(samples: list[Sample], pid: int, libraries: dict[str, str]
+                   ) -> dict[str, Any]:
+    """One process's samples as shares of its own: by library, by function (the eight largest)
+    and by thread name, names that differ only by a number (``msgr-worker-0``,
+    ``msgr-worker-2``) summed under one (``msgr-worker-*``). ``libraries``: library file name
+    -> path, to name the addresses of stripped ones (``exported_symbols``)."""
+    own = [x for x in samples if x.pid == pid]
+    if not own:
+        return {}
+    share = 100 / len(own)
+    rows = [(n * share, dso, sym) for (dso, sym), n in
+            collections.Counter((x.dso, x.sym) for x in own).items()]
+    symbols = {d: exported_symbols(libraries[d]) for d in {r[1] for r in rows} if d in libraries}
     by_fn = name_addresses(rows, symbols)
     by_lib: collections.Counter[str] = collections.Counter()
     for (dso, _), pct in by_fn.items():
         by_lib[dso] += pct
-    return {"by_library": {k: round(v, 1) for k, v in by_lib.most_common(6)},
+    threads = collections.Counter(re.sub(r"\d+$", "*", x.thread) for x in own)
+    return {"samples": len(own),
+            "by_library": {k: round(v, 1) for k, v in by_lib.most_common(6)},
             "top_functions": [[round(v, 1), f"{d} {s}"] for (d, s), v in
                               sorted(by_fn.items(), key=lambda kv: -kv[1])[:8]],
-            "by_thread": threads_of(_report(perf, data, pid, "comm"))}
+            "by_thread": {k: round(n * share, 1) for k, n in threads.most_common(5)}}
+
+
+@contextlib.contextmanager
+def recording(perf: str, data: Path) -> Iterator[None]:
+    """``perf record`` of every CPU (into ``data``, whose folder also takes two FIFOs; the
+    samples name their process), sampling exactly while the body runs: perf starts with its
+    events off (``--delay=-1``) and is switched on and off through its control FIFO, each switch
+    acknowledged, so its own set-up is outside the window the CPU meter measures. Every CPU, not
+    ``-p PID``: attached to radosgw's threads, perf missed a quarter to half of its CPU time."""
+    ctl, ack = data.parent / "ctl", data.parent / "ack"
+    os.mkfifo(ctl)
+    os.mkfifo(ack)
+    rec = subprocess.Popen([perf, "record", "-q", "-F", "499", "-a",
+                            "-o", str(data), "--delay=-1", f"--control=fifo:{ctl},{ack}"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # read-write: opening either FIFO then never waits for perf's end
+    to_perf, from_perf = os.open(ctl, os.O_RDWR), os.open(ack, os.O_RDWR)
+    try:
+        _command(rec, to_perf, from_perf, "enable")
+        yield
+        _command(rec, to_perf, from_perf, "disable")
+    finally:
+        rec.send_signal(signal.SIGINT)  # perf writes its data and exits
+        rec.wait(timeout=120)
+        os.close(to_perf)
+        os.close(from_perf)
+
+
+def _command(rec: subprocess.Popen[bytes], to_perf: int, from_perf: int, what: str) -> None:
+    os.write(to_perf, f"{what}\n".encode())
+    deadline = time.monotonic() + PERF_TIMEOUT
+    while time.monotonic() < deadline:
+        if select.select([from_perf], [], [], 0.2)[0]:
+            os.read(from_perf, 64)  # "ack"
+            return
+        if rec.poll() is not None:
+            raise RuntimeError(f"perf record exited ({rec.returncode}) before it took {what!r}:"
+                               " is perf allowed to sample other processes here (root, or "
+                               "kernel.perf_event_paranoid <= 1)?")
+    raise RuntimeError(f"perf record did not take {what!r} within {PERF_TIMEOUT:g} s")
 
 
 def profile(server: Any, load: str, seconds: float, segments: list[str], bucket: str,
@@ -195,23 +259,27 @@ def profile(server: Any, load: str, seconds: float, segments: list[str], bucket:
     pids = {DAEMONS[k]: names[k] for k in DAEMONS if k in names}
     perf = shutil.which("perf")
     data = Path(tempfile.mkdtemp(prefix="rgw-profile-")) / "perf.data"
-    rec = None
-    if perf and pids:
-        rec = subprocess.Popen([perf, "record", "-q", "-F", "499", "-p",
-                                ",".join(str(p) for p in pids.values()), "-o", str(data),
-                                "--", "sleep", str(seconds)], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    before = meter.sample()
-    moved = _run_load(s3_client(server), bucket, load, seconds, segments)
-    cpu = meter.delta(before, meter.sample())
-    out: dict[str, Any] = {"GiB": round(moved / GiB, 3), "cpu_s_per_GiB": {
-        k: round(v * GiB / moved, 3) for k, v in cpu.items() if k != "client"} if moved else {}}
-    if rec is not None and perf is not None:
-        rec.wait()
-        for name, pid in pids.items():
-            for key, value in daemon_profile(perf, data, pid).items():
-                out[f"{name}_{key}"] = value
-    shutil.rmtree(data.parent, ignore_errors=True)
+    try:
+        with recording(perf, data) if perf and pids else contextlib.nullcontext():
+            before = meter.sample()
+            moved = _run_load(s3_client(server), bucket, load, seconds, segments)
+            cpu = meter.delta(before, meter.sample())
+        out: dict[str, Any] = {"GiB": round(moved / GiB, 3), "cpu_s_per_GiB": {
+            k: round(v * GiB / moved, 3) for k, v in cpu.items() if k != "client"}
+            if moved else {}}
+        if perf and pids:
+            # perf script, not perf report: report's --pid drops the samples of threads it has
+            # no record of (most of radosgw's), where script has each sample's process
+            maps = {pid: mappings(pid) for pid in pids.values()}
+            samples = parse_script(subprocess.run(
+                [perf, "script", "-i", str(data), "-F", "comm,pid,ip,sym,dso"],
+                capture_output=True, text=True).stdout, maps)
+            for name, pid in pids.items():
+                libraries = {Path(path).name: path for *_, path in maps[pid] if ".so" in path}
+                for key, value in daemon_profile(samples, pid, libraries).items():
+                    out[f"{name}_{key}"] = value
+    finally:
+        shutil.rmtree(data.parent, ignore_errors=True)
     return out
 
 

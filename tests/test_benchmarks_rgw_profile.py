@@ -1,6 +1,7 @@
-"""benchmarks/rgw_profile.py's reading of ``perf report``: lines parsed into (percent, library,
-symbol), a stripped library's raw addresses named by the nearest exported function below them,
-and the flags checked before any server starts."""
+"""benchmarks/rgw_profile.py's reading of ``perf script``: samples parsed into (thread, process,
+library, function), an address perf could not name placed inside its library, a stripped
+library's addresses named by the nearest exported function below them, each process's samples
+as shares of its own, and the flags checked before any server starts."""
 
 from __future__ import annotations
 
@@ -12,64 +13,70 @@ import pytest
 
 from benchmarks.harness import BenchServer, CPUMeter
 from benchmarks.rgw_profile import (
+    Sample,
+    daemon_profile,
     exported_symbols,
     main,
     name_addresses,
-    parse_report,
+    parse_script,
     profile,
     s3_client,
-    threads_of,
 )
 from tests.support.benchmarks import run_json
 from tests.support.rgw import RGWCluster
 
-REPORT = """\
-# Samples: 6K of event 'cpu-clock:pppH'
-#
-# Overhead  Shared Object      Symbol
-# ........  .................  ......
-#
-    12.50%  libcrypto.so.3     [.] 0x0000000000241460
-    10.00%  libcrypto.so.3     [.] 0x0000000000240d17
-     4.28%  [kernel.kallsyms]  [k] _copy_from_iter
-     3.24%  libceph-common.so.2  [.] crc32_iscsi_00
-     0.50%  libcrypto.so.3     [.] 0x0000000000000010
+CRYPTO = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3"
+SCRIPT = f"""\
+         radosgw 20012      7fdbf9a41460 [unknown] ({CRYPTO})
+   msgr-worker-2 20012  ffffffff81ba36e0 _copy_from_iter ([kernel.kallsyms])
+       tp_osd_tp 19362      55d0c0ffee00 crc32_iscsi_00 (/usr/bin/ceph-osd)
+       tp_osd_tp 19362      55d0c0ffee00 rocksdb::Foo<Bar const&>::baz ( x) (/usr/bin/ceph-osd)
+   a thread name 19362  ffffffff81ba36e0 _copy_from_iter ([kernel.kallsyms])
+         radosgw 20012      7fdbf0000000 [unknown] (/usr/lib/elsewhere.so)
+not a sample line
 """
+#: radosgw's libcrypto mapped at 0x7fdbf9900000 from file offset 0x100000
+MAPS = {20012: [(0x7fdbf9800000, 0x7fdbf9900000, 0, CRYPTO),
+                (0x7fdbf9900000, 0x7fdbf9b00000, 0x100000, CRYPTO)]}
 
 
-def test_report_lines_are_parsed() -> None:
-    rows = parse_report(REPORT)
-    assert rows[0] == (12.5, "libcrypto.so.3", "0x0000000000241460")
-    assert (4.28, "[kernel.kallsyms]", "_copy_from_iter") in rows
-    assert (3.24, "libceph-common.so.2", "crc32_iscsi_00") in rows
-    assert len(rows) == 5
+def test_script_lines_are_parsed_and_unnamed_addresses_placed_in_their_library() -> None:
+    samples = parse_script(SCRIPT, MAPS)
+    assert samples == [
+        Sample("radosgw", 20012, "libcrypto.so.3", "0x0000000000241460"),
+        Sample("msgr-worker-2", 20012, "[kernel.kallsyms]", "_copy_from_iter"),
+        Sample("tp_osd_tp", 19362, "ceph-osd", "crc32_iscsi_00"),
+        Sample("tp_osd_tp", 19362, "ceph-osd", "rocksdb::Foo<Bar const&>::baz ( x)"),
+        Sample("a thread name", 19362, "[kernel.kallsyms]", "_copy_from_iter"),
+        Sample("radosgw", 20012, "elsewhere.so", "[unknown]"),  # no mapping known for it
+    ]
 
 
 def test_raw_addresses_are_named_by_the_exported_function_below_them() -> None:
+    rows = [(12.5, "libcrypto.so.3", "0x0000000000241460"),
+            (10.0, "libcrypto.so.3", "0x0000000000240d17"),
+            (4.28, "[kernel.kallsyms]", "_copy_from_iter"),
+            (0.5, "libcrypto.so.3", "0x0000000000000010")]
     symbols = {"libcrypto.so.3": [(0x240000, "MD4_Final"), (0x241400, "MD5_Init")]}
-    named = name_addresses(parse_report(REPORT), symbols)
+    named = name_addresses(rows, symbols)
     assert named[("libcrypto.so.3", "MD4_Final+")] == pytest.approx(10.0)
     assert named[("libcrypto.so.3", "MD5_Init+")] == pytest.approx(12.5)
     assert named[("libcrypto.so.3", "0x0000000000000010")] == pytest.approx(0.5)  # below all
     assert named[("[kernel.kallsyms]", "_copy_from_iter")] == pytest.approx(4.28)
 
 
-THREADS = """\
-# Samples: 2K of event 'cpu-clock:pppH'
-#
-# Overhead  Command
-# ........  .............
-#
-    40.10%  tp_osd_tp
-    30.00%  msgr-worker-2
-    20.00%  msgr-worker-0
-     9.90%  bstore_aio
-"""
-
-
-def test_threads_are_summed_by_name_without_their_number() -> None:
-    assert threads_of(THREADS) == {"msgr-worker-*": 50.0, "tp_osd_tp": 40.1, "bstore_aio": 9.9}
-    assert threads_of("") == {}
+def test_a_process_is_profiled_as_shares_of_its_own_samples() -> None:
+    samples = ([Sample("tp_osd_tp", 2, "ceph-osd", "crc32_iscsi_00")] * 5
+               + [Sample("msgr-worker-2", 2, "[kernel.kallsyms]", "_copy_from_iter")] * 3
+               + [Sample("msgr-worker-0", 2, "[kernel.kallsyms]", "_copy_from_iter")] * 2
+               + [Sample("radosgw", 1, "libcrypto.so.3", "0x0000000000241460")] * 40)
+    osd = daemon_profile(samples, 2, {})
+    assert osd["samples"] == 10
+    assert osd["by_thread"] == {"tp_osd_tp": 50.0, "msgr-worker-*": 50.0}
+    assert osd["by_library"] == {"ceph-osd": 50.0, "[kernel.kallsyms]": 50.0}
+    assert osd["top_functions"] == [[50.0, "ceph-osd crc32_iscsi_00"],
+                                    [50.0, "[kernel.kallsyms] _copy_from_iter"]]
+    assert daemon_profile(samples, 3, {}) == {}
 
 
 def test_exported_symbols_of_a_real_library_and_of_none() -> None:
@@ -120,8 +127,12 @@ def test_radosgw_and_the_osd_are_profiled_on_rgw(rgw_server: RGWCluster) -> None
     assert segments
     out = profile(server, "get-range-32MiB", 2.0, segments, bucket, meter)
     assert out["GiB"] > 0 and out["cpu_s_per_GiB"]["osd"] > 0
-    for daemon in ("radosgw", "osd"):
+    for daemon, name in (("radosgw", "rgw"), ("osd", "osd")):
         assert out[f"{daemon}_top_functions"], daemon
+        # every thread's samples count (perf samples at 499 Hz of CPU time): attached to radosgw
+        # (-p), perf missed a quarter to half of its CPU; perf report's --pid dropped more
+        cpu_s = out["cpu_s_per_GiB"][name] * out["GiB"]
+        assert 0.8 * 499 * cpu_s <= out[f"{daemon}_samples"] <= 1.4 * 499 * cpu_s, daemon
         assert 90 <= sum(out[f"{daemon}_by_library"].values()) <= 100.5, daemon
         assert 90 <= sum(out[f"{daemon}_by_thread"].values()) <= 100.5, daemon
     assert "tp_osd_tp" in out["osd_by_thread"]
