@@ -19,9 +19,16 @@ would run inside the retrieve and be charged to it; with it, both sides' store e
 bytes on the server), retrieve it with
 ``batched_get_blocking`` (bytes verified), and look up a 64-chunk prefix with ``batched_contains``
 from a fresh RemoteBackend (a fresh S3 connector has no size cache, as another engine replica or
-a restarted one has none: it sends one HEAD per chunk). Routes run interleaved, ``--repeat``
-rounds in rotating order, on one server; figures are medians over the rounds. CPU is each
-process's user + system time (psutil) over each phase; "server" sums all of the S3 server's
+a restarted one has none: it sends one HEAD per chunk). Each route first runs ``--warmup``
+untimed store + retrieve rounds: an engine serves for hours, and LMCache's S3 connector (awscrt)
+grows its buffers over its first retrieves, page-faulting them in (measured beside other
+engines' memory: 2.66, 1.23, 0.77, then 0.66-0.71 client CPU-s per GiB over its first rounds).
+Then the routes run interleaved, ``--repeat`` rounds in rotating order, on one server; figures
+are medians over the rounds. CPU is each process's user + system time (psutil) over each phase;
+``{phase}_page_faults_per_gib`` counts this process's minor page faults (the S3 connector gives
+memory back between retrieves and pays to touch it again: 8,000-70,000 faults per 1.25 GiB
+retrieve in one interleaved run, at 0.78-1.71 CPU-s per GiB, against ~300 and 0.63-0.71 when it
+retrieves back to back alone); "server" sums all of the S3 server's
 processes (RGW: radosgw, the OSD and the mon); "machine" is every CPU's busy time, "other" the
 part of it outside those processes (interrupts taken while idle, kernel threads),
 "interrupts" the hard and soft interrupts in it (the virtual disk's reads show there, mostly
@@ -46,6 +53,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import signal
 import statistics
 import sys
@@ -113,6 +121,12 @@ def _spent(before: dict[str, float], after: dict[str, float], pids: dict[str, tu
     return out
 
 
+def _faults() -> int:
+    """This process's page faults so far that needed no disk (memory taken in, zeroed or
+    mapped: what a client pays to touch buffers it had given back)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def _native(url: str, method: str, path: str, timeout: float) -> None:
     """One call to a gateway's native API (``/v1/...``) with the benchmark's token."""
     urllib.request.urlopen(urllib.request.Request(
@@ -128,13 +142,13 @@ def one_round(e: Engine, route: str, server: BenchServer, urls: dict[str, str],
               pids: dict[str, tuple[int, ...]], flush_url: str | None, tokens: int,
               lookup_n: int, salt: int) -> dict[str, float]:
     """One store + retrieve on the route's engine (kept across rounds: LMCache's S3 connector
-    cannot be closed, so a fresh engine per round would keep its CPU memory forever), then the
-    lookup from a fresh small engine."""
+    cannot be closed, so a fresh engine per round would keep its CPU memory forever), then, with
+    ``lookup_n``, the lookup from a fresh small engine."""
     rng = np.random.default_rng(salt)
     n = tokens // LLAMA3_8B[2]
     keys, objs = e.keys(n, salt), e.chunks(n, rng)
     size = sum(len(memoryview(o.byte_array).cast("B")) for o in objs)
-    c0, t0 = _cpu(pids), time.perf_counter()
+    c0, t0, f0 = _cpu(pids), time.perf_counter(), _faults()
     e.store(keys, objs)
     if flush_url is not None:  # the open segments, uploaded and durable on the S3 server
         _native(flush_url, "POST", "flush", 600)
@@ -142,13 +156,21 @@ def one_round(e: Engine, route: str, server: BenchServer, urls: dict[str, str],
     want = [_digest(o) for o in objs]  # the originals go back before the retrieve needs room
     for o in objs:
         o.ref_count_down()
-    c1, t1b = _cpu(pids), time.perf_counter()
+    c1, t1b, f1 = _cpu(pids), time.perf_counter(), _faults()
     got = e.backend.batched_get_blocking(keys)
-    t2, c2 = time.perf_counter(), _cpu(pids)
+    t2, c2, f2 = time.perf_counter(), _cpu(pids), _faults()
     ok = all(g is not None and _digest(g) == w for g, w in zip(got, want, strict=True))
     for g in got:
         if g is not None:
             g.ref_count_down()
+    timed = {"store_gib_s": size / GiB / (t1 - t0), "retrieve_gib_s": size / GiB / (t2 - t1b),
+             "verified": float(ok), "bytes": float(size),
+             "store_page_faults_per_gib": (f1 - f0) / (size / GiB),
+             "retrieve_page_faults_per_gib": (f2 - f1) / (size / GiB),
+             **_spent(c0, c1, pids, "store", size / GiB, t1 - t0),
+             **_spent(c1, c2, pids, "retrieve", size / GiB, t2 - t1b)}
+    if not lookup_n:
+        return timed
     # the lookup: 64 small chunks stored by one engine, looked up by a fresh one
     w = Engine(route, LOOKUP, urls, server, 0.05)
     lk = w.keys(lookup_n, salt + 1000)
@@ -162,11 +184,7 @@ def one_round(e: Engine, route: str, server: BenchServer, urls: dict[str, str],
     found = r.backend.batched_contains(lk)
     t4 = time.perf_counter()
     r.close()
-    return {"store_gib_s": size / GiB / (t1 - t0), "retrieve_gib_s": size / GiB / (t2 - t1b),
-            "lookup_ms": (t4 - t3) * 1000, "lookup_found": float(found),
-            "verified": float(ok), "bytes": float(size),
-            **_spent(c0, c1, pids, "store", size / GiB, t1 - t0),
-            **_spent(c1, c2, pids, "retrieve", size / GiB, t2 - t1b)}
+    return {**timed, "lookup_ms": (t4 - t3) * 1000, "lookup_found": float(found)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lookup-chunks", type=int, default=64,
                         help="chunks in the looked-up prefix [default: 64]")
     parser.add_argument("--repeat", type=int, default=3, help="rounds per route [default: 3]")
+    parser.add_argument("--warmup", type=int, default=2, metavar="N",
+                        help="untimed store + retrieve rounds per route first, so that each "
+                        "engine is measured warm, as it serves [default: 2]")
     parser.add_argument("--cpu-gib", type=float, default=1.5,
                         help="LMCache's CPU allocator per route, GiB (one session and some "
                         "room) [default: 1.5]")
@@ -191,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="add the benchmark's S3 host names to /etc/hosts for the run")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
+    if args.repeat < 1 or args.warmup < 0:
+        parser.error("--repeat must be at least 1 and --warmup at least 0")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up on kill, too
     configure_logging("console", "warning")  # the plugin's log lines to stderr, not the JSON
     names = [f"{GW_BUCKET}.{DOMAIN}", f"{DIRECT_BUCKET}.{DOMAIN}"]
@@ -223,20 +246,23 @@ def main(argv: list[str] | None = None) -> int:
                 _native(url, "PUT", GW_BUCKET, 30)
             rounds: dict[str, list[dict[str, float]]] = {r: [] for r in routes}
             engines = {r: Engine(r, LLAMA3_8B, urls, server, args.cpu_gib) for r in routes}
-            for i in range(args.repeat):
+            for i in range(args.warmup + args.repeat):
+                timed = i >= args.warmup
                 k = i % len(routes)
                 for route in routes[k:] + routes[:k]:  # rotate the order
-                    _say(f"round {i + 1}/{args.repeat}: {route}")
+                    _say(f"round {i - args.warmup + 1}/{args.repeat}: {route}" if timed else
+                         f"warm-up {i + 1}/{args.warmup}: {route}")
                     route_url, route_pid = gateways[route]
                     pids: dict[str, tuple[int, ...]] = {"gateway": (route_pid,),
                                                         "client": (os.getpid(),)}
                     if server.pids:
                         pids["server"] = server.pids
                     flush_url = None if route == "s3_direct" else route_url
-                    rounds[route].append(one_round(engines[route], route, server, urls, pids,
-                                                   flush_url,
-                                                   args.tokens, args.lookup_chunks,
-                                                   10 * i + routes.index(route)))
+                    result = one_round(engines[route], route, server, urls, pids, flush_url,
+                                       args.tokens, args.lookup_chunks if timed else 0,
+                                       10 * i + routes.index(route))
+                    if timed:
+                        rounds[route].append(result)
             for eng in engines.values():
                 eng.close()
     bad = [r for r, rs in rounds.items() if not all(x["verified"] and x["lookup_found"] ==
@@ -246,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     med = {r: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for r, rs in rounds.items()}
     d, p = med["s3_direct"], med["plugin"]
     out = {"server": server.name, "tokens": args.tokens, "chunk_bytes": 32 * 1024 * 1024,
-           "repeat": args.repeat, "routes": med,
+           "repeat": args.repeat, "warmup": args.warmup, "routes": med,
            # each round's retrieve rate per route, GiB/s (the medians' spread)
            "retrieve_gib_s_rounds": {r: [x["retrieve_gib_s"] for x in rs]
                                      for r, rs in rounds.items()},
@@ -277,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
                 ("client", "gateway", "server", "other", "interrupts", "machine")
                 if f"retrieve_cpu_s_per_gib_{k}" in m) + "; CPUs busy " + " / ".join(
                 f"{v:.2f}" for k, v in sorted(m.items())
-                if k.startswith("retrieve_cpu") and k.endswith("_busy")))
+                if k.startswith("retrieve_cpu") and k.endswith("_busy"))
+                + f"; page faults per GiB {m['retrieve_page_faults_per_gib']:,.0f}")
         print(f"plugin vs direct: retrieve x{out['retrieve_ratio_vs_direct']:.2f}, store "
               f"x{out['store_ratio_vs_direct']:.2f}, lookup x{out['lookup_speedup_vs_direct']:.1f}")
         if DRAM_ROUTE in med:
