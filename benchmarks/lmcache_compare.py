@@ -163,14 +163,15 @@ def one_round(e: Engine, route: str, server: BenchServer, urls: dict[str, str],
     for g in got:
         if g is not None:
             g.ref_count_down()
-    timed = {"store_gib_s": size / GiB / (t1 - t0), "retrieve_gib_s": size / GiB / (t2 - t1b),
-             "verified": float(ok), "bytes": float(size),
-             "store_page_faults_per_gib": (f1 - f0) / (size / GiB),
-             "retrieve_page_faults_per_gib": (f2 - f1) / (size / GiB),
-             **_spent(c0, c1, pids, "store", size / GiB, t1 - t0),
-             **_spent(c1, c2, pids, "retrieve", size / GiB, t2 - t1b)}
+    figures = {"store_gib_s": size / GiB / (t1 - t0),
+               "retrieve_gib_s": size / GiB / (t2 - t1b),
+               "verified": float(ok), "bytes": float(size),
+               "store_page_faults_per_gib": (f1 - f0) / (size / GiB),
+               "retrieve_page_faults_per_gib": (f2 - f1) / (size / GiB),
+               **_spent(c0, c1, pids, "store", size / GiB, t1 - t0),
+               **_spent(c1, c2, pids, "retrieve", size / GiB, t2 - t1b)}
     if not lookup_n:
-        return timed
+        return figures
     # the lookup: 64 small chunks stored by one engine, looked up by a fresh one
     w = Engine(route, LOOKUP, urls, server, 0.05)
     lk = w.keys(lookup_n, salt + 1000)
@@ -184,7 +185,7 @@ def one_round(e: Engine, route: str, server: BenchServer, urls: dict[str, str],
     found = r.backend.batched_contains(lk)
     t4 = time.perf_counter()
     r.close()
-    return {**timed, "lookup_ms": (t4 - t3) * 1000, "lookup_found": float(found)}
+    return {**figures, "lookup_ms": (t4 - t3) * 1000, "lookup_found": float(found)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,8 +213,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="add the benchmark's S3 host names to /etc/hosts for the run")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
-    if args.repeat < 1 or args.warmup < 0:
-        parser.error("--repeat must be at least 1 and --warmup at least 0")
+    if min(args.repeat, args.lookup_chunks, args.tokens // LLAMA3_8B[2]) < 1 or args.warmup < 0:
+        parser.error("--repeat and --lookup-chunks must be at least 1, --tokens at least 256 "
+                     "(one chunk) and --warmup at least 0")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up on kill, too
     configure_logging("console", "warning")  # the plugin's log lines to stderr, not the JSON
     names = [f"{GW_BUCKET}.{DOMAIN}", f"{DIRECT_BUCKET}.{DOMAIN}"]

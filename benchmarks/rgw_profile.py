@@ -5,10 +5,10 @@ object per block (writes), and 32 MiB against 2 MiB ranged GETs of a segment (re
 Each load runs ``--seconds`` from a pool of boto3 threads with the gateway's S3 backend's
 botocore config (SigV4, UNSIGNED-PAYLOAD, no flexible checksums), while ``perf record`` samples
 every CPU for exactly that time. Reported per load: GiB moved, the CPU-seconds per GiB of each
-server daemon (radosgw, OSD, mon), and the radosgw's and the OSD's samples (each as shares of
-its own, and how many: perf samples 499 times a CPU-second) by library, by function and by
-thread name (``tp_osd_tp``: the OSD's op threads, where
-bluestore reads and checks what it stored; ``msgr-worker-*``: the messenger's socket I/O).
+server daemon (radosgw, OSD, mon), and radosgw's and the OSD's samples (each as shares of its
+own, and how many: perf samples 499 times a CPU-second) by library, by function and by thread
+name (``tp_osd_tp``: the OSD's op threads, where bluestore reads and checks what it stored;
+``msgr-worker-*``: the messenger's socket I/O).
 Functions of stripped libraries (Debian's libcrypto) are named by the nearest exported symbol
 below them: OpenSSL's MD5 block function is static and shows as ``MD4...`` (it follows MD4's
 code), which is what an S3 server spends on the ETag of every byte it stores; ``crc32_iscsi``
