@@ -297,10 +297,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, indent=2))
     else:
         for r, m in med.items():
-            print(f"{r:11s} store {m['store_gib_s']:.3f} GiB/s  retrieve "
+            print(f"{r:19s} store {m['store_gib_s']:.3f} GiB/s  retrieve "
                   f"{m['retrieve_gib_s']:.3f} GiB/s  lookup({args.lookup_chunks}) "
                   f"{m['lookup_ms']:.1f} ms found {m['lookup_found']:.0f}")
-            print("            retrieve CPU-s per GiB: " + ", ".join(
+            print(" " * 20 + "retrieve CPU-s per GiB: " + ", ".join(
                 f"{k} {m[f'retrieve_cpu_s_per_gib_{k}']:.2f}" for k in
                 ("client", "gateway", "server", "other", "interrupts", "machine")
                 if f"retrieve_cpu_s_per_gib_{k}" in m) + "; CPUs busy " + " / ".join(

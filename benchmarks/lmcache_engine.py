@@ -101,6 +101,10 @@ def gateway(server: BenchServer, prefix: str = "kv", dram_cache: str = "0",
         os.unlink(log.name)
 
 
+#: engines on LMCache's S3 connector, which cannot be closed: kept for the process's life
+_LEFT_OPEN: list[Engine] = []
+
+
 class Engine:
     """LMCache's config, metadata, loop thread, CPU allocator and RemoteBackend for one route."""
 
@@ -174,7 +178,11 @@ class Engine:
 
     def close(self) -> None:
         """The plugin closes at once; LMCache's S3 connector's close never returns, so for it
-        the loop is left running (a daemon thread) instead."""
+        the loop is left running (a daemon thread) instead, and the engine kept with it: once
+        collected, its backend's pending tasks would each be reported "Task was destroyed but
+        it is pending!"."""
         if self.route in PLUGIN_ROUTES:
             self.backend.close()
             self.loop.call_soon_threadsafe(self.loop.stop)
+        else:
+            _LEFT_OPEN.append(self)
