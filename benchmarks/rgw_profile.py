@@ -248,8 +248,8 @@ def _command(rec: subprocess.Popen[bytes], to_perf: int, from_perf: int, what: s
             return
         if rec.poll() is not None:
             raise RuntimeError(f"perf record exited ({rec.returncode}) before it took {what!r}:"
-                               " is perf allowed to sample other processes here (root, or "
-                               "kernel.perf_event_paranoid <= 1)?")
+                               " is perf allowed to sample the whole machine here (root, or "
+                               "kernel.perf_event_paranoid <= 0)?")
     raise RuntimeError(f"perf record did not take {what!r} within {PERF_TIMEOUT:g} s")
 
 
