@@ -25,7 +25,6 @@ lean its Python (docs/performance.md, issue 17, session 39).
 from __future__ import annotations
 
 import argparse
-import json
 import mmap
 import os
 import socket
@@ -37,9 +36,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make `s3kv` importable
+if __package__ in (None, ""):  # run as a script: make `benchmarks` and `s3kv` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.floor_report import print_report
 from s3kv.sizes import MiB, format_size, parse_size
 from s3kv.store.layout import checksum
 
@@ -146,13 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if min(args.block, args.mib, args.file_bytes, args.rounds) < 1 or args.lag < 0:
         p.error("--block, --mib, --file-bytes and --rounds must be positive, --lag at least 0")
-    doc = measure(args)
-    if args.json:
-        print(json.dumps(doc))
-    else:
-        for key, value in doc.items():
-            if not key.endswith("_rounds") and key != "settings":
-                print(f"{key:32s} {value}")
+    print_report(measure(args), args.json)
     return 0
 
 

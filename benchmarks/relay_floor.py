@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import json
 import multiprocessing
 import os
 import socket
@@ -31,9 +30,10 @@ import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make `s3kv` importable
+if __package__ in (None, ""):  # run as a script: make `benchmarks` and `s3kv` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.floor_report import print_report
 from s3kv.sizes import MiB, format_size, parse_size
 
 MODES = ("copy", "splice")
@@ -153,13 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--mib, --chunk and --rounds must be positive")
     if not hasattr(os, "splice"):
         p.error("os.splice is missing: this measures Linux's loopback (Python 3.10+)")
-    doc = measure(args)
-    if args.json:
-        print(json.dumps(doc))
-    else:
-        for key, value in doc.items():
-            if not key.endswith("_rounds") and key != "settings":
-                print(f"{key:24s} {value}")
+    print_report(measure(args), args.json)
     return 0
 
 
