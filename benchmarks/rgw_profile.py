@@ -26,6 +26,7 @@ import bisect
 import collections
 import concurrent.futures as cf
 import contextlib
+import functools
 import json
 import os
 import re
@@ -112,8 +113,10 @@ def mappings(pid: int) -> list[tuple[int, int, int, str]]:
     return out
 
 
+@functools.cache  # one nm per library a run, not one per load and daemon
 def exported_symbols(library: str) -> list[tuple[int, str]]:
-    """(address, name) of a shared library's exported functions, sorted (``nm -D``)."""
+    """(address, name) of a shared library's exported functions, sorted (``nm -D``; the list is
+    shared by every caller: read it, do not change it)."""
     try:
         text = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True,
                               text=True, check=True).stdout
