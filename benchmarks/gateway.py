@@ -29,7 +29,10 @@ What is measured:
   the whole chain in one; every block is received into one buffer, checked and dropped, as the
   per-block side does) against per-block GETs
   of one object per block at concurrency 8 (and, for reference, per-block GETs through the
-  gateway's S3 front at concurrency 8).
+  gateway's S3 front at concurrency 8). ``--restore-block-tokens 4,16,64`` restores the
+  session in each of those block sizes, each beside its own per-block GETs: how the gap
+  between one GET per block and the packed restore follows the block's size on this server
+  (``restore_ratio_{T}tok``; ``restore_ratio`` is the first size's, by default 16 tokens).
 
 Every PUT phase is also costed on the server's side: CPU-seconds per GiB written of each process
 (client, gateway, and the server's: RGW's radosgw, OSD and mon, summed as ``server``) and, on
@@ -89,6 +92,7 @@ from benchmarks.harness import gateway_process as harness_gateway
 from benchmarks.runner import run_on_server
 from benchmarks.s3_clients import CLIENTS, PAYLOAD_SIGNING, open_client
 from s3kv.client import S3KVClient
+from s3kv.gateway.native import MAX_BATCH_KEYS
 from s3kv.models import block_bytes, kv_bytes_per_token
 from s3kv.sizes import format_size, parse_size
 
@@ -175,7 +179,7 @@ async def run(server: BenchServer, profile: Profile, args: argparse.Namespace,
     async with open_client(args.client, server.client_kwargs(), payload=args.payload) as admin:
         await admin.create_bucket(backend_bucket)
         await admin.create_bucket(direct_bucket)
-    max_block = max(2 * MiB, block_bytes(MODEL, BLOCK_TOKENS))
+    max_block = max(2 * MiB, *(block_bytes(MODEL, t) for t in args.restore_block_tokens))
     results: dict[str, Any] = {"server": server.name, "model": MODEL,
                                "segment_size": profile.segment_size,
                                "part_size": profile.part_size, "etag": profile.etag,
@@ -211,14 +215,19 @@ async def run(server: BenchServer, profile: Profile, args: argparse.Namespace,
                         got = await throughput(gw, direct, size, n, c, say, costing)
                         one.update({f"{k}_{tag}_c{c}": v for k, v in got.items()})
                 one.update(backend_ratios(one))
-                one.update(await restore(gw_url, gw, direct, profile.session_tokens,
-                                         args.restore_batch, args.restore_concurrency, say,
-                                         meter))
+                for i, t in enumerate(args.restore_block_tokens):
+                    got = await restore(gw_url, gw, direct, profile.session_tokens,
+                                        args.restore_batch, args.restore_concurrency, say,
+                                        meter, block_tokens=t)
+                    if i == 0:
+                        one.update(got)
+                    one.update({f"{k}_{t}tok": got[k] for k in BY_BLOCK_KEYS if k in got})
                 rounds.append(one)
             # every figure is the median over the repeats (each ratio's own median); the
             # repeats' values are kept beside it
             results.update(medians(rounds))
             results["repeats"] = args.repeats
+            results["restore_block_tokens"] = args.restore_block_tokens
             if args.repeats > 1:
                 results["per_repeat"] = {k: [one[k] for one in rounds] for k in SUMMARY_KEYS}
             results["gateway_put_slowdowns"] = gw.slowdowns
@@ -239,6 +248,10 @@ def backend_ratios(one: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: a restore's figures kept for every --restore-block-tokens size, as ``{key}_{T}tok``
+BY_BLOCK_KEYS = ("restore_ratio", "restore_block_bytes", "restore_batch_s",
+                 "restore_per_block_direct_c8_s", "restore_batch_server_cpu_s",
+                 "restore_per_block_server_cpu_s")
 SUMMARY_KEYS = ("put_ratio_256KiB_c1", "put_ratio_256KiB_c8", "get_ratio_2MiB_c1",
                 "get_ratio_2MiB_c8", "restore_ratio", "backend_cpu_ratio_put_256KiB",
                 "backend_requests_ratio_put_256KiB")
@@ -246,6 +259,18 @@ SUMMARY_KEYS = ("put_ratio_256KiB_c1", "put_ratio_256KiB_c8", "get_ratio_2MiB_c1
 TARGETS = {"put_ratio_256KiB_c1": 2.0, "put_ratio_256KiB_c8": 3.0, "get_ratio_2MiB_c1": 0.9,
            "get_ratio_2MiB_c8": 0.9, "restore_ratio": 2.5}
 CEILINGS = {"backend_cpu_ratio_put_256KiB": 0.3, "backend_requests_ratio_put_256KiB": 0.01}
+
+
+def block_tokens_list(text: str) -> list[int]:
+    """``--restore-block-tokens``: positive token counts, comma-separated, each once."""
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected token counts such as 4,16,64") from None
+    if not sizes or min(sizes) < 1 or len(set(sizes)) != len(sizes):
+        raise argparse.ArgumentTypeError(f"{text!r}: each size a positive token count, once")
+    return sizes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -266,10 +291,16 @@ def main(argv: list[str] | None = None) -> int:
                         "checksum, botocore's default over plain HTTP; unsigned = "
                         "UNSIGNED-PAYLOAD, no checksum, like Warp's --disable-sha256-payload "
                         "[default: signed; with --client warp: unsigned]")
-    parser.add_argument("--restore-batch", type=int, default=SESSION_TOKENS // BLOCK_TOKENS,
-                        metavar="N",
-                        help="keys per native batch-get request [default: the whole chain, "
-                        f"{SESSION_TOKENS // BLOCK_TOKENS} keys, in one streamed request]")
+    parser.add_argument("--restore-batch", type=int, default=None, metavar="N",
+                        help="keys per native batch-get request [default: the whole chain in "
+                        f"one streamed request: {SESSION_TOKENS // BLOCK_TOKENS} keys at "
+                        f"{BLOCK_TOKENS}-token blocks]")
+    parser.add_argument("--restore-block-tokens", type=block_tokens_list,
+                        default=[BLOCK_TOKENS], metavar="T[,T...]",
+                        help="tokens per block of the restored session (Qwen2.5-7B: 56 KiB a "
+                        "token), one restore per size, each against per-block GETs of blocks "
+                        "that size; restore_ratio is the first size's, every size's is "
+                        f"restore_ratio_{{T}}tok [default: {BLOCK_TOKENS}, vLLM's block]")
     parser.add_argument("--restore-concurrency", type=int, default=1, metavar="N",
                         help="batch-get requests in flight during the restore [default: 1]")
     parser.add_argument("--repeats", type=int, default=1, metavar="N",
@@ -292,6 +323,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
+    if args.restore_batch is not None and args.restore_batch < 1:
+        parser.error("--restore-batch must be >= 1")
+    tokens = QUICK.session_tokens if args.quick else SESSION_TOKENS
+    if args.restore_batch is None and -(-tokens // min(args.restore_block_tokens)) > \
+            MAX_BATCH_KEYS:
+        parser.error(f"--restore-block-tokens {min(args.restore_block_tokens)} makes more "
+                     f"blocks than one batch get takes ({MAX_BATCH_KEYS}): give "
+                     "--restore-batch N or larger blocks")
     if args.client == "warp" and args.payload == "signed":
         parser.error("--payload signed needs --client aiobotocore: warp's S3 client always "
                      "sends UNSIGNED-PAYLOAD")
@@ -331,6 +370,12 @@ def main(argv: list[str] | None = None) -> int:
                 cpu = results.get(f"{side}_{phase}_cpu_s_per_GiB_{name}_c8", {})
                 print(f"  CPU-s per GiB, {name} {phase.upper()} c=8, {side}: "
                       + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu.items())))
+        for t in results["restore_block_tokens"]:
+            print(f"  restore at {t}-token blocks "
+                  f"({results[f'restore_block_bytes_{t}tok'] / KiB:.0f} KiB): ratio "
+                  f"{results[f'restore_ratio_{t}tok']:.3f}; server CPU-s batch "
+                  f"{results[f'restore_batch_server_cpu_s_{t}tok']:.2f}, per-block "
+                  f"{results[f'restore_per_block_server_cpu_s_{t}tok']:.2f}")
         for kind in ("batch", "per_block"):
             spent = {k.removeprefix(f"restore_{kind}_").removesuffix("_cpu_s"): v
                      for k, v in results.items()

@@ -86,13 +86,15 @@ def restore_cpu(meter: CPUMeter | None, run: str, before: dict[str, float], seco
     return out
 
 
-async def restore(gw_url: str, gw: S3Side, direct: S3Side, tokens: int, batch: int,
-                  batch_concurrency: int, say: Progress,
-                  meter: CPUMeter | None = None) -> dict[str, float]:
-    """Restore the session by batch gets and by per-block GETs; with ``meter``, the CPU each
-    process spent on each (:func:`restore_cpu`)."""
-    bsize = block_bytes(MODEL, BLOCK_TOKENS)
-    n = -(-tokens // BLOCK_TOKENS)
+async def restore(gw_url: str, gw: S3Side, direct: S3Side, tokens: int, batch: int | None,
+                  batch_concurrency: int, say: Progress, meter: CPUMeter | None = None,
+                  block_tokens: int = BLOCK_TOKENS) -> dict[str, float]:
+    """Restore the session, in blocks of ``block_tokens`` tokens, by batch gets of ``batch``
+    keys (None: the whole chain in one request) and by per-block GETs; with ``meter``, the CPU
+    each process spent on each (:func:`restore_cpu`)."""
+    bsize = block_bytes(MODEL, block_tokens)
+    n = -(-tokens // block_tokens)
+    batch = batch or n
     blocks = payloads(n, bsize)
     ns = gw.bucket
     chain = [f"session-{uuid.uuid4().hex[:8]}/{i:05d}" for i in range(n)]

@@ -84,8 +84,10 @@ def test_gateway_benchmark_quick_json() -> None:
 
 
 def test_gateway_benchmark_quick_json_warp_client() -> None:
-    """--client warp: warp.s3's S3Client on both sides (always UNSIGNED-PAYLOAD), recorded."""
-    doc = run_json("gateway.py", "--server", "moto", "--quick", "--client", "warp")
+    """--client warp: warp.s3's S3Client on both sides (always UNSIGNED-PAYLOAD), recorded;
+    with two restore block sizes, each restored beside its own per-block GETs."""
+    doc = run_json("gateway.py", "--server", "moto", "--quick", "--client", "warp",
+                   "--restore-block-tokens", "4,16")
     assert doc["client"] == "warp" and doc["payload"] == "unsigned"
     assert set(doc) >= KEYS, sorted(doc)
     for key in KEYS:  # sane: both sides did the work; within two orders of magnitude
@@ -96,6 +98,28 @@ def test_gateway_benchmark_quick_json_warp_client() -> None:
     cpu = doc["gateway_put_cpu_s_per_GiB_256KiB_c8"]
     assert set(cpu) == COSTED and cpu["gateway"] > 0
     assert doc["gateway_put_slowdowns"] >= 0 and doc["direct_put_slowdowns"] >= 0
+    # the first size is the headline restore; each size's figures are kept under its own keys
+    assert doc["restore_block_tokens"] == [4, 16]
+    assert doc["restore_block_bytes"] == doc["restore_block_bytes_4tok"] == 56 * 1024 * 4
+    assert doc["restore_block_bytes_16tok"] == 56 * 1024 * 16
+    assert doc["restore_ratio"] == doc["restore_ratio_4tok"]
+    for t in (4, 16):
+        for key in ("restore_ratio", "restore_batch_s", "restore_per_block_direct_c8_s"):
+            assert doc[f"{key}_{t}tok"] > 0, (key, t)
+        assert doc[f"restore_batch_server_cpu_s_{t}tok"] >= 0
+
+
+@pytest.mark.parametrize(("sizes", "message"), [
+    ("0", "positive token count"), ("16,16", "once"), ("4,x", "expected token counts"),
+    ("2", "more blocks than one batch get takes")])
+def test_gateway_benchmark_refuses_restore_block_sizes(sizes: str, message: str) -> None:
+    """Block sizes that cannot be restored are refused before any server starts (10,000
+    tokens in 2-token blocks are 5,000 keys, more than one batch get takes)."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gateway.py"), "--server", "moto",
+         "--restore-block-tokens", sizes],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
 def test_gateway_benchmark_warp_client_is_unsigned_only() -> None:
