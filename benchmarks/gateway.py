@@ -32,7 +32,8 @@ What is measured:
   gateway's S3 front at concurrency 8). ``--restore-block-tokens 4,16,64`` restores the
   session in each of those block sizes, each beside its own per-block GETs: how the gap
   between one GET per block and the packed restore follows the block's size on this server
-  (``restore_ratio_{T}tok``; ``restore_ratio`` is the first size's, by default 16 tokens).
+  (``restore_ratio_{T}tok``, drawn by benchmarks/restore_plot.py; ``restore_ratio`` is the
+  first size's, by default 16 tokens).
 
 Every PUT phase is also costed on the server's side: CPU-seconds per GiB written of each process
 (client, gateway, and the server's: RGW's radosgw, OSD and mon, summed as ``server``) and, on
