@@ -114,7 +114,7 @@ class Profile:
 #: whose tail (sealing the segment being filled: its last part uploaded after the client's last
 #: PUT, and the Complete) is a fixed cost per phase that a continuous write stream never pays.
 #: The 384 MiB phases used until session 8 never filled a second segment, and the tail was
-#: 10-20 % of a gateway phase on RGW with 64 MiB parts (docs/performance.md)
+#: 10-20 % of a gateway phase on RGW with 64 MiB parts (docs/performance-log.md)
 FULL = Profile(volume=1024 * MiB, session_tokens=SESSION_TOKENS, segment_size="256MiB",
                part_size="16MiB", warm_requests=1024)
 QUICK = Profile(volume=4 * MiB, session_tokens=256, segment_size="16MiB", part_size="8MiB",

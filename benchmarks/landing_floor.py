@@ -17,7 +17,7 @@ thread writing ``--block``-sized blocks, and the receiving thread's CPU time
 
 The differences, ``recv_mapped - recv_reused`` (the copy into memory not in the cache) and the
 CRC's cost, are a floor under what the gateway spends per block beyond the bare server, however
-lean its Python (docs/performance.md, issue 17, session 39).
+lean its Python (docs/performance-log.md, issue 17, session 39).
 
     python benchmarks/landing_floor.py [--dir /dev/shm] [--block 256KiB] [--mib 2048] [--json]
 """

@@ -13,7 +13,7 @@ interleaved over ``--rounds`` (medians reported):
 - ``splice``: ``os.splice`` from the socket into a pipe and from the pipe into the other socket,
   the bytes never in user space (Linux).
 
-On loopback the kernel still copies in both (docs/performance.md, issue 18, session 51).
+On loopback the kernel still copies in both (docs/performance-log.md, issue 18, session 51).
 
     python benchmarks/relay_floor.py [--mib 2048] [--chunk 1MiB] [--rounds 3] [--json]
 """

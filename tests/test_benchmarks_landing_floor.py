@@ -1,5 +1,5 @@
 """Smoke test of benchmarks/landing_floor.py: a tiny run, JSON shape and --help only (no figure
-is asserted: CI machines are noisy; the figures are in docs/performance.md)."""
+is asserted: CI machines are noisy; the figures are in docs/performance-log.md)."""
 
 from __future__ import annotations
 

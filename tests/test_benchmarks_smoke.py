@@ -1,7 +1,7 @@
 """Smoke test of benchmarks/packing.py: a tiny profile against moto, JSON shape only.
 
 No ratio is asserted (CI machines are noisy; the targets are for benchmark runs, see
-docs/performance.md). This checks that the benchmark runs end to end, starts and stops its own
+docs/performance-log.md). This checks that the benchmark runs end to end, starts and stops its own
 server, and prints exactly one JSON object with the documented keys and sane numbers.
 """
 

@@ -209,7 +209,7 @@ class FileBackend:
 
     async def upload_part(self, key: str, upload_id: str, part_number: int, data: Pieces) -> str:
         # a part received in place (landed) is in the file already: no thread hop (its CPU
-        # and wake-ups) just to record it (docs/performance.md, issue 17, session 35)
+        # and wake-ups) just to record it (docs/performance-log.md, issue 17, session 35)
         etag: object = self._uploads.part_in_place(upload_id, part_number, data)
         if etag is None:
             etag = await self._run(f"UPLOAD-PART {key}#{part_number}",

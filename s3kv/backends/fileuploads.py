@@ -11,7 +11,7 @@ the data file open for writing, the sizes of the parts written. A part is one ``
 before, every part also read ``meta.json``, opened the data file and created a small file
 recording its size: metadata work (a journal write on XFS) per 16 MiB part for nothing a
 live upload needs. On tmpfs the CPU it saves is within this machine's spread
-(docs/performance.md, issue 17, session 27). An upload that this process did not begin (left
+(docs/performance-log.md, issue 17, session 27). An upload that this process did not begin (left
 by one that stopped) is an orphan: it is listed, and aborted, never continued.
 
 A range of the data file can also be lent as a writable window (:meth:`FileUploads.window`: a
@@ -31,7 +31,7 @@ through the one slice lent for its block's room or by a part, never both. Small 
 landing one after another, the plain lane's PUTs, each cost the loop ~15 us less that way)
 and :meth:`FileUploads.part_in_place` (a part whose bytes are all in place: nothing to write). A
 worker-thread hop costs more CPU than either (a native batch put: 8-14 % of the gateway's CPU
-per block for the two, docs/performance.md, issue 17, session 35).
+per block for the two, docs/performance-log.md, issue 17, session 35).
 """
 
 from __future__ import annotations

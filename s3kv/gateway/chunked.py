@@ -11,7 +11,7 @@ socket did not take to the transport, which queues it (a copy of that rest only)
 before anything written later, so the order holds. The next chunk goes straight out again
 once the transport's queue is empty; until then it is queued too. Measured in a batch get of
 random 256 KiB blocks: 96 % of the chunks went out whole in their ``writev``, 3 % in part,
-0.5 % were queued; a 256 KiB GET: ~7 % less of the gateway's CPU (docs/performance.md).
+0.5 % were queued; a 256 KiB GET: ~7 % less of the gateway's CPU (docs/performance-log.md).
 
 The response's head goes out through aiohttp first (:meth:`BodySender.start`), its end
 through ``write_eof``. A transport that is not a plain socket (TLS) gets every chunk through

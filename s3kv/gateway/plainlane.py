@@ -18,7 +18,7 @@ body for a key whose lock no one holds, and answering a GET of a missing object 
 hand (``BlockStore.read_now``). The rest (a room to wait for, an append, a read from the
 backend) runs in a task, reading paused meanwhile. A 256 KiB PUT through aiohttp's request,
 the middleware and the generic body reader cost the event loop twice what the lane's first
-form did (docs/performance.md, issue 17, session 36); landing bodies and answering at once
+form did (docs/performance-log.md, issue 17, session 36); landing bodies and answering at once
 took another third off (session 37).
 
 At the first request that is not plain (or a GET of an object whose stored attributes cannot

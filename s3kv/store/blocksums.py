@@ -7,7 +7,7 @@ busier per block (a read of several MiB leaves little of it in the CPU's cache).
 piece is queued as it arrives to one worker thread (:class:`SumWorker`) that keeps a running
 CRC per block (:class:`BlockSums`): the loop only queues, the checksums run beside the
 receive, and the request waits at the end for its last piece's share only (session 34 in
-docs/performance.md: about the gateway CPU per block of the hop after the body, +2-5 % blocks
+docs/performance-log.md: about the gateway CPU per block of the hop after the body, +2-5 % blocks
 per second with the same client). When the request asks and the worker is through every piece
 already (about two batch puts in three here), the values come at once, with no hop to the
 worker and back (session 35).

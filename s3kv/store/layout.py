@@ -51,7 +51,7 @@ def align_up(n: int, align: int) -> int:
 
 def checksum(data: bytes | bytearray | memoryview) -> int:
     """CRC-32 (zlib's polynomial). zlib-ng computes the same values as zlib.crc32 with
-    carry-less multiplication, ~9 GB/s here against the system zlib's ~3 (docs/performance.md):
+    carry-less multiplication, ~9 GB/s here against the system zlib's ~3 (docs/performance-log.md):
     every block is checksummed on every put and every read."""
     return zlib_ng.crc32(data) & 0xFFFFFFFF
 

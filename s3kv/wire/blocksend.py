@@ -4,7 +4,7 @@ before the block's send.
 A native batch get sends blocks the file backend lends as views of the segment files it maps.
 Sent one by one from Python, each block cost its CRC (read from memory no cache holds, ~38 us
 per 256 KiB here), the ``writev`` of its chunk, and ~30 us of the interpreter's work around
-them: the store's generator, the record, the sender (docs/performance.md, issue 17).
+them: the store's generator, the record, the sender (docs/performance-log.md, issue 17).
 :func:`Sender.send` hands a run of such blocks to ``_blocksend.c``, which for each block works
 out the CRC and, only if it is the one the block was stored with, sends the block's head, bytes
 and tail in one ``sendmsg`` while they are in cache. It never waits (a call is as long as the

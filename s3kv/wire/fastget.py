@@ -47,7 +47,7 @@ RECV_BUFFER = 1 << 20
 #: a body of a known length with 4x this much or more to come: until less than 2x is left, its
 #: socket wakes the loop only once this much is in (SO_RCVLOWAT): fewer, larger receives. A
 #: direct read of 32 MiB chunks from RGW cost the client 0.29-0.30 CPU-s per GiB with it
-#: against 0.32-0.36 without; warp's 32 MiB GETs 18-25 % less (docs/performance.md, session 50)
+#: against 0.32-0.36 without; warp's 32 MiB GETs 18-25 % less (docs/performance-log.md, session 50)
 RCV_LOWAT = 1 << 20
 HEAD_LIMIT = 64 << 10
 ERROR_BODY_LIMIT = 64 << 10

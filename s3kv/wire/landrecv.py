@@ -4,7 +4,7 @@ A native batch put's blocks and a large PutObject's body land straight in their 
 (store/landing.py, gateway/takeover.py). Received by the event loop, each socket read was a
 turn of the interpreter, and the CRCs were worked out after the bytes had left the CPU's cache
 (a batch's on a worker thread, a PUT's on the loop): together ~40 % of the gateway's CPU per
-block (docs/performance.md, issue 17, session 39). :class:`Receiver` hands the rest of such a
+block (docs/performance-log.md, issue 17, session 39). :class:`Receiver` hands the rest of such a
 body (``LEAST`` bytes or more of it still to come) to the compiled loop of
 ``_landrecv.c`` on a thread of its own: it reads the socket into the windows in reads of
 ``MAX_READ`` and sums each read's bytes into its block's CRC right after, with the GIL

@@ -5,7 +5,7 @@ body arrives in 128 reads, each a turn of the event loop through aiohttp's parse
 stream and the reader above it. :func:`larger_reads` lets a transport read up to
 :data:`READ_SIZE` at a time while a body that is wanted arrives, and sets it back to asyncio's
 size afterwards: measured in the gateway, 32 MiB PUTs took ~0.74 CPU-s per GiB instead of ~1.0
-(docs/performance.md, issue 17, session 27). A transport without ``max_size`` (TLS, another
+(docs/performance-log.md, issue 17, session 27). A transport without ``max_size`` (TLS, another
 event loop's) is left as it is.
 """
 
