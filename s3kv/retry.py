@@ -44,3 +44,14 @@ class RetryPolicy:
 
 
 NO_RETRY = RetryPolicy(attempts=1)
+#: seconds a segment's uploads keep retrying while the backend fails: a restart of radosgw down
+#: for 3 s lost every block of the segments uploading then when four quick attempts (~0.7 s)
+#: were all they had (tests/store/test_rgw_restart.py)
+OUTAGE_GRACE = 10.0
+
+
+def riding_out(limit: float) -> RetryPolicy:
+    """The segment writer's policy: retry for ``OUTAGE_GRACE`` seconds (or ``limit``, if
+    shorter), the deadline the bound rather than a count of attempts (the backoff reaches
+    ``cap``, 1 s, after five)."""
+    return RetryPolicy(attempts=64, deadline=min(OUTAGE_GRACE, limit))

@@ -43,6 +43,7 @@ class MultipartUpload:
         self.bytes_sent = 0
         self.failed: BaseException | None = None
         self._starting = asyncio.Lock()
+        self._aborted = False
 
     async def start(self) -> None:
         """Create the upload (once: a call while another creates it waits for that one)."""
@@ -113,7 +114,11 @@ class MultipartUpload:
             raise
 
     async def abort(self) -> None:
-        """Cancel parts in flight and abort the upload (best effort; logged if it fails)."""
+        """Cancel parts in flight and abort the upload (best effort; logged if it fails). Once:
+        a later call (the writer's, after a failed complete aborted) does nothing."""
+        if self._aborted:
+            return
+        self._aborted = True
         for task in self._tasks:
             task.cancel()
         with contextlib.suppress(BaseException):

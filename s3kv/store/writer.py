@@ -9,8 +9,10 @@ Sealing appends the manifest and trailer, completes the upload and writes the si
 Until then the segment's bytes stay in memory and reads are served from there.
 
 Memory is bounded: at most ``max_open_segments`` segments (open + sealing) are held; a write
-that needs another one waits briefly and then raises Backpressure. When the backend fails,
-writes raise Backpressure at once until a probe or an upload finds it up again (health.py).
+that needs another one waits briefly and then raises Backpressure. A segment's uploads ride out
+a backend outage (a restart of the S3 server) of up to 10 s, its bytes held meanwhile
+(``retry.riding_out``). When an upload fails for good, writes raise Backpressure at once until a
+probe or an upload finds the backend up again (health.py).
 
 Blocks can also be received straight into their place (rooms.py, landing.py) where the
 backend lends windows onto its uploads (the file backend).
@@ -29,7 +31,7 @@ from s3kv.backends.multipart import MultipartUpload
 from s3kv.config import Settings
 from s3kv.errors import BackendError, BackendUnavailable, Backpressure
 from s3kv.log import get_logger
-from s3kv.retry import RetryPolicy
+from s3kv.retry import RetryPolicy, riding_out
 from s3kv.store import layout
 from s3kv.store.health import BackendHealth
 from s3kv.store.open_segment import OpenSegment
@@ -61,7 +63,7 @@ class SegmentWriter:
         self.table = table
         self.stats = stats
         self.on_failed = on_failed
-        self.retry = retry or RetryPolicy(deadline=min(10.0, settings.backend_timeout))
+        self.retry = retry or riding_out(settings.backend_timeout)
         self.node_id = settings.node_id or default_node_id()
         self._epoch = f"{int(time.time() * 1000):012x}"
         self._seq = 0

@@ -63,6 +63,27 @@ async def test_multipart_abort_leaves_nothing(any_backend: Backend) -> None:
         await any_backend.head_object("seg/two")
 
 
+async def test_multipart_abort_is_sent_once(any_backend: Backend,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer aborts again after a complete() that failed and aborted: one abort reaches
+    the server (the RGW restart test logged two per failed segment)."""
+    sent: list[str] = []
+    abort = any_backend.abort_multipart
+
+    async def counted(key: str, upload_id: str) -> None:
+        sent.append(upload_id)
+        await abort(key, upload_id)
+
+    monkeypatch.setattr(any_backend, "abort_multipart", counted)
+    up = MultipartUpload(any_backend, "seg/once", 5 * MiB, RetryPolicy(), asyncio.Semaphore(2))
+    await up.start()
+    await up.add_part(os.urandom(5 * MiB))
+    await up.abort()
+    await up.abort()
+    assert sent == [up.upload_id]
+    assert await any_backend.list_multipart_uploads("seg/") == []
+
+
 async def test_multipart_failure_aborts(any_backend: Backend) -> None:
     """A part that fails makes complete() raise, and the upload is aborted, not left behind."""
     up = MultipartUpload(any_backend, "seg/three", 5 * MiB, RetryPolicy(attempts=1),

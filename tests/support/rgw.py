@@ -172,11 +172,13 @@ class RGWCluster:
             self.stop()
             raise
 
-    def restart_gateway(self, timeout: float = 60.0) -> None:
-        """Stop radosgw alone and start it again: the data (mon, OSD) stays."""
+    def restart_gateway(self, timeout: float = 60.0, down_for: float = 0.0) -> None:
+        """Stop radosgw alone and start it again, ``down_for`` seconds later: the data (mon,
+        OSD) stays."""
         proc = self.procs.pop("rgw", None)
         if proc is not None:
             stop_process_group(proc, STOP_GRACE_S)
+        time.sleep(down_for)
         self._spawn_rgw()
         self._wait_http(time.monotonic() + timeout)
 
