@@ -54,7 +54,6 @@ log = get_logger(__name__)
 class SegmentWriter:
     def __init__(self, backend: Backend, prefix: str, settings: Settings, table: SegmentTable,
                  stats: StoreStats, on_failed: Callable[[SegmentInfo], None],
-                 retry: RetryPolicy | None = None,
                  reads_waiting: Callable[[], bool] = lambda: False) -> None:
         """``reads_waiting``: whether reads wait on the backend now (uploads yield: pacing.py)."""
         self.backend = backend
@@ -63,7 +62,9 @@ class SegmentWriter:
         self.table = table
         self.stats = stats
         self.on_failed = on_failed
-        self.retry = retry or riding_out(settings.backend_timeout)
+        #: the store's backend requests (reads, deletes, records): a few quick attempts
+        self.retry = RetryPolicy(deadline=min(10.0, settings.backend_timeout))
+        self.upload_retry = riding_out(settings.backend_timeout)  # a segment's uploads
         self.node_id = settings.node_id or default_node_id()
         self._epoch = f"{int(time.time() * 1000):012x}"
         self._seq = 0
@@ -304,10 +305,10 @@ class SegmentWriter:
         name = f"{self.node_id}/{self._epoch}-{self._seq:08d}"
         info = self.table.add(name, SegmentState.OPEN)
         upload = MultipartUpload(self.backend, segment_key(self.prefix, name), self.s.part_size,
-                                 self.retry, self._slots)
+                                 self.upload_retry, self._slots)
         seg = OpenSegment(info, self.s.part_size, upload)
         seg.uploader = asyncio.create_task(
-            upload_segment(seg, self.backend, self.prefix, self.retry, self._slots),
+            upload_segment(seg, self.backend, self.prefix, self.upload_retry, self._slots),
             context=contextvars.Context())
         seg.uploader.add_done_callback(functools.partial(self._uploader_done, seg))
         self._in_memory[info.seg_id] = seg
@@ -347,7 +348,7 @@ class SegmentWriter:
             body = seg.close(self.s.segment_size if reason == "full" else None)
             assert seg.uploader is not None
             await seg.uploader
-            await self.retry.run(lambda: self.backend.put_object(
+            await self.upload_retry.run(lambda: self.backend.put_object(
                 sidecar_key(self.prefix, info.name), body))
         except BaseException as exc:
             await seg.upload.abort()

@@ -175,10 +175,18 @@ class RGWCluster:
     def restart_gateway(self, timeout: float = 60.0, down_for: float = 0.0) -> None:
         """Stop radosgw alone and start it again, ``down_for`` seconds later: the data (mon,
         OSD) stays."""
+        self.stop_gateway()
+        time.sleep(down_for)
+        self.start_gateway(timeout)
+
+    def stop_gateway(self) -> None:
+        """Stop radosgw alone (its port then refuses connections); mon and OSD keep running."""
         proc = self.procs.pop("rgw", None)
         if proc is not None:
             stop_process_group(proc, STOP_GRACE_S)
-        time.sleep(down_for)
+
+    def start_gateway(self, timeout: float = 60.0) -> None:
+        """Start radosgw again on the same port and data; returns once it answers."""
         self._spawn_rgw()
         self._wait_http(time.monotonic() + timeout)
 
