@@ -96,6 +96,26 @@ class BackendUnavailable(BackendError):
         super().__init__(message, transient=True, status=status)
 
 
+class BackendFull(BackendError):
+    """The backend refused a write for lack of space (a bucket quota, a full cluster). Not
+    transient: waiting frees nothing; the store evicts to make room (store/fullness.py)."""
+
+    code = "ServiceUnavailable"
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message, transient=False, status=status)
+
+
+def full_in(exc: BaseException | None) -> BackendFull | None:
+    """The BackendFull that ``exc`` is, or was raised from (a failed upload's later parts
+    raise an error of their own from the first failure)."""
+    for _ in range(8):
+        if exc is None or isinstance(exc, BackendFull):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 class ObjectMissing(BackendError):
     """The backend has no object at that key (deleted by eviction or another replica)."""
 

@@ -73,7 +73,8 @@ class MultipartUpload:
     async def add_part(self, data: Pieces) -> None:
         """Queue the next part. Waits for an in-flight slot (this is the backpressure point)."""
         if self.failed is not None:
-            raise BackendError(f"upload of {self.key} already failed: {self.failed}")
+            raise BackendError(f"upload of {self.key} already failed: {self.failed}") \
+                from self.failed
         number = self._next_part
         self._next_part += 1
         await self.slots.acquire()

@@ -30,7 +30,7 @@ from botocore.httpsession import get_cert_path
 
 from s3kv.backends.base import ObjectInfo, Pieces, Sink, UploadInfo, feed_whole_range
 from s3kv.backends.ranged import RangedReader
-from s3kv.errors import BackendError, BackendUnavailable, ObjectMissing
+from s3kv.errors import BackendError, BackendFull, BackendUnavailable, ObjectMissing
 from s3kv.wire.body import SLICE, SlicedBody, joined, pieces_of, size_of
 from s3kv.wire.sigv4 import Credentials
 
@@ -38,7 +38,11 @@ T = TypeVar("T")
 
 _MISSING_CODES = {"NoSuchKey", "NoSuchUpload", "404", "NotFound"}
 _TRANSIENT_CODES = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout",
-                    "XMinioServerNotInitialized", "XMinioStorageFull"}
+                    "XMinioServerNotInitialized"}
+#: the server is out of room for this bucket: Ceph RGW's quota, MinIO's full drives and bucket
+#: quota, HTTP 507
+_FULL_CODES = {"QuotaExceeded", "XMinioStorageFull", "XMinioAdminBucketQuotaExceeded",
+               "InsufficientStorage"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,8 @@ def translate(exc: BaseException, what: str) -> BackendError:
         msg = f"{what}: {code or status} {err.get('Message', '')}".strip()
         if code in _MISSING_CODES or (status == 404 and code != "NoSuchBucket"):
             return ObjectMissing(msg)
+        if code in _FULL_CODES or status == 507:
+            return BackendFull(msg, status=status)
         if status >= 500 or code in _TRANSIENT_CODES or status == 429:
             return BackendUnavailable(msg, status=status)
         return BackendError(msg, transient=False, status=status)

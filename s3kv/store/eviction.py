@@ -79,6 +79,8 @@ class Evictor:
         self.writer = writer
         self.stats = stats
         self.rewriter = rewriter
+        #: the capacity budget: the setting's, or lower once the backend ran out of room
+        self.capacity = settings.capacity
         # One round at a time: a round started by ``evict_now`` waits for the loop's round in
         # flight (whose segments are EVICTING: deleted on the backend, still indexed) instead
         # of returning before that round has forgotten them, and no two rounds compact the
@@ -97,7 +99,7 @@ class Evictor:
         a round that counts it at its full size runs first, and the writer waits for it (at
         most ROOM_WAIT) on the file backend while rounds are cheap; else the loop's next
         round is woken."""
-        if self.settings.capacity <= 0 or self._closed:
+        if self.capacity <= 0 or self._closed:
             return
         if self._choice_time > CHEAP_ROUND or self._round.locked() or not self._reuses_files:
             self._wake.set()
@@ -109,6 +111,19 @@ class Evictor:
         task.add_done_callback(self._round_done)
         with contextlib.suppress(TimeoutError, BackendError, Backpressure):
             await asyncio.wait_for(asyncio.shield(task), ROOM_WAIT)
+
+    def lower_capacity(self, to: int) -> int:
+        """Keep the segments under ``to`` bytes from now on (the backend refused a write for
+        lack of room: fullness.py); never raised again until a restart. Returns the budget."""
+        self.capacity = to if self.capacity <= 0 else min(self.capacity, to)
+        self._wake.set()
+        return self.capacity
+
+    def has_room(self) -> bool:
+        """Whether a segment opening now fits under the budget beside what is held."""
+        held = self.writer.committed_bytes() + sum(
+            seg.length for seg in self.catalog.segments.all() if seg.state is SegmentState.SEALED)
+        return self.capacity <= 0 or held + self.settings.segment_size <= self.capacity
 
     def _round_done(self, task: asyncio.Task[int]) -> None:
         self._tasks.discard(task)
@@ -150,7 +165,7 @@ class Evictor:
         # Without a capacity budget there is no space to win back at the price of live
         # blocks: only segments with nothing live left go. With one, mostly-dead segments are
         # dropped or compacted as configured.
-        threshold = s.compact_threshold if s.capacity > 0 else 0.0
+        threshold = s.compact_threshold if self.capacity > 0 else 0.0
         expired: list[tuple[SegmentInfo, str]] = []
         reclaim: list[tuple[SegmentInfo, str]] = []
         kept: list[SegmentInfo] = []
@@ -172,10 +187,10 @@ class Evictor:
                 kept.append(seg)
                 total += seg.length
         coldest: list[tuple[SegmentInfo, str]] = []
-        if s.capacity > 0 and total > s.capacity:
+        if self.capacity > 0 and total > self.capacity:
             heap = [(seg.last_access, seg.sealed_at, i) for i, seg in enumerate(kept)]
             heapq.heapify(heap)
-            while heap and total > s.capacity:
+            while heap and total > self.capacity:
                 seg = kept[heapq.heappop(heap)[2]]
                 coldest.append((seg, "capacity"))
                 total -= seg.length

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 
 from s3kv.backends.base import Backend
 from s3kv.errors import BackendError, Backpressure
@@ -39,6 +40,26 @@ class BackendHealth:
         self.healthy = False
         if self._probe is None or self._probe.done():
             self._probe = asyncio.create_task(self._probe_loop())
+
+    def mark_full(self, reason: str, make_room: Callable[[], Awaitable[bool]]) -> None:
+        """The backend refused a write for lack of room: writes are refused until
+        ``make_room`` (an eviction round: fullness.py) says a segment fits again, not until a
+        probe answers (a full bucket answers HEAD as ever, and writes let in then failed)."""
+        self.mark_down(reason)
+        if self._probe is not None:
+            self._probe.cancel()
+        self._probe = asyncio.create_task(self._room_loop(make_room))
+
+    async def _room_loop(self, make_room: Callable[[], Awaitable[bool]]) -> None:
+        delay = 0.25
+        while not self.healthy:
+            with contextlib.suppress(BackendError, Backpressure):
+                if await make_room():
+                    self.healthy = True
+                    log.info("backend.recovered", by="eviction")
+                    return
+            await asyncio.sleep(delay)
+            delay = min(2.0, delay * 2)
 
     def mark_up(self) -> None:
         """A write reached the backend (a segment sealed): it is up, whatever failed before.

@@ -23,6 +23,7 @@ from s3kv.store.codecs import CodecSpec, parse_codec_spec
 from s3kv.store.dram import DramCache, frozen_copy
 from s3kv.store.eviction import Evictor
 from s3kv.store.fetch import Block, BlockFetcher
+from s3kv.store.fullness import Fullness
 from s3kv.store.index import BlockIndex, Location
 from s3kv.store.ingest import prepare
 from s3kv.store.landing import LAND_MIN, Landing, reserve, reserve_now
@@ -76,6 +77,8 @@ class BlockStore:
         self._evictor = Evictor(settings, backend, prefix, self.catalog, self.writer,
                                 self.stats, self)
         self.writer.make_room = self._evictor.make_room
+        self._fullness = Fullness(self._evictor, self.writer.health, self.catalog.segments,
+                                  settings.segment_size)
         self.shared_reads = SharedReads(settings.max_request_memory // 4)  # ranged GETs
         self.locator = Locator(backend, prefix, self.catalog, self.dram, self.writer, self.stats)
         self._background: list[asyncio.Task[None]] = []
@@ -321,8 +324,9 @@ class BlockStore:
         self.stats.deletes += 1
         return True
 
-    def _segment_failed(self, info: SegmentInfo) -> None:
+    def _segment_failed(self, info: SegmentInfo, exc: BaseException) -> None:
         self.stats.blocks_lost += self.catalog.forget_segment(info.seg_id)
+        self._fullness.failed(exc)  # out of room: evict to a budget, not probe
 
     # ---- reads --------------------------------------------------------------------------
     def head(self, namespace: str, key: bytes) -> BlockMeta | None:
@@ -387,6 +391,6 @@ class BlockStore:
                    sealed_segments=len(sealed), sealed_bytes=sum(s.length for s in sealed),
                    dram_bytes=self.dram.size, shared_range_reads=self.shared_reads.shared,
                    shared_read_bytes=self.shared_reads.held_bytes,
-                   namespaces=len(self.namespaces), capacity_bytes=float(self.settings.capacity),
+                   namespaces=len(self.namespaces), capacity_bytes=float(self._evictor.capacity),
                    backend_healthy=1.0 if w.health.healthy else 0.0)
         return out

@@ -53,7 +53,7 @@ log = get_logger(__name__)
 
 class SegmentWriter:
     def __init__(self, backend: Backend, prefix: str, settings: Settings, table: SegmentTable,
-                 stats: StoreStats, on_failed: Callable[[SegmentInfo], None],
+                 stats: StoreStats, on_failed: Callable[[SegmentInfo, BaseException], None],
                  reads_waiting: Callable[[], bool] = lambda: False) -> None:
         """``reads_waiting``: whether reads wait on the backend now (uploads yield: pacing.py)."""
         self.backend = backend
@@ -375,7 +375,7 @@ class SegmentWriter:
         self.stats.backend_errors += 1
         self.health.mark_down(f"{type(exc).__name__}: {exc}")
         log.error("segment.failed", segment=info.name, blocks=len(seg.entries), error=str(exc))
-        self.on_failed(info)
+        self.on_failed(info, exc)
         # What its entries hid stays hidden: its blocks and deletes are lost (the index forgot
         # them), and a tombstone for each, stamped as it was, goes into the next segment, so
         # that no restart serves an older version of them from an older segment.

@@ -190,6 +190,14 @@ class RGWCluster:
         self._spawn_rgw()
         self._wait_http(time.monotonic() + timeout)
 
+    def set_bucket_quota(self, bucket: str, max_bytes: int) -> None:
+        """Give ``bucket`` a quota of ``max_bytes`` (``radosgw-admin quota``): writes past it
+        are refused with 403 QuotaExceeded."""
+        admin = ("radosgw-admin", "-n", "client.admin", "quota")
+        self._run(*admin, "set", "--quota-scope=bucket", f"--bucket={bucket}",
+                  f"--max-size={max_bytes}")
+        self._run(*admin, "enable", "--quota-scope=bucket", f"--bucket={bucket}")
+
     def stop(self, *, wipe: bool = True) -> None:
         """Stop the daemons this object started (radosgw, OSD, mon), then remove the directory."""
         for name in ("rgw", "osd", "mon"):
