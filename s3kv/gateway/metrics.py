@@ -70,7 +70,8 @@ _GAUGES = {
     "write_amplification": ("s3kv_write_amplification",
                             "Backend bytes written / block bytes accepted"),
     "backend_healthy": ("s3kv_backend_healthy", "1 when the backend answers"),
-    "capacity_bytes": ("s3kv_capacity_bytes", "Capacity budget in bytes (0: unlimited)"),
+    "capacity_bytes": ("s3kv_capacity_bytes", "Capacity budget in bytes (0: unlimited; "
+                       "lowered when the backend runs out of room)"),
 }
 
 
