@@ -121,8 +121,7 @@ class Evictor:
 
     def has_room(self) -> bool:
         """Whether a segment opening now fits under the budget beside what is held."""
-        held = self.writer.committed_bytes() + sum(
-            seg.length for seg in self.catalog.segments.all() if seg.state is SegmentState.SEALED)
+        held = self.writer.committed_bytes() + self.catalog.segments.sealed_bytes()
         return self.capacity <= 0 or held + self.settings.segment_size <= self.capacity
 
     def _round_done(self, task: asyncio.Task[int]) -> None:

@@ -20,7 +20,7 @@ from s3kv.log import get_logger
 from s3kv.sizes import format_size
 from s3kv.store.eviction import Evictor
 from s3kv.store.health import BackendHealth
-from s3kv.store.segments import SegmentState, SegmentTable
+from s3kv.store.segments import SegmentTable
 
 log = get_logger(__name__)
 
@@ -39,10 +39,9 @@ class Fullness:
         full = full_in(exc)
         if full is None:
             return
-        stored = sum(seg.length for seg in self.segments.all()
-                     if seg.state is SegmentState.SEALED)
+        stored = self.segments.sealed_bytes()
         before = self.evictor.capacity
-        budget = self.evictor.lower_capacity(stored)
+        budget = self.evictor.lower_capacity(max(stored, 1))  # 0 would mean "no budget"
         if budget != before:
             log.warning("backend.full", error=str(full), capacity=budget,
                         hint=f"the backend holds no more than about {format_size(stored)} for "

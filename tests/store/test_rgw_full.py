@@ -66,3 +66,34 @@ async def test_a_full_bucket_makes_the_store_evict_not_lose_writes(
     finally:
         await store.close()
         await backend.close()
+
+
+async def test_a_bucket_too_small_for_two_segments_keeps_writes_refused(
+        rgw_server: RGWCluster) -> None:
+    """A quota under one segment: the first segment fails, and writes stay refused (503)
+    rather than being let in to fail again; nothing else fails."""
+    backend = await open_s3(rgw_server.endpoint, "tiny", request_timeout=10.0)
+    rgw_server.set_bucket_quota("tiny", 8 * MiB)
+    store = await open_store(backend, segment_size=20 * MiB, part_size=5 * MiB,
+                             backend_timeout=30.0, max_open_segments=3)
+    try:
+        await store.create_namespace("kvns")
+        refused, i, t0 = 0, 0, time.monotonic()
+        while time.monotonic() - t0 < 6:
+            try:
+                await store.put("kvns", f"k{i:06d}".encode(), block(i, 256 * KiB))
+                i += 1
+            except (Backpressure, BackendError):
+                refused += 1
+                await asyncio.sleep(0.1)
+        assert store.stats.segments_failed >= 1
+        failed = store.stats.segments_failed
+        await asyncio.sleep(2.0)  # a probe would have let writes in again by now
+        with pytest.raises(Backpressure, match="backend full"):
+            await store.put("kvns", b"after", block(0, 256 * KiB))
+        assert store.stats.segments_failed == failed
+        assert not store.writer.health.healthy
+        assert 0 < store.summary()["capacity_bytes"] < 2 * 20 * MiB
+    finally:
+        await store.close()
+        await backend.close()
