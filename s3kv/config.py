@@ -142,6 +142,10 @@ class Settings:
                            "unfinished uploads at once", metavar="ID")
     backend_timeout: float = setting(30.0, "seconds before one backend request is abandoned",
                                      "float", metavar="SECONDS")
+    read_stall: float = setting(5.0, "seconds a ranged read of the backend may go without a "
+                                "byte before it is given up as a miss (not retried): a hung S3 "
+                                "server costs a restore this long, not --backend-timeout; 0: "
+                                "off", "float", metavar="SECONDS")
     idle_timeout: float = setting(75.0, "seconds a client connection may stay idle between "
                                   "requests before the gateway closes it; behind a proxy or "
                                   "load balancer that keeps connections to the gateway open, "

@@ -46,8 +46,8 @@ def default_store_url() -> str:
     return "file://" + os.path.abspath(DEFAULT_LOCAL_DIR)
 
 
-async def open_backend(url: str, *, max_connections: int = 32, request_timeout: float = 30.0
-                       ) -> tuple[Backend, str]:
+async def open_backend(url: str, *, max_connections: int = 32, request_timeout: float = 30.0,
+                       read_stall: float = 5.0) -> tuple[Backend, str]:
     """Open the backend a store URL names. Returns (backend, key prefix inside it).
 
     An empty URL means the embedded default, a ``./s3kv-data`` directory.
@@ -63,7 +63,7 @@ async def open_backend(url: str, *, max_connections: int = 32, request_timeout: 
     if scheme == "s3":
         loc = parse_s3_url(url)
         backend = await S3Backend(loc, max_connections=max_connections,
-                                  timeout=request_timeout).open()
+                                  timeout=request_timeout, read_stall=read_stall).open()
         return backend, loc.prefix
     raise ConfigError(f"unsupported store URL {url!r}: use s3://BUCKET/PREFIX?endpoint=URL or "
                       "file:///PATH")

@@ -12,6 +12,7 @@ Errors are translated onto s3kv.errors as S3Backend.translate does for botocore'
 
 from __future__ import annotations
 
+import asyncio
 import re
 import ssl
 from collections.abc import Awaitable, Callable
@@ -19,7 +20,7 @@ from urllib.parse import urlsplit
 
 from s3kv.backends.base import Sink
 from s3kv.errors import BackendError, BackendUnavailable, ObjectMissing
-from s3kv.wire.fastget import GetPool, ProtocolError
+from s3kv.wire.fastget import GetPool, ProtocolError, Response
 from s3kv.wire.landing import landing_of
 from s3kv.wire.sigv4 import EMPTY_SHA256, Credentials, Signer, quote_path
 
@@ -36,9 +37,12 @@ CredentialSource = Callable[[], Awaitable[Credentials]]
 
 
 class RangedReader:
-    def __init__(self, bucket: str, credentials: CredentialSource, ca_file: str) -> None:
-        """``ca_file``: the CA bundle botocore verifies https endpoints with."""
+    def __init__(self, bucket: str, credentials: CredentialSource, ca_file: str,
+                 stall: float = 0.0) -> None:
+        """``ca_file``: the CA bundle botocore verifies https endpoints with; ``stall``: seconds
+        a read may go without a byte before it is given up (0: never; the caller's timeout)."""
         self.bucket = bucket
+        self.stall = stall
         self._credentials = credentials
         self._signer: Signer | None = None
         self._pool = GetPool(ssl.create_default_context(cafile=ca_file))
@@ -79,8 +83,10 @@ class RangedReader:
         try:
             # a 200 is the whole object (the server ignored Range): its bytes are not the
             # range's unless the range starts at 0, so they never reach the sink
-            resp = await self._pool.get(endpoint, path, headers, bounded,
-                                        _FROM_ZERO if start == 0 else _PARTIAL)
+            get = self._pool.get(endpoint, path, headers, bounded,
+                                 _FROM_ZERO if start == 0 else _PARTIAL)
+            resp = await (_unless_stalled(get, bounded, self.stall, what) if self.stall > 0
+                          else get)
         except (ProtocolError, OSError) as exc:  # ConnectionError is an OSError
             raise BackendUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
         if resp.status == 206 or (resp.status == 200 and start == 0 and resp.size == length):
@@ -107,6 +113,34 @@ class RangedReader:
 
     def close(self) -> None:
         self._pool.close()
+
+
+async def _unless_stalled(get: Awaitable[Response], bounded: _Bounded, stall: float,
+                          what: str) -> Response:
+    """``get``, given up once it has gone ``stall`` seconds without a byte (looked at every
+    half of that: nothing per chunk received). A hung server (radosgw stopped by a signal, a
+    stuck OSD) accepts the connection and never answers: without this a restore waited out the
+    backend timeout, 30 s, where an engine would rather recompute its prefix. Raises
+    BackendError, not retried: a read on a hung server is a miss. The exchange runs as a task
+    of its own, watched from here (``asyncio.timeout`` around it hung the gateway's per-block
+    GETs in benchmarks/gateway.py, even set to 1,000 s)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(get)
+    seen, since = bounded.got, loop.time()
+    try:
+        while True:
+            done, _ = await asyncio.wait((task,), timeout=stall / 2)
+            if done:
+                return task.result()
+            if bounded.got != seen:
+                seen, since = bounded.got, loop.time()
+            elif loop.time() - since >= stall:
+                raise BackendError(f"{what}: no bytes for {stall:g} s (the server does not "
+                                   "answer)", transient=False)
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 class _Bounded:

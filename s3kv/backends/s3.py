@@ -104,8 +104,10 @@ def client_config(max_connections: int = 32, connect_timeout: float = 3.0,
 class S3Backend:
     def __init__(self, location: S3Location, *, max_connections: int = 32,
                  timeout: float = 30.0, connect_timeout: float = 3.0,
-                 fast_reads: bool = True) -> None:
+                 fast_reads: bool = True, read_stall: float = 5.0) -> None:
+        """``read_stall``: seconds a ranged read may go without a byte (RangedReader)."""
         self.loc = location
+        self._read_stall = read_stall
         self._fast_reads = fast_reads
         self._ranged: RangedReader | None = None
         self.description = (f"s3://{location.bucket}/{location.prefix} @ "
@@ -135,7 +137,8 @@ class S3Backend:
             # TLS trusts what botocore trusts: AWS_CA_BUNDLE / a profile's ca_bundle, else
             # botocore's own bundle
             ca_file = session.get_config_variable("ca_bundle") or get_cert_path(True)
-            self._ranged = RangedReader(self.loc.bucket, current, str(ca_file))
+            self._ranged = RangedReader(self.loc.bucket, current, str(ca_file),
+                                        stall=self._read_stall)
         return self
 
     def _client(self) -> Any:

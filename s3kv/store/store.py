@@ -114,7 +114,8 @@ class BlockStore:
         owns = backend is None
         if backend is None:
             backend, prefix = await open_backend(settings.store,
-                                                 request_timeout=settings.backend_timeout)
+                                                 request_timeout=settings.backend_timeout,
+                                                 read_stall=settings.read_stall)
         store = cls(backend, prefix, settings, owns_backend=owns)
         try:
             await store.start()

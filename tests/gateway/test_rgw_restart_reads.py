@@ -1,6 +1,6 @@
-"""Restores while the production S3 server is down: radosgw stopped under a running gateway,
-then started again. A real gateway process on Ceph RGW (``pytest --rgw``), the real native
-client over HTTP."""
+"""Restores while the production S3 server is down or hung: radosgw stopped (refusing) or
+paused (SIGSTOP: accepting and never answering) under a running gateway, then back. A real
+gateway process on Ceph RGW (``pytest --rgw``), the real native client over HTTP."""
 
 from __future__ import annotations
 
@@ -59,3 +59,38 @@ def test_restores_while_radosgw_is_down_miss_and_lose_nothing(rgw_server: RGWClu
         got, present, _ = asyncio.run(restore(gw.endpoint))
         lost = [k for k, b in zip(keys, got, strict=True) if b != blocks[k]]
         assert not lost, f"{len(lost)} of {len(keys)} blocks lost after the outage"
+
+
+def test_restores_while_radosgw_hangs_miss_within_the_read_stall(rgw_server: RGWCluster) -> None:
+    """radosgw paused: every connection is accepted and never answered. A restore answers
+    misses once its reads have gone ``--read-stall`` (2 s here) without a byte, not after
+    ``--backend-timeout`` (30 s, the default kept here: ~30 s without the stall guard); once
+    radosgw goes on, every block reads whole."""
+    blocks = {f"hang/{i:03d}": os.urandom(MiB + i) for i in range(16)}
+    keys = list(blocks)
+    ns = f"h-{uuid.uuid4().hex[:8]}"
+
+    async def write(endpoint: str) -> None:
+        async with S3KVClient(endpoint, token=TOKEN) as kv:
+            await kv.create_namespace(ns)
+            assert await kv.put_many(ns, blocks) == len(blocks)
+            await kv.flush()
+
+    async def restore(endpoint: str) -> tuple[list[bytes | None], float]:
+        t0 = time.monotonic()
+        async with S3KVClient(endpoint, token=TOKEN, timeout=60) as kv:
+            got = await kv.get_many(ns, keys)
+        return got, time.monotonic() - t0
+
+    with running_gateway(backend_store(rgw_server), [*ARGS, "--read-stall", "2"]) as gw:
+        asyncio.run(write(gw.endpoint))
+        rgw_server.pause_gateway()
+        try:
+            got, took = asyncio.run(restore(gw.endpoint))
+        finally:
+            rgw_server.resume_gateway()
+        assert got == [None] * len(keys)
+        assert took < 10, took  # 2 s of stall, detected within half of that, per read wave
+        got, _ = asyncio.run(restore(gw.endpoint))
+        lost = [k for k, b in zip(keys, got, strict=True) if b != blocks[k]]
+        assert not lost, f"{len(lost)} of {len(keys)} blocks lost after the pause"

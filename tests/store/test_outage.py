@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from s3kv.backends import FileBackend
+from s3kv.backends import FileBackend, S3Backend, S3Location
 from s3kv.errors import BackendError, Backpressure
 from s3kv.sizes import KiB
 from s3kv.store.store import BlockStore
@@ -95,6 +95,39 @@ async def test_hung_server_gives_backpressure(private_s3_server: MotoServer) -> 
             await asyncio.sleep(0.2)
         await _put_eventually(store, b"again", b"z" * 100, limit=30)
         assert await store.get("kvns", b"again") == b"z" * 100
+    finally:
+        server.resume()
+        await store.close()
+        await backend.close()
+
+
+async def test_reads_on_a_hung_server_miss_after_the_read_stall(
+        private_s3_server: MotoServer) -> None:
+    """SIGSTOP: a ranged read is given up once it has gone ``read_stall`` seconds without a
+    byte (a miss, not retried), not after the request timeout (20 s here)."""
+    server = private_s3_server
+    backend = S3Backend(S3Location("stall", "", (server.endpoint,)), timeout=20.0,
+                        connect_timeout=1.0, read_stall=1.0)
+    await backend.open()
+    await backend.ensure_bucket()
+    store = await open_store(backend, seal_after=0.2, backend_timeout=20.0, dram_cache=0)
+    try:
+        await store.create_namespace("kvns")
+        keys = [f"k{i}".encode() for i in range(4)]
+        blocks = [block(i, 300 * KiB) for i in range(4)]
+        for key, data in zip(keys, blocks, strict=True):
+            await store.put("kvns", key, data)
+        await store.flush()
+        server.pause()
+        try:
+            t0 = time.monotonic()
+            got = await store.get_many("kvns", keys)
+            took = time.monotonic() - t0
+        finally:
+            server.resume()
+        assert got == [None] * 4
+        assert took < 8, took  # ~1-1.5 s; 20 s without the guard
+        assert await store.get_many("kvns", keys) == blocks  # the index kept every block
     finally:
         server.resume()
         await store.close()

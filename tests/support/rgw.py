@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -189,6 +190,14 @@ class RGWCluster:
         """Start radosgw again on the same port and data; returns once it answers."""
         self._spawn_rgw()
         self._wait_http(time.monotonic() + timeout)
+
+    def pause_gateway(self) -> None:
+        """Stop radosgw with SIGSTOP: connections are accepted and never answered (a hung
+        server, not a refusing one). :meth:`resume_gateway` lets it go on."""
+        os.kill(self.procs["rgw"].pid, signal.SIGSTOP)
+
+    def resume_gateway(self) -> None:
+        os.kill(self.procs["rgw"].pid, signal.SIGCONT)
 
     def set_bucket_quota(self, bucket: str, max_bytes: int) -> None:
         """Give ``bucket`` a quota of ``max_bytes`` (``radosgw-admin quota``): writes past it
