@@ -7,7 +7,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from s3kv.backends.base import Backend, ObjectInfo, UploadInfo
 from s3kv.backends.file import FileBackend
-from s3kv.backends.s3 import S3Backend, S3Location
+from s3kv.backends.s3 import READ_STALL, S3Backend, S3Location
 from s3kv.errors import ConfigError
 
 DEFAULT_LOCAL_DIR = "s3kv-data"
@@ -47,7 +47,7 @@ def default_store_url() -> str:
 
 
 async def open_backend(url: str, *, max_connections: int = 32, request_timeout: float = 30.0,
-                       read_stall: float = 5.0) -> tuple[Backend, str]:
+                       read_stall: float = READ_STALL) -> tuple[Backend, str]:
     """Open the backend a store URL names. Returns (backend, key prefix inside it).
 
     An empty URL means the embedded default, a ``./s3kv-data`` directory.

@@ -36,6 +36,9 @@ from s3kv.wire.sigv4 import Credentials
 
 T = TypeVar("T")
 
+#: seconds a ranged read may go without a byte before it is given up (RangedReader; the
+#: gateway's --read-stall, whose default this is)
+READ_STALL = 5.0
 _MISSING_CODES = {"NoSuchKey", "NoSuchUpload", "404", "NotFound"}
 _TRANSIENT_CODES = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout",
                     "XMinioServerNotInitialized"}
@@ -104,7 +107,7 @@ def client_config(max_connections: int = 32, connect_timeout: float = 3.0,
 class S3Backend:
     def __init__(self, location: S3Location, *, max_connections: int = 32,
                  timeout: float = 30.0, connect_timeout: float = 3.0,
-                 fast_reads: bool = True, read_stall: float = 5.0) -> None:
+                 fast_reads: bool = True, read_stall: float = READ_STALL) -> None:
         """``read_stall``: seconds a ranged read may go without a byte (RangedReader)."""
         self.loc = location
         self._read_stall = read_stall

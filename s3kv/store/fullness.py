@@ -19,19 +19,15 @@ from s3kv.errors import full_in
 from s3kv.log import get_logger
 from s3kv.sizes import format_size
 from s3kv.store.eviction import Evictor
-from s3kv.store.health import BackendHealth
-from s3kv.store.segments import SegmentTable
 
 log = get_logger(__name__)
 
 
 class Fullness:
-    def __init__(self, evictor: Evictor, health: BackendHealth, segments: SegmentTable,
-                 segment_size: int) -> None:
+    def __init__(self, evictor: Evictor) -> None:
+        """The store's evictor: its budget, segments, settings and writer's health."""
         self.evictor = evictor
-        self.health = health
-        self.segments = segments
-        self.segment_size = segment_size
+        self.segment_size = evictor.settings.segment_size
 
     def failed(self, exc: BaseException) -> None:
         """A segment failed: if for lack of room, lower the budget to what is stored now and
@@ -39,7 +35,7 @@ class Fullness:
         full = full_in(exc)
         if full is None:
             return
-        stored = self.segments.sealed_bytes()
+        stored = self.evictor.catalog.segments.sealed_bytes()
         before = self.evictor.capacity
         budget = self.evictor.lower_capacity(max(stored, 1))  # 0 would mean "no budget"
         if budget != before:
@@ -51,7 +47,7 @@ class Fullness:
             log.error("backend.full_below_two_segments", capacity=budget,
                       hint="the bucket's room holds fewer than two segments: raise its quota "
                       "or lower --segment-size; writes stay refused until then")
-        self.health.mark_full(f"backend full: {full}", self.make_room)
+        self.evictor.writer.health.mark_full(f"backend full: {full}", self.make_room)
 
     async def make_room(self) -> bool:
         """An eviction round, then whether a segment fits (False: stay refused, ask later)."""

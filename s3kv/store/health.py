@@ -39,7 +39,7 @@ class BackendHealth:
             log.warning("backend.unhealthy", reason=reason)
         self.healthy = False
         if self._probe is None or self._probe.done():
-            self._probe = asyncio.create_task(self._probe_loop())
+            self._probe = asyncio.create_task(self._until(self._answers, "probe", 0.25))
 
     def mark_full(self, reason: str, make_room: Callable[[], Awaitable[bool]]) -> None:
         """The backend refused a write for lack of room: writes are refused until
@@ -48,18 +48,7 @@ class BackendHealth:
         self.mark_down(reason)
         if self._probe is not None:
             self._probe.cancel()
-        self._probe = asyncio.create_task(self._room_loop(make_room))
-
-    async def _room_loop(self, make_room: Callable[[], Awaitable[bool]]) -> None:
-        delay = 0.25
-        while not self.healthy:
-            with contextlib.suppress(BackendError, Backpressure):
-                if await make_room():
-                    self.healthy = True
-                    log.info("backend.recovered", by="eviction")
-                    return
-            await asyncio.sleep(delay)
-            delay = min(2.0, delay * 2)
+        self._probe = asyncio.create_task(self._until(make_room, "eviction", 0.0))
 
     def mark_up(self) -> None:
         """A write reached the backend (a segment sealed): it is up, whatever failed before.
@@ -72,16 +61,21 @@ class BackendHealth:
             self._probe.cancel()
             self._probe = None
 
-    async def _probe_loop(self) -> None:
-        delay = 0.25
+    async def _answers(self) -> bool:
+        await self.backend.check()  # BackendError while it does not
+        return True
+
+    async def _until(self, ready: Callable[[], Awaitable[bool]], by: str, delay: float) -> None:
+        """Mark the backend up once ``ready()`` says so (False, BackendError or Backpressure:
+        not yet), asked after ``delay`` seconds, then after pauses growing to 2 s."""
         while not self.healthy:
             await asyncio.sleep(delay)
-            with contextlib.suppress(BackendError):
-                await self.backend.check()
-                self.healthy = True
-                log.info("backend.recovered", by="probe")
-                return
-            delay = min(2.0, delay * 2)
+            with contextlib.suppress(BackendError, Backpressure):
+                if await ready():
+                    self.healthy = True
+                    log.info("backend.recovered", by=by)
+                    return
+            delay = min(2.0, max(delay, 0.125) * 2)
 
     def close(self) -> None:
         if self._probe is not None:

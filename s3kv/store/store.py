@@ -77,8 +77,7 @@ class BlockStore:
         self._evictor = Evictor(settings, backend, prefix, self.catalog, self.writer,
                                 self.stats, self)
         self.writer.make_room = self._evictor.make_room
-        self._fullness = Fullness(self._evictor, self.writer.health, self.catalog.segments,
-                                  settings.segment_size)
+        self._fullness = Fullness(self._evictor)
         self.shared_reads = SharedReads(settings.max_request_memory // 4)  # ranged GETs
         self.locator = Locator(backend, prefix, self.catalog, self.dram, self.writer, self.stats)
         self._background: list[asyncio.Task[None]] = []
