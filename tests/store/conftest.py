@@ -8,13 +8,15 @@ from pathlib import Path
 import pytest
 
 from s3kv.backends import Backend, FileBackend, S3Backend, S3Location
+from s3kv.backends.s3 import READ_STALL
 from tests.conftest import s3_server_for
 from tests.support.s3server import MotoServer
 
 
-async def open_s3(endpoint: str, bucket: str, request_timeout: float = 10.0) -> S3Backend:
+async def open_s3(endpoint: str, bucket: str, request_timeout: float = 10.0,
+                  read_stall: float = READ_STALL) -> S3Backend:
     backend = S3Backend(S3Location(bucket, "", (endpoint,)), timeout=request_timeout,
-                        connect_timeout=1.0)
+                        connect_timeout=1.0, read_stall=read_stall)
     await backend.open()
     await backend.ensure_bucket()
     return backend

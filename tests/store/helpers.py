@@ -37,6 +37,19 @@ def block(i: int, size: int) -> bytes:
     return (head + os.urandom(max(0, size - len(head))))[:size]
 
 
+async def put_chain(store: BlockStore, n: int, size: int, prefix: str = "c", *,
+                    flush: bool = True) -> tuple[list[bytes], list[bytes]]:
+    """Put a chain of ``n`` blocks of ``size`` bytes into namespace ``kvns`` (keys
+    ``{prefix}000``...), on the backend once ``flush``ed; returns (keys, blocks)."""
+    keys = [f"{prefix}{i:03d}".encode() for i in range(n)]
+    blocks = [block(i, size) for i in range(n)]
+    for key, data in zip(keys, blocks, strict=True):
+        await store.put("kvns", key, data)
+    if flush:
+        await store.flush()
+    return keys, blocks
+
+
 async def segments_on_backend(backend: Backend) -> dict[str, int]:
     """The segment objects on the backend (store prefix ""): name -> size."""
     out = {}

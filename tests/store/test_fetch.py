@@ -13,7 +13,7 @@ from s3kv.sizes import KiB
 from s3kv.store import layout
 from s3kv.store.store import BlockStore
 from s3kv.wire.body import pieces_of
-from tests.store.helpers import block, open_store
+from tests.store.helpers import open_store, put_chain
 
 BLOCK = 512 * KiB
 N = 60  # ~19 blocks per 10 MiB segment: the chain spans 4 segments, so 4 coalesced reads
@@ -24,12 +24,7 @@ async def _chain(backend: Backend, n: int = N, size: int = BLOCK, *, flush: bool
     """A store holding a chain of ``n`` blocks, on the backend once ``flush``ed."""
     store = await open_store(backend, seal_after=30)
     await store.create_namespace("kvns")
-    keys = [f"c{i:03d}".encode() for i in range(n)]
-    blocks = [block(i, size) for i in range(n)]
-    for k, b in zip(keys, blocks, strict=True):
-        await store.put("kvns", k, b)
-    if flush:
-        await store.flush()
+    keys, blocks = await put_chain(store, n, size, flush=flush)
     return store, keys, blocks
 
 

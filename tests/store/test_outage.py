@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from s3kv.backends import FileBackend, S3Backend, S3Location
+from s3kv.backends import FileBackend
 from s3kv.errors import BackendError, Backpressure
 from s3kv.sizes import KiB
 from s3kv.store.store import BlockStore
 from tests.store.conftest import open_s3
-from tests.store.helpers import block, open_store
+from tests.store.helpers import block, open_store, put_chain
 from tests.support.s3server import MotoServer
 
 
@@ -106,18 +106,11 @@ async def test_reads_on_a_hung_server_miss_after_the_read_stall(
     """SIGSTOP: a ranged read is given up once it has gone ``read_stall`` seconds without a
     byte (a miss, not retried), not after the request timeout (20 s here)."""
     server = private_s3_server
-    backend = S3Backend(S3Location("stall", "", (server.endpoint,)), timeout=20.0,
-                        connect_timeout=1.0, read_stall=1.0)
-    await backend.open()
-    await backend.ensure_bucket()
+    backend = await open_s3(server.endpoint, "stall", request_timeout=20.0, read_stall=1.0)
     store = await open_store(backend, seal_after=0.2, backend_timeout=20.0, dram_cache=0)
     try:
         await store.create_namespace("kvns")
-        keys = [f"k{i}".encode() for i in range(4)]
-        blocks = [block(i, 300 * KiB) for i in range(4)]
-        for key, data in zip(keys, blocks, strict=True):
-            await store.put("kvns", key, data)
-        await store.flush()
+        keys, blocks = await put_chain(store, 4, 300 * KiB, "k")
         server.pause()
         try:
             t0 = time.monotonic()

@@ -17,6 +17,7 @@ from tests.store.helpers import (
     dangling,
     mostly_dead_segment,
     open_store,
+    put_chain,
     segments_on_backend,
 )
 
@@ -147,11 +148,7 @@ async def test_prefix_chain_reads_are_coalesced(backend: Backend) -> None:
     store = await open_store(backend, seal_after=30)
     try:
         await store.create_namespace("kvns")
-        chain = [f"h{i:03d}".encode() for i in range(64)]
-        blocks = [block(i, 64 * KiB) for i in range(64)]
-        for k, b in zip(chain, blocks, strict=True):
-            await store.put("kvns", k, b)
-        await store.flush()
+        chain, blocks = await put_chain(store, 64, 64 * KiB, "h")
         before = store.stats.backend_reads
         got = await store.get_many("kvns", chain)
         assert got == blocks
