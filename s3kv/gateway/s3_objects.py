@@ -105,7 +105,7 @@ async def put_object(request: web.Request, st: GatewayState, t: Target) -> web.S
         if landing is not None:  # given up, unless committed
             landing.abandon()
     if durable and landing is not None and body.landed:
-        await landing.rooms[0].segment.done  # sealed and on the backend, as put(durable) waits
+        await landing.rooms[0].segment.on_backend()  # sealed, as put(durable) waits
     headers = {"ETag": object_etag(meta, attrs)}
     if attrs.checksum is not None:  # the client's (body_checksum): a full-object one
         headers.update(attrs.checksum.headers())

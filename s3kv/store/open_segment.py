@@ -70,6 +70,8 @@ class OpenSegment:
         self.namespaces: set[str] = set()
         self.manifest_bytes = layout.manifest_overhead(info.name)
         self.first_at = 0.0
+        #: resolved by the writer once the segment is on the backend (or failed); waiters use
+        #: on_backend(): a waiter's cancellation must not cancel the segment's own future
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.queue: asyncio.Queue[Part | None] = asyncio.Queue()
         self.uploader: asyncio.Task[None] | None = None
@@ -137,6 +139,13 @@ class OpenSegment:
         settle, self._settle = self._settle, None
         if settle is not None and not settle.done():
             settle.set_result(None)
+
+    async def on_backend(self) -> None:
+        """Wait until the segment is on the backend (raises as its upload failed). Awaiting
+        ``done`` itself would cancel it with the waiter: a durable put whose client went away,
+        an eviction round stopped at shutdown, then failed the segment for every other waiter
+        and for the writer's flush, which counted its blocks lost though they were uploaded."""
+        await asyncio.shield(self.done)
 
     async def settled(self) -> None:
         """Wait until no block is being received into the segment (before it seals)."""

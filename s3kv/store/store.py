@@ -201,7 +201,7 @@ class BlockStore:
         seg, placed = await self.writer.append(ready.entry, ready.stored)
         meta = self._placed(nid, data, seg, placed)
         if durable:
-            await seg.done
+            await seg.on_backend()
         return meta
 
     async def land(self, namespace: str, blocks: Sequence[tuple[bytes, int]], *,
@@ -289,7 +289,7 @@ class BlockStore:
             if fut is not None:
                 futures.add(fut)
         for fut in futures:
-            await fut
+            await asyncio.shield(fut)  # a waiter's cancellation leaves the segment's alone
 
     async def rewrite(self, namespace: str, key: bytes, data: Block, old: Location) -> int:
         """Compaction: append a live block again, and index it there unless it changed

@@ -199,8 +199,8 @@ class SegmentWriter:
         return now
 
     def seal_now(self, seg_id: int, reason: str) -> asyncio.Future[None] | None:
-        """Seal the segment now if it is still open (as its ``seal_after`` timer would), and
-        resolve when it is on the backend; None if it is not in memory (sealed)."""
+        """Seal the segment now if it is still open (as its ``seal_after`` timer would): its
+        future (await it through asyncio.shield); None if it is not in memory (sealed)."""
         seg = self._in_memory.get(seg_id)
         if seg is None:
             return None
@@ -208,7 +208,7 @@ class SegmentWriter:
         return seg.done
 
     def sealed_future(self, seg_id: int) -> asyncio.Future[None] | None:
-        """Resolves when the segment is on the backend; None if it is not in memory (sealed)."""
+        """The segment's future, shielded by waiters; None if it is not in memory (sealed)."""
         seg = self._in_memory.get(seg_id)
         return None if seg is None else seg.done
 
@@ -218,7 +218,7 @@ class SegmentWriter:
             seg = self._current
             if seg is not None and (seg.entries or seg.landing):
                 self._seal_soon(seg, "flush")
-        pending = [s.done for s in self._in_memory.values()]
+        pending = [s.on_backend() for s in self._in_memory.values()]
         results = await asyncio.gather(*pending, return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
@@ -285,7 +285,7 @@ class SegmentWriter:
         for entry in entries:
             self.enter(seg, entry, 0, 0)
         self._seal_soon(seg, reason)
-        await seg.done
+        await seg.on_backend()
 
     async def _write_unrecorded(self) -> None:
         """At close: the tombstones of failed segments that no segment took yet (none opened
