@@ -32,7 +32,7 @@ from typing import Protocol
 
 from s3kv.backends.base import Backend, lends_windows
 from s3kv.config import Settings
-from s3kv.errors import BackendError, Backpressure, IntegrityError
+from s3kv.errors import BackendError, Backpressure, IntegrityError, ObjectMissing
 from s3kv.log import get_logger
 from s3kv.store import layout
 from s3kv.store.carry import Floor, carried
@@ -294,6 +294,9 @@ class Evictor:
                                                   seg.length)
             except IntegrityError as exc:  # recovery skips such a segment: it hides nothing
                 log.warning("eviction.manifest_unreadable", segment=seg.name, error=str(exc))
+                continue
+            except ObjectMissing:  # deleted already (another replica evicted it, having
+                log.info("eviction.segment_gone", segment=seg.name)  # carried what it hid)
                 continue
             layout.keep_newest(carried(manifest, seg.seg_id, cat.namespaces, cat.index,
                                        floor), tombs)

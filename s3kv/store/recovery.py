@@ -77,6 +77,9 @@ async def load_manifest(backend: Backend, prefix: str, name: str, size: int,
             with contextlib.suppress(BackendError):
                 await backend.put_object(sidecar_key(prefix, name), sidecar)
         return manifest
+    except ObjectMissing:  # deleted since it was listed: another replica evicted it
+        log.info("manifest.gone", segment=name)
+        return None
     except (IntegrityError, BackendError) as exc:
         log.error("manifest.unreadable", segment=name, error=str(exc))
         return None

@@ -15,6 +15,7 @@ from s3kv.backends import FileBackend
 from s3kv.backends.base import Backend
 from s3kv.sizes import KiB, MiB
 from s3kv.store import eviction
+from s3kv.store.segments import segment_key, sidecar_key
 from tests.store.conftest import open_s3
 from tests.store.helpers import (
     SEG,
@@ -229,3 +230,39 @@ async def test_a_compacted_segment_goes_once_its_hot_blocks_are_on_the_backend(
     finally:
         await store.close()
         await backend.close()
+
+
+async def test_a_segment_another_replica_deleted_does_not_stop_the_round(
+        backend: Backend) -> None:
+    """Replicas share a bucket and each evicts by the same budget, so one may delete a segment
+    the other still indexes (until its next sync). Evicting that segment then found no manifest
+    to carry tombstones from (NoSuchKey), and every round failed on it until the sync forgot it
+    (a soak of two gateways on Ceph RGW: `eviction.failed` every round); the other replica has
+    carried what it hid, so it is forgotten and the round goes on."""
+    store = await open_store(backend, capacity=2 * SEG, seal_after=30, compact_threshold=0)
+    try:
+        await store.create_namespace("kvns")
+        keys = [[f"s{s}-{i}".encode() for i in range(9)] for s in range(3)]
+
+        async def fill(s: int) -> None:  # a sealed segment of 9 MiB
+            for i, key in enumerate(keys[s]):
+                await store.put("kvns", key, block(i, MiB))
+            await store.flush()
+
+        await fill(0)
+        await fill(1)
+        assert await store.get("kvns", keys[0][0]) is not None  # s0 read: s1 is the coldest
+        loc = store.index.get(store.ns_id("kvns"), keys[1][0])
+        assert loc is not None
+        gone = store.segments.get(loc.segment)
+        assert gone is not None
+        await backend.delete_objects([segment_key("", gone.name), sidecar_key("", gone.name)])
+        await fill(2)  # one segment over the budget: s1 goes (a round the writes woke, or this)
+        await store.evict_now()  # raised BackendError (NoSuchKey), as every round did
+        assert store.stats.evictions == 1
+        assert store.segments.get(gone.seg_id) is None
+        assert [await store.get("kvns", k) for k in keys[1]] == [None] * 9
+        assert sorted(await segments_on_backend(backend)) == sorted(
+            s.name for s in store.segments.all() if s.block_bytes)
+    finally:
+        await store.close()
