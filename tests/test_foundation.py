@@ -160,3 +160,50 @@ def test_log_level_check_follows_configure_logging() -> None:
         configure_logging("console", "notset")
         structlog.configure(**saved)
     assert enabled(logging.DEBUG)
+
+
+def test_library_and_asyncio_lines_keep_a_json_log_json(capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    """The gateway logs JSON lines; a library's stdlib record (aiohttp, botocore) and asyncio's
+    unhandled errors came out as plain text, a traceback split over many lines, which a log
+    pipeline cannot parse (a soak on Ceph RGW: aiohttp's "Task exception was never retrieved"
+    at each radosgw restart). They are lines of the same format now; an unretrieved connection
+    reset, which the request that owned the connection already handled, is a debug line."""
+    import asyncio
+    import gc
+    import json
+    import logging
+
+    import structlog
+
+    from s3kv.log import configure_logging, loop_exception_handler
+
+    async def fail(exc: BaseException) -> None:
+        raise exc
+
+    async def unretrieved() -> None:
+        asyncio.get_running_loop().set_exception_handler(loop_exception_handler)
+        for exc in (ConnectionResetError("Cannot write to closing transport"),
+                    ValueError("boom")):
+            task = asyncio.create_task(fail(exc))
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            del task
+            gc.collect()  # its __del__ reports the exception no one retrieved
+
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level, structlog.get_config())
+    try:
+        configure_logging("json", "info")
+        logging.getLogger("aiohttp.client").warning("retrying %s", "x")
+        logging.getLogger("botocore").info("below the libraries' level")
+        asyncio.run(unretrieved())
+        lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    finally:
+        root.handlers[:], _, config = saved
+        root.setLevel(saved[1])
+        structlog.configure(**config)
+    assert [(x["event"], x["module"], x["level"]) for x in lines] == [
+        ("library.log", "aiohttp.client", "warning"), ("asyncio.unhandled", "asyncio", "error")]
+    assert lines[0]["message"] == "retrying x"
+    assert "ValueError: boom" in lines[1]["exception"]

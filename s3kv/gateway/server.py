@@ -27,7 +27,7 @@ from s3kv.gateway.plainlane import PlainLane
 from s3kv.gateway.protocol import front_runner
 from s3kv.gateway.state import STATE
 from s3kv.gateway.uploads import UPLOADS, Uploads
-from s3kv.log import get_logger
+from s3kv.log import get_logger, loop_exception_handler
 from s3kv.store.codecs.spec import check_default_codec
 from s3kv.store.store import BlockStore
 
@@ -119,6 +119,7 @@ async def start_front(store: BlockStore, settings: Settings, *,
 
 
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
+    asyncio.get_running_loop().set_exception_handler(loop_exception_handler)
     check_settings(settings)
     host, port = parse_listen(settings.listen)
     check_exposure(settings, host)
