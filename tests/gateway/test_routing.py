@@ -9,6 +9,7 @@ import collections
 import os
 import time
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from botocore.exceptions import ClientError
@@ -16,7 +17,7 @@ from botocore.exceptions import ClientError
 from s3kv.client import S3KVClient
 from s3kv.routing import GatewaySet, resolve_all
 from tests.gateway.conftest import TOKEN, Gateway, backend_store
-from tests.support.gateway import gateway_client
+from tests.support.gateway import gateway_client, running_gateways
 from tests.support.s3server import MotoServer, free_port
 
 SEAL_AFTER = 2.0
@@ -86,16 +87,9 @@ async def test_a_dns_name_is_resolved_and_re_resolved() -> None:
 
 # ---- two gateways on one bucket ------------------------------------------------------------
 @pytest.fixture
-def pair(s3_server: MotoServer) -> list[Gateway]:
-    store = backend_store(s3_server)
-    gws = [Gateway(store, ARGS, log_level="info") for _ in range(2)]
-    try:
-        for g in gws:
-            g.start()
+def pair(s3_server: MotoServer) -> Iterator[list[Gateway]]:
+    with running_gateways(backend_store(s3_server), [ARGS, ARGS], log_level="info") as gws:
         yield gws
-    finally:
-        for g in gws:
-            g.cleanup()
 
 
 async def test_own_writes_at_once_others_after_seal_and_sync(pair: list[Gateway]) -> None:

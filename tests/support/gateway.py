@@ -179,6 +179,19 @@ def running_gateway(store: str, args: list[str], **kw: Any) -> Iterator[Gateway]
         gw.cleanup()
 
 
+@contextlib.contextmanager
+def running_gateways(store: str, args: list[list[str]], **kw: Any) -> Iterator[list[Gateway]]:
+    """Replicas on one store, one gateway per argument list; every one stopped at the end."""
+    gws = [Gateway(store, a, **kw) for a in args]
+    try:
+        for gw in gws:
+            gw.start()
+        yield gws
+    finally:
+        for gw in gws:
+            gw.cleanup()
+
+
 def gateway_client(endpoint: str, *, secret: str = GW_SECRET, **config: Any) -> Any:
     """boto3 S3 client signing with the gateway's front credentials (SigV4, path-style)."""
     s3cfg: dict[str, Any] = {"addressing_style": "path"}
