@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import pytest
 from botocore.exceptions import ClientError
+from structlog.testing import capture_logs
 
+from s3kv.backends import S3Backend, S3Location
 from s3kv.backends.s3 import translate
 from s3kv.errors import BackendError, BackendFull, BackendUnavailable, full_in
+from s3kv.store.recovery import load_manifest
+from tests.store.conftest import open_s3
+from tests.support.s3server import MotoServer, free_port
 
 
 def _answer(code: str, status: int) -> ClientError:
@@ -47,3 +52,26 @@ def test_full_in_finds_the_first_failure_behind_a_later_one() -> None:
             raise BackendError("upload of k already failed") from exc
     except BackendError as later:
         assert full_in(later) is first
+
+
+async def test_a_manifest_read_is_logged_by_why_it_failed(s3_server: MotoServer,
+                                                          bucket: str) -> None:
+    """A start or a replica sync that cannot read a segment's manifest skips the segment (a
+    sync lists it again next time). A segment deleted since it was listed (another replica
+    evicted it) is info; a backend that does not answer is a warning; only a manifest that
+    is there and unreadable is an error. Every one was an error: the RGW soak's radosgw
+    restarts logged them as such, as did its replicas' evictions."""
+    up = await open_s3(s3_server.endpoint, bucket)
+    down = S3Backend(S3Location(bucket, "", (f"http://127.0.0.1:{free_port()}",)),
+                     timeout=2.0, connect_timeout=0.5)
+    await down.open()
+    try:
+        events = []
+        for backend in (up, down):
+            with capture_logs() as logs:
+                assert await load_manifest(backend, "", "n/01-00000001", 4096, True) is None
+            events.append([(x["event"], x["log_level"]) for x in logs])
+    finally:
+        await up.close()
+        await down.close()
+    assert events == [[("manifest.gone", "info")], [("manifest.unavailable", "warning")]]
