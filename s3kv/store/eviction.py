@@ -254,9 +254,9 @@ class Evictor:
         # shorter one): deleted at once, a crash before the seal lost blocks that were durable
         try:
             for sid in into:
-                sealed = self.writer.seal_now(sid, "compaction")
-                if sealed is not None:
-                    await asyncio.shield(sealed)
+                sealing = self.writer.seal_now(sid, "compaction")
+                if sealing is not None:
+                    await sealing.on_backend()
         except BackendError as exc:
             log.warning("compaction.deferred", segment=seg.name, error=str(exc))
             return False

@@ -280,16 +280,16 @@ class BlockStore:
     async def wait_durable(self, namespace: str, keys: Sequence[bytes]) -> None:
         """Wait until these blocks' segments are on the backend (BackendUnavailable: one failed)."""
         nid = self.ns_id(namespace)
-        futures = set()
+        segments = set()
         for key in keys:
             loc = self.index.get(nid, key)
             if loc is None:
                 raise BackendUnavailable(f"block {key[:80]!r} was lost before it was sealed")
-            fut = self.writer.sealed_future(loc.segment)
-            if fut is not None:
-                futures.add(fut)
-        for fut in futures:
-            await asyncio.shield(fut)  # a waiter's cancellation leaves the segment's alone
+            seg = self.writer.in_memory(loc.segment)
+            if seg is not None:
+                segments.add(seg)
+        for seg in segments:
+            await seg.on_backend()
 
     async def rewrite(self, namespace: str, key: bytes, data: Block, old: Location) -> int:
         """Compaction: append a live block again, and index it there unless it changed

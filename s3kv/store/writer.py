@@ -198,19 +198,18 @@ class SegmentWriter:
         self._last_stamp = now
         return now
 
-    def seal_now(self, seg_id: int, reason: str) -> asyncio.Future[None] | None:
-        """Seal the segment now if it is still open (as its ``seal_after`` timer would): its
-        future (await it through asyncio.shield); None if it is not in memory (sealed)."""
+    def seal_now(self, seg_id: int, reason: str) -> OpenSegment | None:
+        """Seal the segment now if it is still open (as its ``seal_after`` timer would); it,
+        to wait for with ``on_backend()``, or None if it is not in memory (sealed)."""
         seg = self._in_memory.get(seg_id)
         if seg is None:
             return None
         self._seal_soon(seg, reason)
-        return seg.done
+        return seg
 
-    def sealed_future(self, seg_id: int) -> asyncio.Future[None] | None:
-        """The segment's future, shielded by waiters; None if it is not in memory (sealed)."""
-        seg = self._in_memory.get(seg_id)
-        return None if seg is None else seg.done
+    def in_memory(self, seg_id: int) -> OpenSegment | None:
+        """The segment if it is not on the backend yet (``on_backend()`` waits); else None."""
+        return self._in_memory.get(seg_id)
 
     async def flush(self) -> None:
         """Seal the open segment now and wait until every segment in memory is on the backend."""
