@@ -170,16 +170,6 @@ def backend_store(server: MotoServer | RGWCluster, bucket: str | None = None) ->
 
 
 @contextlib.contextmanager
-def running_gateway(store: str, args: list[str], **kw: Any) -> Iterator[Gateway]:
-    gw = Gateway(store, args, **kw)
-    try:
-        gw.start()
-        yield gw
-    finally:
-        gw.cleanup()
-
-
-@contextlib.contextmanager
 def running_gateways(store: str, args: list[list[str]], **kw: Any) -> Iterator[list[Gateway]]:
     """Replicas on one store, one gateway per argument list; every one stopped at the end."""
     gws = [Gateway(store, a, **kw) for a in args]
@@ -190,6 +180,12 @@ def running_gateways(store: str, args: list[list[str]], **kw: Any) -> Iterator[l
     finally:
         for gw in gws:
             gw.cleanup()
+
+
+@contextlib.contextmanager
+def running_gateway(store: str, args: list[str], **kw: Any) -> Iterator[Gateway]:
+    with running_gateways(store, [args], **kw) as (gw,):
+        yield gw
 
 
 def gateway_client(endpoint: str, *, secret: str = GW_SECRET, **config: Any) -> Any:
