@@ -106,7 +106,7 @@ class Catalog:
             self.dead(old)
         info = self.segments.get(loc.segment)
         if info is not None and not info.own:
-            info.live_bytes += loc.length
+            info.gained(loc.length)
 
     def remove(self, nid: int, key: bytes) -> Location | None:
         """Drop the key; its block is dead. Returns where it was (None: it was absent)."""
@@ -119,7 +119,7 @@ class Catalog:
         """The block at ``loc`` is no longer live in its segment."""
         info = self.segments.get(loc.segment)
         if info is not None:
-            info.live_bytes -= loc.length
+            info.lost(loc.length)
 
     # ---- segments -----------------------------------------------------------------------
     def forget_segment(self, seg_id: int) -> int:

@@ -35,9 +35,9 @@ from s3kv.config import Settings
 from s3kv.errors import BackendError, Backpressure, IntegrityError, ObjectMissing
 from s3kv.log import get_logger
 from s3kv.store import layout
+from s3kv.store.blocks import Block
 from s3kv.store.carry import Floor, carried
 from s3kv.store.catalog import Catalog
-from s3kv.store.fetch import Block
 from s3kv.store.index import Location
 from s3kv.store.recovery import read_manifest
 from s3kv.store.segments import SegmentInfo, SegmentState, segment_key, sidecar_key
@@ -173,12 +173,12 @@ class Evictor:
         for seg in segments:
             if seg.state is not SegmentState.SEALED:
                 continue
-            if not seg.block_bytes:
+            if not seg.blocks:
                 carriers.append(seg)
                 total += seg.length
             elif s.ttl > 0 and now - seg.sealed_at > s.ttl:
                 expired.append((seg, "ttl"))
-            elif seg.live_bytes <= 0:
+            elif seg.dead:
                 reclaim.append((seg, "dead"))
             elif seg.live_ratio < threshold:
                 reclaim.append((seg, "low_live_ratio"))

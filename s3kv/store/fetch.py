@@ -25,6 +25,7 @@ from s3kv.backends.base import Backend, NowViewer, RangeViewer, stream_range
 from s3kv.errors import BackendError, IntegrityError, ObjectMissing
 from s3kv.log import get_logger
 from s3kv.store import layout
+from s3kv.store.blocks import EMPTY, Block, as_block
 from s3kv.store.blocksums import THREAD_THRESHOLD, checksum_async
 from s3kv.store.codecs import NONE_ID, decode_any
 from s3kv.store.dram import DramCache, frozen_copy
@@ -40,17 +41,6 @@ from s3kv.store.writer import SegmentWriter
 from s3kv.wire.body import Pieces, joined, pieces_of, size_of
 
 log = get_logger(__name__)
-
-#: a block's bytes as reads return them (read from the backend: a buffer of its own)
-Block = bytes | memoryview
-
-
-def as_block(data: Pieces, copy: bool = False) -> Block:
-    """``data`` as one buffer (pieces are joined: a copy; the tier never holds a bytearray);
-    ``copy``: a copy in any case, so that what held the bytes is let go of."""
-    one = joined(data)
-    return bytes(one) if copy or isinstance(one, bytearray) else one
-
 
 #: ranged GETs in flight at once, all requests together
 READ_CONCURRENCY = 8
@@ -140,7 +130,9 @@ class BlockFetcher:
                 continue
             if self.dram.enabled:
                 self.stats.dram_misses += 1
-            if self.writer.holds(loc.segment):
+            if not loc.length:  # empty: nothing to read (an S3 directory marker)
+                lent[pos] = EMPTY
+            elif self.writer.holds(loc.segment):
                 in_memory.add(pos)
             else:
                 wanted.append((pos, loc))
@@ -239,8 +231,7 @@ class BlockFetcher:
             if data is not None:
                 self.stats.dram_hits += 1
         else:
-            data = (self.writer.read(loc.segment, loc.offset, loc.length)
-                    or self._view_now(loc.segment, loc.offset, loc.length))
+            data = self._at_hand(loc)
             if data is None or size_of(data) != loc.length \
                     or layout.checksum_pieces(pieces_of(data)) != loc.crc:
                 return None
@@ -263,8 +254,7 @@ class BlockFetcher:
                 self.stats.dram_hits += 1
                 self._count(nid, key, True)
                 return hit
-            raw: Pieces | None = (self.writer.read(loc.segment, loc.offset, loc.length)
-                                  or self._view_now(loc.segment, loc.offset, loc.length))
+            raw = self._at_hand(loc)
             if raw is None:
                 raw = await self._ahead(loc)
             if raw is not None:
@@ -296,6 +286,14 @@ class BlockFetcher:
             self._kinds = (b, b if isinstance(b, RangeViewer) else None,
                            b if isinstance(b, NowViewer) else None)
         return self._kinds[1], self._kinds[2]
+
+    def _at_hand(self, loc: Location) -> Pieces | None:
+        """The block's stored bytes if no wait is needed: in a segment the writer holds, lent
+        at once by the backend, or none at all (an empty block: nothing to read); else None."""
+        if not loc.length:
+            return EMPTY
+        raw = self.writer.read(loc.segment, loc.offset, loc.length)
+        return raw if raw is not None else self._view_now(loc.segment, loc.offset, loc.length)
 
     def _view_now(self, segment: int, start: int, length: int) -> memoryview | None:
         """The segment's bytes [start, start + length) lent at once by the backend, if it can

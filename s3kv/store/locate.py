@@ -76,7 +76,8 @@ class Locator:
                 continue
             info = segments.get(loc.segment)
             if (signer is None or info is None or info.state is not SegmentState.SEALED
-                    or loc.codec != NONE_ID or self._writer.holds(loc.segment)
+                    or loc.codec != NONE_ID or not loc.length  # empty: nothing to read
+                    or self._writer.holds(loc.segment)
                     or (self._dram.enabled and self._dram.get(nid, key, loc) is not None)):
                 out.blocks.append(VIA_GATEWAY)
                 continue

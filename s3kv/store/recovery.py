@@ -136,7 +136,8 @@ class Recovery:
             info = cat.segments.add(m.segment, SegmentState.SEALED, own=False)
             info.length = m.segment_length
             info.sealed_at = info.last_access = info.created_at = m.created_at
-            info.block_bytes = sum(e.length for e in m.entries if not e.tombstone)
+            sizes = [e.length for e in m.entries if not e.tombstone]
+            info.blocks, info.block_bytes = len(sizes), sum(sizes)
             if m.entries:  # the range of its stamps, in C (a call per entry: 4x the time)
                 stamps = [e.written_at for e in m.entries]
                 info.saw(min(stamps))

@@ -28,6 +28,11 @@ class SegmentInfo:
     length: int = 0  # object bytes on the backend once sealed
     block_bytes: int = 0  # stored bytes of every block ever written into it
     live_bytes: int = 0  # stored bytes of blocks the index still points to
+    # blocks (tombstones are not) ever written into it and those the index still points to:
+    # counted apart from the bytes, since an empty block (an S3 directory marker, an empty
+    # object) is live with no bytes
+    blocks: int = 0
+    live_blocks: int = 0
     last_access: float = 0.0  # last read (or seal), for coldest-first eviction
     own: bool = True  # written by this store instance
     # the written_at range of its entries, tombstones included (a compaction rewrite keeps
@@ -41,9 +46,30 @@ class SegmentInfo:
         self.oldest = min(self.oldest, written_at)
         self.newest = max(self.newest, written_at)
 
+    def added(self, size: int) -> None:
+        """A block of ``size`` stored bytes was written into the segment."""
+        self.blocks += 1
+        self.block_bytes += size
+
+    def gained(self, size: int) -> None:
+        """The index points to a block of ``size`` bytes in the segment."""
+        self.live_blocks += 1
+        self.live_bytes += size
+
+    def lost(self, size: int) -> None:
+        """The index no longer points to a block of ``size`` bytes in the segment."""
+        self.live_blocks -= 1
+        self.live_bytes -= size
+
+    @property
+    def dead(self) -> bool:
+        """It held blocks and none is live any more (empty ones count as live)."""
+        return self.blocks > 0 and self.live_blocks <= 0
+
     @property
     def live_ratio(self) -> float:
-        return self.live_bytes / self.block_bytes if self.block_bytes else 0.0
+        """Of its blocks' bytes, the share still live (1.0 with none: nothing to win back)."""
+        return self.live_bytes / self.block_bytes if self.block_bytes else 1.0
 
 
 def default_node_id() -> str:

@@ -18,11 +18,12 @@ from s3kv.backends.base import Backend
 from s3kv.config import Settings
 from s3kv.errors import BackendUnavailable, Backpressure, NamespaceExists, NamespaceNotEmpty
 from s3kv.store import layout, listing
+from s3kv.store.blocks import Block
 from s3kv.store.catalog import Catalog, validate_namespace
 from s3kv.store.codecs import CodecSpec, parse_codec_spec
 from s3kv.store.dram import DramCache, frozen_copy
 from s3kv.store.eviction import Evictor
-from s3kv.store.fetch import Block, BlockFetcher
+from s3kv.store.fetch import BlockFetcher
 from s3kv.store.fullness import Fullness
 from s3kv.store.index import BlockIndex, Location
 from s3kv.store.ingest import prepare

@@ -181,8 +181,9 @@ class SegmentWriter:
                               entry.written_at or self._stamp(), entry.flags, entry.attrs)
         seg.add_entry(placed)
         seg.info.saw(placed.written_at)
-        seg.info.block_bytes += size
-        seg.info.live_bytes += size
+        if not placed.tombstone:
+            seg.info.added(size)
+            seg.info.gained(size)
         return placed
 
     def started(self, seg: OpenSegment) -> None:

@@ -128,6 +128,20 @@ def test_a_corrupt_block_is_a_miss_and_its_neighbours_arrive(
     assert _delta(after, before, "direct_located") == len(blocks)
 
 
+def test_an_empty_block_is_located_through_the_gateway(direct: tuple[Gateway, str]) -> None:
+    """An empty block has no bytes to read: ``locate`` sends it through the gateway (a
+    zero-length ranged GET is no valid range), which answers it without a backend read."""
+    gw, _ = direct
+    ns = f"e-{uuid.uuid4().hex[:8]}"
+    blocks = {"a": os.urandom(20 * KiB), "empty": b"", "b": os.urandom(20 * KiB)}
+    _write(gw.endpoint, ns, blocks)
+    before = store_stats(gw.endpoint)
+    assert _read(gw.endpoint, ns, list(blocks)) == list(blocks.values())
+    after = store_stats(gw.endpoint)
+    assert _delta(after, before, "direct_located") == 2
+    assert _delta(after, before, "hits") == 1  # the empty block, through the gateway
+
+
 def test_a_segment_gone_after_locate_makes_misses_not_errors(
         direct: tuple[Gateway, str]) -> None:
     gw, bucket = direct

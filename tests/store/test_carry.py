@@ -149,7 +149,7 @@ async def test_carriers_still_needed_are_merged_into_one(any_backend: Backend) -
             await store.delete(NS, b"tmp")
             await store.flush()  # dead: it goes, its tombstones into a carrier
             await store.evict_now()
-        carriers = [s for s in store.segments.sealed() if not s.block_bytes]
+        carriers = [s for s in store.segments.sealed() if not s.blocks]
         assert 1 <= len(carriers) <= 2  # merged (and the one the last round carried into)
         assert len(await segments_on_backend(backend)) == 1 + len(carriers)  # A and carriers
         store = await _restart(store, backend)

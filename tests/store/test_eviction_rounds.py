@@ -263,6 +263,6 @@ async def test_a_segment_another_replica_deleted_does_not_stop_the_round(
         assert store.segments.get(gone.seg_id) is None
         assert [await store.get("kvns", k) for k in keys[1]] == [None] * 9
         assert sorted(await segments_on_backend(backend)) == sorted(
-            s.name for s in store.segments.all() if s.block_bytes)
+            s.name for s in store.segments.all() if s.blocks)
     finally:
         await store.close()
