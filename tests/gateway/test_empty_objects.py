@@ -10,6 +10,7 @@ A real gateway process on moto over HTTP, boto3 as the client."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Iterator
@@ -18,7 +19,14 @@ from typing import Any
 import pytest
 
 from s3kv.client import S3KVClient
-from tests.gateway.conftest import SMALL, TOKEN, Gateway, backend_store, gateway_client, running_gateway
+from tests.gateway.conftest import (
+    SMALL,
+    TOKEN,
+    Gateway,
+    backend_store,
+    gateway_client,
+    running_gateway,
+)
 from tests.support.s3server import MotoServer
 
 EMPTY_MD5 = hashlib.md5(b"").hexdigest()
@@ -61,8 +69,6 @@ def test_empty_objects_live_through_seal_eviction_and_restart(restartable: Gatew
 
 
 def test_an_empty_block_is_a_hit_through_the_native_api(restartable: Gateway) -> None:
-    import asyncio
-
     async def go() -> list[bytes | None]:
         async with S3KVClient(restartable.endpoint, token=TOKEN) as kv:
             await kv.create_namespace("native")
