@@ -45,6 +45,7 @@ from s3kv.gateway.ops import caller
 from s3kv.gateway.requests import Target, codec_of, durability, validate_key
 from s3kv.gateway.s3xml import XML, copy_result
 from s3kv.gateway.state import GatewayState
+from s3kv.gateway.translate import unread
 from s3kv.store.store import BlockMeta
 from s3kv.wire.headers import index_headers
 
@@ -124,8 +125,8 @@ async def _read_source(request: web.Request, st: GatewayState, src: CopySource,
         attrs = attrs_of(meta)
         _check_source_conditions(request, meta, object_etag(meta, attrs))
         data = await st.store.get(src.bucket, key)
-        if data is None:  # evicted, corrupt or backend down since the index said yes: a miss
-            break
+        if data is None:  # evicted or corrupt (404), or the backend failing (503)
+            raise unread(st.store.head(src.bucket, key) is not None)
         if st.store.head(src.bucket, key) == meta:  # not overwritten while it was read
             return SourceBlock(meta, attrs, data)
     raise RequestError("NoSuchKey", "The specified key does not exist.", 404)

@@ -30,7 +30,7 @@ from s3kv.gateway.objattrs import ObjectAttrs, attrs_of, http_date, object_etag,
 from s3kv.gateway.requests import validate_key
 from s3kv.gateway.s3xml import XML, error_document
 from s3kv.gateway.state import GatewayState
-from s3kv.gateway.translate import to_request_error
+from s3kv.gateway.translate import to_request_error, unread
 from s3kv.store.landing import LAND_MIN, Landing
 from s3kv.store.layout import checksum
 from s3kv.store.store import BlockMeta
@@ -252,8 +252,8 @@ def _headers_of(meta: BlockMeta) -> dict[str, str] | None:
 
 def _object(st: GatewayState, plain: Plain, rid: str, meta: BlockMeta | None,
             headers: dict[str, str], data: Pieces | None) -> Answer:
-    if meta is None or data is None:
-        err = RequestError("NoSuchKey", "The specified key does not exist.", 404)
+    if meta is None or data is None:  # absent (404), or unread since the head: as GetObject
+        err = unread(meta is not None and st.store.head(plain.bucket, plain.key) is not None)
         return err.status, [error_answer(plain, err, rid)]
     st.metrics.bytes_out.inc(meta.size)
     return 200, [answer_head(200, headers, rid, meta.size), *views_of(data, 0, meta.size)]
@@ -282,6 +282,5 @@ async def read_get(st: GatewayState, plain: Plain) -> Answer | None:
     if meta is not None:
         if (got := _headers_of(meta)) is None:
             return None
-        # evicted, corrupt or the backend down since the index said yes: a miss, as GetObject
         headers, data = got, await st.store.read(plain.bucket, plain.key)
     return _object(st, plain, rid, meta, headers, data)

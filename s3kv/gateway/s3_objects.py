@@ -17,6 +17,7 @@ from s3kv.gateway.payload import BodyResult
 from s3kv.gateway.reqkeys import OP
 from s3kv.gateway.requests import Target, codec_of, durability, parse_range, validate_key
 from s3kv.gateway.state import GatewayState
+from s3kv.gateway.translate import unread
 from s3kv.store import layout
 from s3kv.store.landing import Landing
 from s3kv.wire.body import pieces_of, views_of
@@ -179,8 +180,8 @@ async def get_object(request: web.Request, st: GatewayState, t: Target, *,
         headers["Content-Length"] = str(end - start)
         return web.Response(status=status, headers=headers)
     data = await st.store.read(t.bucket, key, span=0 if rng is None else end - start)
-    if data is None:  # evicted, corrupt or backend down since the index said yes: a miss
-        raise RequestError("NoSuchKey", "The specified key does not exist.", 404)
+    if data is None:  # evicted or corrupt (404), or the backend failing (503) since the head
+        raise unread(st.store.head(t.bucket, key) is not None)
     views = views_of(data, start, end)
     st.metrics.bytes_out.inc(end - start)
     resp = web.StreamResponse(status=status, headers=headers)

@@ -51,3 +51,14 @@ def to_request_error(exc: S3KVError) -> RequestError:
                 headers[STORED_HEADER] = str(exc.stored)
             return RequestError(code, str(exc), status, headers)
     return RequestError("InternalError", str(exc), 500)
+
+
+def unread(still_indexed: bool) -> RequestError:
+    """An object the index held whose read came back empty-handed (the store answers a miss):
+    ``404 NoSuchKey`` once the key has left the index (evicted, found corrupt, its segment gone),
+    ``503 ServiceUnavailable`` with Retry-After while it is still there (the backend failed or
+    stalled: the object exists, retry). ``still_indexed``: whether the store still has it."""
+    if still_indexed:
+        return to_request_error(BackendError(
+            "the object could not be read from the storage backend now; retry"))
+    return RequestError("NoSuchKey", "The specified key does not exist.", 404)
