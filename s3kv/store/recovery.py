@@ -80,14 +80,12 @@ async def load_manifest(backend: Backend, prefix: str, name: str, size: int,
     except ObjectMissing:  # deleted since it was listed: another replica evicted it
         log.info("manifest.gone", segment=name)
         return None
-    except BackendError as exc:
-        if not exc.transient:
-            log.error("manifest.unreadable", segment=name, error=str(exc))
-        else:  # the backend is down: a segment not loaded is listed again at the next sync
+    except (IntegrityError, BackendError) as exc:
+        if isinstance(exc, BackendError) and exc.transient:
+            # the backend is down: a segment not loaded is listed again at the next sync
             log.warning("manifest.unavailable", segment=name, error=str(exc))
-        return None
-    except IntegrityError as exc:
-        log.error("manifest.unreadable", segment=name, error=str(exc))
+        else:
+            log.error("manifest.unreadable", segment=name, error=str(exc))
         return None
 
 

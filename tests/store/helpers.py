@@ -31,6 +31,12 @@ async def open_store(backend: Backend, **over: Any) -> BlockStore:
     return await BlockStore.open(small_settings(**over), backend=backend)
 
 
+async def restart(store: BlockStore, backend: Backend, **over: Any) -> BlockStore:
+    """Close ``store`` and open a new one on the same backend (as a gateway restart does)."""
+    await store.close()
+    return await open_store(backend, seal_after=30, **over)
+
+
 def block(i: int, size: int) -> bytes:
     """Deterministic, distinct content per index."""
     head = f"block-{i:08d}|".encode()

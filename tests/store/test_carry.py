@@ -9,21 +9,16 @@ from __future__ import annotations
 from s3kv.backends.base import Backend
 from s3kv.sizes import KiB
 from s3kv.store import eviction
-from s3kv.store.store import BlockStore
 from tests.store.helpers import (
     SEG,
     block,
     open_store,
+    restart,
     segments_on_backend,
     tombstone_in_a_dead_segment,
 )
 
 NS = "kvns"
-
-
-async def _restart(store: BlockStore, backend: Backend, **over: object) -> BlockStore:
-    await store.close()
-    return await open_store(backend, seal_after=30, **over)
 
 
 async def test_a_deleted_block_stays_deleted_after_its_segment_goes(any_backend: Backend) -> None:
@@ -37,7 +32,7 @@ async def test_a_deleted_block_stays_deleted_after_its_segment_goes(any_backend:
         # tombstone newer than the oldest entry elsewhere is carried
         assert store.stats.tombstones_carried == 2
         assert len(set(await segments_on_backend(backend)) - before) == 1  # the carrier
-        store = await _restart(store, backend)
+        store = await restart(store, backend)
         assert await store.get(NS, b"k1") is None
         assert store.head(NS, b"k1") is None
         assert [m.key for m in (await store.list_blocks(NS))[0]] == [b"k2"]  # type: ignore[union-attr]
@@ -60,7 +55,7 @@ async def test_a_deleted_bucket_stays_deleted_after_its_segments_go(any_backend:
         await store.flush()  # B: dead, with gone/k's tombstone
         await store.delete_namespace("gone")
         assert await store.evict_now() == 1
-        store = await _restart(store, backend)
+        store = await restart(store, backend)
         assert store.list_namespaces() == [NS]
         assert await store.get(NS, b"keep") is not None
     finally:
@@ -83,7 +78,7 @@ async def test_an_evicted_overwrite_does_not_bring_the_old_value_back(any_backen
         assert await store.evict_now() == 1
         assert await store.get(NS, b"k") is None  # evicted with B
         assert store.stats.tombstones_carried == 2  # k's new value, and tmp's tombstone
-        store = await _restart(store, backend, **over)
+        store = await restart(store, backend, **over)
         assert await store.get(NS, b"k") is None  # not the old value from A
         assert await store.get(NS, b"big") is not None
     finally:
@@ -103,7 +98,7 @@ async def test_carried_tombstones_go_once_nothing_older_is_left(any_backend: Bac
         await store.evict_now()
         assert await segments_on_backend(backend) == {}
         assert store.stats.tombstones_carried == 2  # nothing more was carried
-        store = await _restart(store, backend)
+        store = await restart(store, backend)
         assert (await store.list_blocks(NS))[0] == []
     finally:
         await store.close()
@@ -152,7 +147,7 @@ async def test_carriers_still_needed_are_merged_into_one(any_backend: Backend) -
         carriers = [s for s in store.segments.sealed() if not s.blocks]
         assert 1 <= len(carriers) <= 2  # merged (and the one the last round carried into)
         assert len(await segments_on_backend(backend)) == 1 + len(carriers)  # A and carriers
-        store = await _restart(store, backend)
+        store = await restart(store, backend)
         assert [m.key for m in (await store.list_blocks(NS))[0]] == [b"pin"]  # type: ignore[union-attr]
     finally:
         await store.close()

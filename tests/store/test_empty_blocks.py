@@ -11,15 +11,14 @@ from __future__ import annotations
 from s3kv.backends.base import Backend
 from s3kv.sizes import KiB
 from s3kv.store.store import BlockStore
-from tests.store.helpers import block, open_store, segments_on_backend
+from tests.store.helpers import block, open_store, restart, segments_on_backend
 
 NS = "kvns"
 
 
 async def _evict_and_restart(store: BlockStore, backend: Backend) -> BlockStore:
     await store.evict_now()
-    await store.close()
-    store = await open_store(backend, seal_after=30)
+    store = await restart(store, backend)
     await store.evict_now()  # the restarted store judges the segments from their manifests
     return store
 
