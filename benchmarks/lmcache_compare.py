@@ -24,7 +24,8 @@ untimed store + retrieve rounds: an engine serves for hours, and LMCache's S3 co
 grows its buffers over its first retrieves, page-faulting them in (measured beside other
 engines' memory: 2.66, 1.23, 0.77, then 0.66-0.71 client CPU-s per GiB over its first rounds).
 Then the routes run interleaved, ``--repeat`` rounds in rotating order, on one server; figures
-are medians over the rounds. CPU is each process's user + system time (psutil) over each phase;
+are medians over the rounds. CPU is each process's user + system time over each phase (psutil;
+this process's own from its CPU clock);
 ``{phase}_page_faults_per_gib`` counts this process's minor page faults (the S3 connector gives
 memory back between retrieves and pays to touch it again: 8,000-70,000 faults per 1.25 GiB
 retrieve in one interleaved run, at 0.78-1.71 CPU-s per GiB, against ~300 and 0.63-0.71 when it
@@ -99,13 +100,22 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU-seconds so far. This process's from its own clock (to the
+    nanosecond: a small run's retrieve costs the engine ~10 ms, one tick of /proc's clock,
+    which psutil reads), the others' from /proc."""
+    if pid == os.getpid():
+        return time.process_time()
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
+
+
 def _cpu(pids: dict[str, tuple[int, ...]]) -> dict[str, float]:
     """CPU-seconds so far per name, summed over its processes, and the machine's
     (``benchmarks.cores``)."""
     out = cores.sample()
     for name, group in pids.items():
-        times = [psutil.Process(pid).cpu_times() for pid in group]
-        out[name] = sum(t.user + t.system for t in times)
+        out[name] = sum(_cpu_seconds(pid) for pid in group)
     return out
 
 
