@@ -79,7 +79,8 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     As S3 (and RFC 9110, which lets a server ignore a Range it cannot use): a header that is
     not one valid byte range (not ``bytes=``, no digits, the last byte before the first, or
     several ranges, which S3 does not serve) is ignored and the whole object comes back with
-    200; a valid range that starts at or past the end is 416 InvalidRange."""
+    200; a valid range that starts at or past the end is 416 InvalidRange, and so is every
+    range of an empty object (no byte to name: ``Content-Range: bytes */0``)."""
     if header is None:
         return None
     m = _RANGE.match(header.strip())
@@ -88,7 +89,7 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     first, last = m.group(1), m.group(2)
     if not first:  # suffix
         n = int(last)
-        if n == 0:
+        if n == 0 or size == 0:
             raise _unsatisfiable(size)
         return max(0, size - n), size
     start = int(first)
