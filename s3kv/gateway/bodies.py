@@ -141,9 +141,15 @@ async def _take_body(request: web.Request, reader: BodyReader, heads: HeaderValu
     return take
 
 
-async def read_small(request: web.Request, st: GatewayState) -> bytes:
-    """A small control body (XML, JSON), verified."""
-    body = await read_body(request, st, MAX_XML_BYTES)
+async def read_small(request: web.Request, st: GatewayState, *,
+                     object_checksum: bool = False) -> bytes:
+    """A small control body (XML, JSON), verified. ``object_checksum``: the request's
+    ``x-amz-checksum-*`` headers name the object's checksum, not the body's (as on
+    CompleteMultipartUpload), so they are not checked against the body."""
+    heads = index_headers(request.headers)
+    if object_checksum:
+        heads = {k: v for k, v in heads.items() if not k.startswith("x-amz-checksum-")}
+    body = await read_body(request, st, MAX_XML_BYTES, heads=heads)
     try:
         return bytes(body.data)
     finally:

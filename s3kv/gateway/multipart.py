@@ -221,10 +221,11 @@ async def complete(request: web.Request, st: GatewayState, t: Target, upload_id:
     if upload_id not in ups.active:
         again = _repeat(request, t, upload_id, ups)
         if again is not None:
-            await read_small(request, st)  # the retry's body, read as the first one was
+            await read_small(request, st, object_checksum=True)  # as the first one was
             return again
     up = ups.get(upload_id, t)
-    listed = parse_complete_multipart_upload(await read_small(request, st))
+    listed = parse_complete_multipart_upload(await read_small(request, st,
+                                                              object_checksum=True))
     if not listed:
         raise RequestError("MalformedXML", "You must specify at least one part.")
     chosen: list[Part] = []
