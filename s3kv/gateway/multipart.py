@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import hashlib
 import time
 import uuid
@@ -92,12 +91,16 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
     if m == "POST":
         request[OP] = "CompleteMultipartUpload"
         active = ups.active.get(upload_id)
-        with active.working() if active is not None else contextlib.nullcontext():
+        if active is None:  # a retry of one that completed, or NoSuchUpload
             return await complete(request, st, t, upload_id, ups)
+        with active.working():
+            async with active.finishing:
+                return await complete(request, st, t, upload_id, ups)
     if m == "DELETE":
         request[OP] = "AbortMultipartUpload"
-        ups.get(upload_id, t)
-        ups.drop(upload_id, st)
+        async with ups.get(upload_id, t).finishing:  # a Complete under way ends first
+            ups.get(upload_id, t)  # NoSuchUpload if it completed the upload
+            ups.drop(upload_id, st)
         return web.Response(status=204)
     raise RuntimeError(f"{m} with an uploadId has no handler here (classify.py)")
 

@@ -11,6 +11,7 @@ holds up to ``max_block_size`` of the budget for an hour, every write meanwhile 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections import OrderedDict
@@ -58,6 +59,9 @@ class Upload:
     last: float = field(default_factory=time.monotonic)  # when it was last worked on
     busy: int = 0  # parts arriving and Completes running now
     dropped: bool = False  # aborted, or dropped idle
+    #: held by a Complete while it runs: a second Complete (a retry) and an Abort wait for
+    #: its outcome (the first answer again; NoSuchUpload once it completed)
+    finishing: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def size(self) -> int:
