@@ -179,6 +179,7 @@ async def get_object(request: web.Request, st: GatewayState, t: Target, *,
     if head:
         headers["Content-Length"] = str(end - start)
         return web.Response(status=status, headers=headers)
+    # no await since the head: the read is of the version whose headers these are
     data = await st.store.read(t.bucket, key, span=0 if rng is None else end - start)
     if data is None:  # evicted or corrupt (404), or the backend failing (503) since the head
         raise unread(st.store.head(t.bucket, key) is not None)

@@ -109,8 +109,10 @@ class BlockFetcher:
         return self._blocks(nid, keys, True, READ_AHEAD, True)
 
     async def _blocks(self, nid: int, keys: Sequence[bytes], decode: bool, read_ahead: int,
-                      unverified: bool) -> AsyncGenerator[Pieces | Unverified | None, None]:
-        """:meth:`iter_many`'s walk (``unverified``: as :meth:`iter_unverified`'s)."""
+                      unverified: bool, at: Sequence[Location | None] | None = None
+                      ) -> AsyncGenerator[Pieces | Unverified | None, None]:
+        """:meth:`iter_many`'s walk (``unverified``: as :meth:`iter_unverified`'s; ``at``: the
+        blocks' locations as the caller found them, not looked up again)."""
         defer = unverified and not self.dram.enabled
         locs: list[Location | None] = []
         cached: dict[int, Pieces] = {}  # DRAM tier hits (verified when they were stored)
@@ -119,7 +121,7 @@ class BlockFetcher:
         wanted: list[tuple[int, Location]] = []
         for pos, key in enumerate(keys):
             self.stats.gets += 1
-            loc = self.index.get(nid, key)
+            loc = self.index.get(nid, key) if at is None else at[pos]
             locs.append(loc)
             if loc is None:
                 continue
@@ -240,13 +242,12 @@ class BlockFetcher:
             self._count(nid, key, True)
         return data
 
-    async def read_one(self, nid: int, key: bytes) -> Pieces | None:
-        """One block, as ``iter_many`` gives it, without that machinery (an async generator,
-        a task per read, a worker thread) when it is at hand: in the DRAM tier, in a segment
-        the writer holds, or in a sealed segment the backend can lend at once (mapped pages
-        in memory), or in a read-ahead window of a segment the reads are walking. Anything else
-        takes the general path."""
-        loc = self.index.get(nid, key)
+    async def read_one(self, nid: int, key: bytes, loc: Location | None) -> Pieces | None:
+        """The block at ``loc`` (where the caller found the key: that version's bytes even if
+        the key is written again meanwhile), as ``iter_many`` gives it, without its machinery
+        (an async generator, a task per read, a worker thread) when it is at hand: in the DRAM
+        tier, in a segment the writer holds, in a sealed segment the backend lends at once, or
+        in a read-ahead window of a segment the reads walk. Else the general path."""
         if loc is not None:
             hit = self.dram.get(nid, key, loc) if self.dram.enabled else None
             if hit is not None:
@@ -264,9 +265,9 @@ class BlockFetcher:
                 block = await self._verified(nid, key, loc, raw)
                 self._count(nid, key, block is not None)
                 return block
-        async with aclosing(self.iter_many(nid, [key])) as blocks:
-            async for block in blocks:
-                return block
+        async with aclosing(self._blocks(nid, [key], True, READ_AHEAD, False, [loc])) as walk:
+            async for got in walk:
+                return cast(Pieces | None, got)  # no Unverified: not asked for
         return None
 
     async def _ahead(self, loc: Location) -> Pieces | None:

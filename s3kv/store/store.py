@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from typing import NamedTuple
 
 from s3kv.backends import open_backend
@@ -342,13 +342,15 @@ class BlockStore:
     def read_now(self, namespace: str, key: bytes) -> Pieces | None:  # None: ask read()
         return self.fetcher.read_now(self.ns_id(namespace), key)  # no wait needed (fetch.py)
 
-    async def read(self, namespace: str, key: bytes, *, span: int = 0) -> Pieces | None:
-        """As :meth:`get`, in the pieces the store holds it in (no join: for sending).
-        ``span``: bytes of a range the caller sends; such reads share one (shared_reads)."""
+    def read(self, namespace: str, key: bytes, *, span: int = 0) -> Awaitable[Pieces | None]:
+        """As :meth:`get`, in the pieces the store holds it in (no join: for sending): the
+        version the index holds when this is called (a :meth:`head` just before names it),
+        even if the key is written again before the bytes come. ``span``: bytes of a range
+        the caller sends; such reads share one (shared_reads)."""
         nid = self.ns_id(namespace)
-        loc = self.index.get(nid, key) if span else None
-        load = functools.partial(self.fetcher.read_one, nid, key)
-        return await (self.shared_reads.read((nid, key, loc), span, load) if loc else load())
+        loc = self.index.get(nid, key)
+        load = functools.partial(self.fetcher.read_one, nid, key, loc)
+        return self.shared_reads.read((nid, key, loc), span, load) if loc and span else load()
 
     async def get_many(self, namespace: str, keys: Sequence[bytes], *,
                        decode: bool = True) -> list[Block | None]:
