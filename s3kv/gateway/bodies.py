@@ -148,7 +148,8 @@ async def read_small(request: web.Request, st: GatewayState, *,
     CompleteMultipartUpload), so they are not checked against the body."""
     heads = index_headers(request.headers)
     if object_checksum:
-        heads = {k: v for k, v in heads.items() if not k.startswith("x-amz-checksum-")}
+        heads = {k: v for k, v in heads.items() if not k.startswith(
+            ("x-amz-checksum-", "x-amz-sdk-checksum-algorithm"))}
     body = await read_body(request, st, MAX_XML_BYTES, heads=heads)
     try:
         return bytes(body.data)

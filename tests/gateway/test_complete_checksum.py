@@ -81,3 +81,24 @@ def test_composite_checksum_on_complete(gw_s3: Any, gw_bucket: str) -> None:
                                               ChecksumSHA256=sent)
         assert fin["ChecksumSHA256"] == f"{composite}-2"  # the repeat: the first answer
     assert gw_s3.get_object(Bucket=gw_bucket, Key="comp")["Body"].read() == b"".join(parts)
+
+
+def test_complete_with_the_sdk_checksum_algorithm_header(gw_s3: Any, gw_bucket: str) -> None:
+    """An SDK may name the algorithm of the checksum it sends (``x-amz-sdk-checksum-algorithm``)
+    beside the object's checksum: that too is about the object, not the XML body."""
+    parts = [os.urandom(5 * MiB), os.urandom(99)]
+    upload_id, done = _upload(gw_s3, gw_bucket, "sdk", parts, "CRC32",
+                              ChecksumType="FULL_OBJECT")
+
+    def add(request: Any, **_: Any) -> None:
+        request.headers["x-amz-sdk-checksum-algorithm"] = "CRC32"
+
+    gw_s3.meta.events.register("before-sign.s3.CompleteMultipartUpload", add)
+    try:
+        fin = gw_s3.complete_multipart_upload(Bucket=gw_bucket, Key="sdk", UploadId=upload_id,
+                                              MultipartUpload={"Parts": done},
+                                              ChecksumCRC32=_crc32(b"".join(parts)),
+                                              ChecksumType="FULL_OBJECT")
+    finally:
+        gw_s3.meta.events.unregister("before-sign.s3.CompleteMultipartUpload", add)
+    assert fin["ChecksumCRC32"] == _crc32(b"".join(parts))
