@@ -118,6 +118,50 @@ async def test_own_writes_at_once_others_after_seal_and_sync(pair: list[Gateway]
         assert await only_b.get_many("homes", on_a) == [blocks[k] for k in on_a]
 
 
+def test_deletes_and_overwrites_reach_the_other_replica_after_seal_and_sync(
+        pair: list[Gateway]) -> None:
+    """A delete or an overwrite through B is B's at once and travels to A as A's writes travel
+    to B (a tombstone or a block in B's open segment): within seal plus sync the last writer
+    wins on both (docs/operations.md once said deletes reached the others at once; until then
+    A serves what it held or, where B found a whole segment dead, misses it)."""
+    a, b = (gateway_client(g.endpoint) for g in pair)
+    a.create_bucket(Bucket="travel")
+    deadline = time.monotonic() + SYNC + 10
+    while "travel" not in [x["Name"] for x in b.list_buckets()["Buckets"]]:
+        assert time.monotonic() < deadline, "B never learnt the bucket"
+        time.sleep(0.1)
+    for key in ("gone", "new", "kept"):  # "kept" keeps their segment alive
+        a.put_object(Bucket="travel", Key=key, Body=b"v1")
+    deadline = time.monotonic() + SEAL_AFTER + SYNC + 10
+    while True:  # B sees A's writes after seal plus sync
+        try:
+            b.head_object(Bucket="travel", Key="gone")
+            b.head_object(Bucket="travel", Key="new")
+            break
+        except ClientError:
+            assert time.monotonic() < deadline, "B never saw A's writes"
+            time.sleep(0.1)
+    b.delete_object(Bucket="travel", Key="gone")
+    b.put_object(Bucket="travel", Key="new", Body=b"v2")
+    done = time.monotonic()
+    with pytest.raises(ClientError):  # B's own at once
+        b.head_object(Bucket="travel", Key="gone")
+    assert b.get_object(Bucket="travel", Key="new")["Body"].read() == b"v2"
+    # A, its segment alive (it holds "kept"): what it held, until B seals and A syncs
+    assert a.get_object(Bucket="travel", Key="gone")["Body"].read() == b"v1"
+    assert a.get_object(Bucket="travel", Key="new")["Body"].read() == b"v1"
+    while True:
+        try:
+            a.head_object(Bucket="travel", Key="gone")
+        except ClientError as err:
+            assert err.response["Error"]["Code"] == "404"
+            if a.get_object(Bucket="travel", Key="new")["Body"].read() == b"v2":
+                break
+        assert time.monotonic() - done < SEAL_AFTER + SYNC + 10, "A never saw B's changes"
+        time.sleep(0.1)
+    assert a.get_object(Bucket="travel", Key="kept")["Body"].read() == b"v1"
+
+
 def test_a_bucket_deleted_through_one_gateway_is_gone_through_the_other(pair: list[Gateway]
                                                                       ) -> None:
     """S3 clients on both replicas: B answers NoSuchBucket within a sync of A's DeleteBucket,
