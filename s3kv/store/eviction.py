@@ -7,7 +7,10 @@
   written over the file of the one evicted for it (backends/recycle.py), not onto fresh
   pages while the round that frees a file waits for its interval;
 - TTL: segments sealed more than ``ttl`` seconds ago;
-- dead: a segment none of whose blocks is live any more (all deleted or overwritten);
+- dead: a segment none of whose blocks is live any more (all deleted or overwritten), once the
+  deletes and writes that killed them are on the backend (no segment of this store still in
+  memory holds an entry from before it died): a crash that loses them then finds the
+  segment's blocks again, as it would had the segment been alive (docs/reliability.md);
 - low live ratio (only with a capacity budget): a segment whose live bytes fell below
   ``compact_threshold`` of its block bytes (after deletes and overwrites) is dropped, or, in
   ``compact`` mode, its hot live blocks (read since written) are first rewritten into the open
@@ -56,6 +59,10 @@ ROOM_WAIT = 0.25
 COMPACT_READ = 32 * 1024 * 1024
 #: carriers (segments of tombstones only) past which a round merges those still needed
 MERGE_CARRIERS = 16
+#: the states of this store's segments still in memory (not on the backend yet)
+_IN_MEMORY = (SegmentState.OPEN, SegmentState.SEALING)
+#: seconds by which an entry's stamp may run ahead of the clock (stamps strictly increase)
+STAMP_SLACK = 1.0
 #: an index entry of a segment: (namespace id, key, location, hot)
 Entry = tuple[int, bytes, Location, bool]
 
@@ -170,8 +177,12 @@ class Evictor:
         kept: list[SegmentInfo] = []
         carriers: list[SegmentInfo] = []  # tombstones only: they go once they hide nothing
         total = self.writer.committed_bytes() + opening
+        pending = math.inf  # the oldest entry of this store's segments not on the backend yet
+        dead: list[SegmentInfo] = []
         for seg in segments:
             if seg.state is not SegmentState.SEALED:
+                if seg.own and seg.state in _IN_MEMORY:
+                    pending = min(pending, seg.oldest)
                 continue
             if not seg.blocks:
                 carriers.append(seg)
@@ -179,12 +190,14 @@ class Evictor:
             elif s.ttl > 0 and now - seg.sealed_at > s.ttl:
                 expired.append((seg, "ttl"))
             elif seg.dead:
-                reclaim.append((seg, "dead"))
+                dead.append(seg)
             elif seg.live_ratio < threshold:
                 reclaim.append((seg, "low_live_ratio"))
             else:
                 kept.append(seg)
                 total += seg.length
+        # what killed a dead segment's blocks is on the backend once nothing in memory is older
+        reclaim[:0] = [(seg, "dead") for seg in dead if seg.dead_at + STAMP_SLACK < pending]
         coldest: list[tuple[SegmentInfo, str]] = []
         if self.capacity > 0 and total > self.capacity:
             heap = [(seg.last_access, seg.sealed_at, i) for i, seg in enumerate(kept)]

@@ -40,6 +40,7 @@ class SegmentInfo:
     # uncover (carry.py)
     oldest: float = math.inf
     newest: float = 0.0
+    dead_at: float = 0.0  # when its last live block died (``dead``)
 
     def saw(self, written_at: float) -> None:
         """An entry stamped ``written_at`` is in the segment."""
@@ -60,6 +61,8 @@ class SegmentInfo:
         """The index no longer points to a block of ``size`` bytes in the segment."""
         self.live_blocks -= 1
         self.live_bytes -= size
+        if self.dead:
+            self.dead_at = time.time()
 
     @property
     def dead(self) -> bool:
