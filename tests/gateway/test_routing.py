@@ -10,6 +10,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
@@ -118,18 +119,24 @@ async def test_own_writes_at_once_others_after_seal_and_sync(pair: list[Gateway]
         assert await only_b.get_many("homes", on_a) == [blocks[k] for k in on_a]
 
 
+def _bucket_on_both(pair: list[Gateway], bucket: str) -> tuple[Any, Any]:
+    """S3 clients of A and B, once B knows the bucket created through A."""
+    a, b = (gateway_client(g.endpoint) for g in pair)
+    a.create_bucket(Bucket=bucket)
+    deadline = time.monotonic() + SYNC + 10
+    while bucket not in [x["Name"] for x in b.list_buckets()["Buckets"]]:
+        assert time.monotonic() < deadline, "B never learnt the bucket"
+        time.sleep(0.1)
+    return a, b
+
+
 def test_deletes_and_overwrites_reach_the_other_replica_after_seal_and_sync(
         pair: list[Gateway]) -> None:
     """A delete or an overwrite through B is B's at once and travels to A as A's writes travel
     to B (a tombstone or a block in B's open segment): within seal plus sync the last writer
     wins on both (docs/operations.md once said deletes reached the others at once; until then
     A serves what it held or, where B found a whole segment dead, misses it)."""
-    a, b = (gateway_client(g.endpoint) for g in pair)
-    a.create_bucket(Bucket="travel")
-    deadline = time.monotonic() + SYNC + 10
-    while "travel" not in [x["Name"] for x in b.list_buckets()["Buckets"]]:
-        assert time.monotonic() < deadline, "B never learnt the bucket"
-        time.sleep(0.1)
+    a, b = _bucket_on_both(pair, "travel")
     for key in ("gone", "new", "kept"):  # "kept" keeps their segment alive
         a.put_object(Bucket="travel", Key=key, Body=b"v1")
     deadline = time.monotonic() + SEAL_AFTER + SYNC + 10
@@ -166,12 +173,7 @@ def test_a_bucket_deleted_through_one_gateway_is_gone_through_the_other(pair: li
                                                                       ) -> None:
     """S3 clients on both replicas: B answers NoSuchBucket within a sync of A's DeleteBucket,
     for reads and writes, and lists it no more (before, B served it until it restarted)."""
-    a, b = (gateway_client(g.endpoint) for g in pair)
-    a.create_bucket(Bucket="gone-soon")
-    deadline = time.monotonic() + SYNC + 10
-    while "gone-soon" not in [x["Name"] for x in b.list_buckets()["Buckets"]]:
-        assert time.monotonic() < deadline, "B never learnt the bucket"
-        time.sleep(0.1)
+    a, b = _bucket_on_both(pair, "gone-soon")
     b.put_object(Bucket="gone-soon", Key="k", Body=b"v")
     b.delete_object(Bucket="gone-soon", Key="k")
     a.delete_bucket(Bucket="gone-soon")
