@@ -77,6 +77,17 @@ OPERATIONS: tuple[Operation, ...] = (
     _op("DeleteBucket", "DELETE", _B),
     _op("GetBucketLocation", "GET", _B, "location"),
     _op("GetBucketVersioning", "GET", _B, "versioning"),
+    # configurations the gateway never keeps, read as S3 reads a bucket without them
+    # (s3kv/gateway/s3_configs.py); setting any of them is 501
+    *(_op(name, "GET", _B, selector) for name, selector in (
+        ("GetBucketLifecycleConfiguration", "lifecycle"), ("GetBucketPolicy", "policy"),
+        ("GetBucketCors", "cors"), ("GetBucketTagging", "tagging"),
+        ("GetBucketEncryption", "encryption"), ("GetBucketWebsite", "website"),
+        ("GetBucketReplication", "replication"), ("GetObjectLockConfiguration", "object-lock"),
+        ("GetPublicAccessBlock", "publicAccessBlock"), ("GetBucketLogging", "logging"),
+        ("GetBucketNotificationConfiguration", "notification"),
+        ("GetBucketAccelerateConfiguration", "accelerate"),
+        ("GetBucketRequestPayment", "requestPayment"))),
     _op("ListObjects", "GET", _B, "", f"{_LIST} marker"),
     _op("ListObjectsV2", "GET", _B, "list-type",
         f"{_LIST} continuation-token start-after fetch-owner",
@@ -94,6 +105,7 @@ OPERATIONS: tuple[Operation, ...] = (
         values=_NULL_VERSION),
     _op("DeleteObject", "DELETE", _O, "", "versionId", values=_NULL_VERSION),
     _op("GetObjectAttributes", "GET", _O, "attributes", "versionId", values=_NULL_VERSION),
+    _op("GetObjectTagging", "GET", _O, "tagging", "versionId", values=_NULL_VERSION),
     _op("CreateMultipartUpload", "POST", _O, "uploads"),
     _op("UploadPart", "PUT", _O, "uploadId partNumber"),
     _op("CompleteMultipartUpload", "POST", _O, "uploadId"),
@@ -200,8 +212,8 @@ def _operation(method: str, level: Level, names: frozenset[str],
             raise RequestError("MethodNotAllowed", f"{method} is not an S3 method.", 405)
         if present:
             raise _not_implemented(f"s3kv does not implement {method} with the "
-                                   f"{present[0]!r} {_what(present[0])} on a {level.value}.")
-        raise RequestError("MethodNotAllowed", f"{method} is not allowed on a {level.value}.",
+                                   f"{present[0]!r} {_what(present[0])} on {_a(level)}.")
+        raise RequestError("MethodNotAllowed", f"{method} is not allowed on {_a(level)}.",
                            405)
     op = max(candidates, key=lambda o: o.specificity)
     extra = sorted(names - op.selectors - op.params)
@@ -209,10 +221,14 @@ def _operation(method: str, level: Level, names: frozenset[str],
         subs = [n for n in extra if n in SUBRESOURCES]
         name = (subs or extra)[0]
         raise _not_implemented(f"s3kv does not implement the {name!r} {_what(name)} "
-                               f"({method} on a {level.value}).")
+                               f"({method} on {_a(level)}).")
     if not op.implemented:
         raise _not_implemented(f"s3kv does not implement {op.name}.")
     return op
+
+
+def _a(level: Level) -> str:
+    return ("an " if level is Level.OBJECT else "a ") + level.value
 
 
 def _what(name: str) -> str:

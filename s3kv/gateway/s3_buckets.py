@@ -17,6 +17,7 @@ from s3kv.gateway.classify import require_null_version
 from s3kv.gateway.multipart_listing import list_uploads_handler
 from s3kv.gateway.reqkeys import OP
 from s3kv.gateway.requests import Target, validate_key
+from s3kv.gateway.s3_configs import HANDLERS as CONFIG_HANDLERS
 from s3kv.gateway.s3_listing import (
     list_buckets,
     list_object_versions_handler,
@@ -29,7 +30,6 @@ from s3kv.gateway.s3xml import (
     ObjectVersion,
     delete_result,
     location_constraint,
-    versioning_configuration,
 )
 from s3kv.gateway.s3xml_parse import parse_create_bucket_configuration, parse_delete
 from s3kv.gateway.state import GatewayState
@@ -45,13 +45,6 @@ BucketHandler = Callable[[web.Request, GatewayState, Target], Awaitable[web.Stre
 async def _location(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
     st.store.ns_id(t.bucket)
     return web.Response(body=location_constraint(None), content_type=XML)
-
-
-async def _versioning(request: web.Request, st: GatewayState,
-                      t: Target) -> web.StreamResponse:
-    """No Status: versioning was never enabled (PutBucketVersioning answers 501)."""
-    st.store.ns_id(t.bucket)
-    return web.Response(body=versioning_configuration(), content_type=XML)
 
 
 async def _head(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
@@ -112,7 +105,6 @@ async def delete_objects(request: web.Request, st: GatewayState, t: Target) -> w
 
 _HANDLERS: dict[str, BucketHandler] = {
     "GetBucketLocation": _location,
-    "GetBucketVersioning": _versioning,
     "ListMultipartUploads": list_uploads_handler,
     "DeleteObjects": delete_objects,
     "ListObjects": list_objects_v1_handler,
@@ -121,4 +113,5 @@ _HANDLERS: dict[str, BucketHandler] = {
     "CreateBucket": create_bucket,
     "HeadBucket": _head,
     "DeleteBucket": _delete,
+    **CONFIG_HANDLERS,  # GetBucketVersioning and the configurations never kept
 }

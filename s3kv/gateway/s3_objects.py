@@ -8,7 +8,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from s3kv.errors import RequestError
-from s3kv.gateway import copy, multipart, multipart_listing, objattrs, s3_attributes
+from s3kv.gateway import copy, multipart, multipart_listing, objattrs, s3_attributes, s3_configs
 from s3kv.gateway.bodies import Destination, read_body
 from s3kv.gateway.chunked import BodySender
 from s3kv.gateway.conditions import NOT_MODIFIED, check_read, check_write, is_conditional_write
@@ -44,6 +44,9 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
     if m == "GET" and "attributes" in q:
         request[OP] = "GetObjectAttributes"
         return await s3_attributes.get_object_attributes(request, st, t)
+    if m == "GET" and "tagging" in q:
+        request[OP] = "GetObjectTagging"
+        return await s3_configs.get_object_tagging(request, st, t)
     if m in ("GET", "HEAD"):
         request[OP] = "GetObject" if m == "GET" else "HeadObject"
         return await get_object(request, st, t, head=m == "HEAD")

@@ -358,9 +358,10 @@ def object_attributes(a: AttributesAnswer) -> bytes:
         "" if a.size is None else _el("ObjectSize", a.size))))
 
 
-def versioning_configuration() -> bytes:
-    """GetBucketVersioning of a bucket whose versioning was never enabled (no Status)."""
-    return _doc("VersioningConfiguration", "")
+def configuration(root: str, **elements: str) -> bytes:
+    """A bucket configuration document as S3 reads one back: ``root`` with the elements given
+    (GetBucketVersioning's ``VersioningConfiguration`` without a Status, and the like)."""
+    return _doc(root, "".join(_el(n, v) for n, v in elements.items()))
 
 
 def location_constraint(region: str | None) -> bytes:
