@@ -255,6 +255,8 @@ _ACCEPTED_VALUES = {
     "x-amz-acl": frozenset({"private", "bucket-owner-full-control"}),
     "x-amz-bucket-object-lock-enabled": frozenset({"false"}),
     "x-amz-object-ownership": frozenset({"bucketownerenforced"}),
+    # a copy's tags: the source's (none) or those given, and any given are refused above
+    "x-amz-tagging-directive": frozenset({"copy", "replace"}),
 }
 
 
@@ -279,7 +281,7 @@ def check_headers(headers: Mapping[str, str], extra: Mapping[str, str] | None = 
 
 def _check_header(name: str, value: str) -> None:
     """One ``x-amz-*`` header (``name`` in lowercase)."""
-    if name.startswith(_REFUSED):
+    if name.startswith(_REFUSED) and name not in _ACCEPTED_VALUES:
         for prefix, why in _REFUSED_PREFIXES.items():
             if name.startswith(prefix):
                 raise _not_implemented(f"s3kv does not implement {why}: header {name} is "

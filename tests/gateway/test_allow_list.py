@@ -219,6 +219,16 @@ def test_harmless_header_values_are_accepted(gw_s3: Any, gw_bucket: str) -> None
         gw_s3.create_bucket(Bucket=name, ObjectLockEnabledForBucket=True)
     assert error_of(exc) == (501, "NotImplemented")
     gw_s3.create_bucket(Bucket=name, ObjectOwnership="BucketOwnerEnforced")
+    # a copy's tags are the source's (there are none) or none given: an empty tag set
+    for directive in ("COPY", "REPLACE"):
+        gw_s3.copy_object(Bucket=gw_bucket, Key=directive, CopySource={
+            "Bucket": gw_bucket, "Key": "k"}, TaggingDirective=directive)
+        assert _object(gw_s3, gw_bucket, directive)[0] == b"x"
+        assert gw_s3.get_object_tagging(Bucket=gw_bucket, Key=directive)["TagSet"] == []
+    with pytest.raises(ClientError) as exc:
+        gw_s3.copy_object(Bucket=gw_bucket, Key="other", CopySource={
+            "Bucket": gw_bucket, "Key": "k"}, TaggingDirective="MERGE")
+    assert error_of(exc) == (501, "NotImplemented")
 
 
 def test_the_expected_bucket_owner_is_checked(gw_s3: Any, victim: tuple[str, str]) -> None:
