@@ -46,6 +46,7 @@ from s3kv.gateway.requests import Target, codec_of, durability, validate_key
 from s3kv.gateway.s3xml import XML, copy_result
 from s3kv.gateway.state import GatewayState
 from s3kv.gateway.translate import unread
+from s3kv.store.blocks import as_block
 from s3kv.store.store import BlockMeta
 from s3kv.wire.headers import index_headers
 
@@ -57,8 +58,6 @@ _SOURCE_CONDITIONS = {
     "x-amz-copy-source-if-modified-since": "If-Modified-Since",
     "x-amz-copy-source-if-unmodified-since": "If-Unmodified-Since",
 }
-#: a source that changes while it is read is read again, this many times at most
-_READ_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -116,20 +115,18 @@ def resolve_source(request: web.Request) -> tuple[CopySource, bytes]:
 
 async def _read_source(request: web.Request, st: GatewayState, src: CopySource,
                       key: bytes) -> SourceBlock:
-    """The source's bytes, its conditions evaluated against what was read (the caller holds
-    the memory for them: :func:`read_reserved`)."""
-    for _ in range(_READ_ATTEMPTS):
-        meta = st.store.head(src.bucket, key)
-        if meta is None:
-            break
-        attrs = attrs_of(meta)
-        _check_source_conditions(request, meta, object_etag(meta, attrs))
-        data = await st.store.get(src.bucket, key)
-        if data is None:  # evicted or corrupt (404), or the backend failing (503)
-            raise unread(st.store.head(src.bucket, key) is not None)
-        if st.store.head(src.bucket, key) == meta:  # not overwritten while it was read
-            return SourceBlock(meta, attrs, data)
-    raise RequestError("NoSuchKey", "The specified key does not exist.", 404)
+    """The source's bytes, its conditions evaluated against the version read: the one the
+    index holds now, even if the source is written again before its bytes come (the caller
+    holds the memory for them: :func:`read_reserved`)."""
+    meta = st.store.head(src.bucket, key)
+    if meta is None:
+        raise RequestError("NoSuchKey", "The specified key does not exist.", 404)
+    attrs = attrs_of(meta)
+    _check_source_conditions(request, meta, object_etag(meta, attrs))
+    data = await st.store.read(src.bucket, key)  # the version head() just named
+    if data is None:  # evicted or corrupt (404), or the backend failing (503)
+        raise unread(st.store.head(src.bucket, key) is not None)
+    return SourceBlock(meta, attrs, as_block(data))
 
 
 async def read_reserved(request: web.Request, st: GatewayState, src: CopySource,
