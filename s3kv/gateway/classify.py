@@ -77,8 +77,8 @@ OPERATIONS: tuple[Operation, ...] = (
     _op("DeleteBucket", "DELETE", _B),
     _op("GetBucketLocation", "GET", _B, "location"),
     _op("GetBucketVersioning", "GET", _B, "versioning"),
-    # configurations the gateway never keeps, read as S3 reads a bucket without them
-    # (s3kv/gateway/s3_configs.py); setting any of them is 501
+    # configurations the gateway never keeps, read as S3 reads a bucket without them, and
+    # the ACL, read as the one accepted (s3kv/gateway/s3_configs.py); setting any is 501
     *(_op(name, "GET", _B, selector) for name, selector in (
         ("GetBucketLifecycleConfiguration", "lifecycle"), ("GetBucketPolicy", "policy"),
         ("GetBucketCors", "cors"), ("GetBucketTagging", "tagging"),
@@ -87,7 +87,7 @@ OPERATIONS: tuple[Operation, ...] = (
         ("GetPublicAccessBlock", "publicAccessBlock"), ("GetBucketLogging", "logging"),
         ("GetBucketNotificationConfiguration", "notification"),
         ("GetBucketAccelerateConfiguration", "accelerate"),
-        ("GetBucketRequestPayment", "requestPayment"))),
+        ("GetBucketRequestPayment", "requestPayment"), ("GetBucketAcl", "acl"))),
     _op("ListObjects", "GET", _B, "", f"{_LIST} marker"),
     _op("ListObjectsV2", "GET", _B, "list-type",
         f"{_LIST} continuation-token start-after fetch-owner",
@@ -106,6 +106,7 @@ OPERATIONS: tuple[Operation, ...] = (
     _op("DeleteObject", "DELETE", _O, "", "versionId", values=_NULL_VERSION),
     _op("GetObjectAttributes", "GET", _O, "attributes", "versionId", values=_NULL_VERSION),
     _op("GetObjectTagging", "GET", _O, "tagging", "versionId", values=_NULL_VERSION),
+    _op("GetObjectAcl", "GET", _O, "acl", "versionId", values=_NULL_VERSION),
     _op("CreateMultipartUpload", "POST", _O, "uploads"),
     _op("UploadPart", "PUT", _O, "uploadId partNumber"),
     _op("CompleteMultipartUpload", "POST", _O, "uploadId"),

@@ -6,8 +6,9 @@ an infrastructure tool refreshing its state) and an object's tags to copy them. 
 them is ``501 NotImplemented`` (s3kv/gateway/classify.py), so none ever exists here, and a read
 says so the way S3 does: ``404`` with that configuration's own error code, or, where S3 reads
 back a document even for a bucket that never had one (logging, notifications, versioning,
-acceleration, request payment, an object's tags), that document, empty. Nothing is claimed
-that the gateway does not do: every answer is "there is none".
+acceleration, request payment, an object's tags), that document, empty. ACLs read back as the
+canned ``private``, the only one accepted when written. Nothing is claimed that the gateway
+does not do: every answer is "there is none" or what was accepted.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from aiohttp import web
 
 from s3kv.errors import RequestError
 from s3kv.gateway.requests import Target, validate_key
-from s3kv.gateway.s3xml import XML, configuration
+from s3kv.gateway.s3xml import HEADER, NS, OWNER_ID, OWNER_NAME, XML, configuration
 from s3kv.gateway.state import GatewayState
 
-__all__ = ["ABSENT", "EMPTY", "HANDLERS", "get_object_tagging"]
+__all__ = ["ABSENT", "EMPTY", "HANDLERS", "PRIVATE_ACL", "get_object_acl", "get_object_tagging"]
 
 Handler = Callable[[web.Request, GatewayState, Target], Awaitable[web.StreamResponse]]
 
@@ -59,6 +60,14 @@ EMPTY: dict[str, bytes] = {
 }
 
 _NO_TAGS = configuration("Tagging", TagSet="")
+_ME = f"<ID>{OWNER_ID}</ID><DisplayName>{OWNER_NAME}</DisplayName>"
+#: the canned ACL ``private``, the only one the gateway accepts (access beyond the owner is
+#: granted per credential, as IAM policies grant it beside an ACL)
+PRIVATE_ACL = (
+    f'{HEADER}<AccessControlPolicy xmlns="{NS}"><Owner>{_ME}</Owner><AccessControlList><Grant>'
+    '<Grantee xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:type="CanonicalUser">'
+    f'{_ME}</Grantee><Permission>FULL_CONTROL</Permission></Grant></AccessControlList>'
+    '</AccessControlPolicy>').encode()
 
 
 def _absent(code: str, message: str) -> Handler:
@@ -79,12 +88,23 @@ def _empty(document: bytes) -> Handler:
 HANDLERS: dict[str, Handler] = {
     **{name: _absent(code, message) for name, (code, message) in ABSENT.items()},
     **{name: _empty(document) for name, document in EMPTY.items()},
+    "GetBucketAcl": _empty(PRIVATE_ACL),
 }
 
 
 async def get_object_tagging(request: web.Request, st: GatewayState,
                              t: Target) -> web.StreamResponse:
     """GetObjectTagging: an object's tags are always none (tags are refused when written)."""
+    return _of_object(st, t, _NO_TAGS)
+
+
+async def get_object_acl(request: web.Request, st: GatewayState,
+                         t: Target) -> web.StreamResponse:
+    """GetObjectAcl: always ``private`` (any other ACL is refused when written)."""
+    return _of_object(st, t, PRIVATE_ACL)
+
+
+def _of_object(st: GatewayState, t: Target, document: bytes) -> web.StreamResponse:
     if st.store.head(t.bucket, validate_key(t.key)) is None:
         raise RequestError("NoSuchKey", "The specified key does not exist.", 404)
-    return web.Response(body=_NO_TAGS, content_type=XML)
+    return web.Response(body=document, content_type=XML)

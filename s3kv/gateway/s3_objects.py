@@ -47,6 +47,9 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
     if m == "GET" and "tagging" in q:
         request[OP] = "GetObjectTagging"
         return await s3_configs.get_object_tagging(request, st, t)
+    if m == "GET" and "acl" in q:
+        request[OP] = "GetObjectAcl"
+        return await s3_configs.get_object_acl(request, st, t)
     if m in ("GET", "HEAD"):
         request[OP] = "GetObject" if m == "GET" else "HeadObject"
         return await get_object(request, st, t, head=m == "HEAD")

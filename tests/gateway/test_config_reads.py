@@ -1,6 +1,7 @@
 """Reads of the configurations the gateway never keeps (s3kv/gateway/s3_configs.py), with boto3
 over HTTP: each answers what S3 answers for a bucket or object without one (S3 tools that show
-or copy a bucket's settings, or an object's tags, read them), and setting any is still 501."""
+or copy a bucket's settings, or an object's tags, read them), ACLs read as the canned private,
+the only one accepted, and setting any is still 501."""
 
 from __future__ import annotations
 
@@ -70,6 +71,34 @@ def test_an_object_has_no_tags(gw_s3: Any, gw_bucket: str) -> None:
     with pytest.raises(ClientError) as exc:
         gw_s3.get_object_tagging(Bucket=gw_bucket, Key="absent")
     assert error_of(exc) == (404, "NoSuchKey")
+
+
+def _private(answer: dict[str, Any]) -> bool:
+    owner = answer["Owner"]["ID"]
+    return [(g["Grantee"]["Type"], g["Grantee"]["ID"], g["Permission"])
+            for g in answer["Grants"]] == [("CanonicalUser", owner, "FULL_CONTROL")]
+
+
+def test_acls_read_as_private(gw_s3: Any, gw_bucket: str) -> None:
+    """The canned ACL ``private`` (the owner has full control), the only one accepted on a
+    write; the owner is the one listings name."""
+    gw_s3.put_object(Bucket=gw_bucket, Key="k", Body=b"body", ACL="private")
+    owner = gw_s3.list_objects(Bucket=gw_bucket)["Contents"][0]["Owner"]["ID"]
+    for answer in (gw_s3.get_bucket_acl(Bucket=gw_bucket),
+                   gw_s3.get_object_acl(Bucket=gw_bucket, Key="k"),
+                   gw_s3.get_object_acl(Bucket=gw_bucket, Key="k", VersionId="null")):
+        assert answer["Owner"]["ID"] == owner and _private(answer), answer
+    with pytest.raises(ClientError) as exc:
+        gw_s3.get_object_acl(Bucket=gw_bucket, Key="absent")
+    assert error_of(exc) == (404, "NoSuchKey")
+    with pytest.raises(ClientError) as exc:
+        gw_s3.get_bucket_acl(Bucket=f"missing-{uuid.uuid4().hex[:12]}")
+    assert error_of(exc) == (404, "NoSuchBucket")
+    for call in (lambda: gw_s3.put_bucket_acl(Bucket=gw_bucket, ACL="public-read"),
+                 lambda: gw_s3.put_object_acl(Bucket=gw_bucket, Key="k", ACL="private")):
+        with pytest.raises(ClientError) as exc:
+            call()
+        assert error_of(exc) == (501, "NotImplemented")
 
 
 @pytest.mark.parametrize("call", [
