@@ -147,7 +147,9 @@ def test_v2_header_auth_botocore_signer(gateway: Gateway, bucket: str) -> None:
     assert r.status == 200 and b"<Key>dir/a b+c</Key>" in r.body
     r = v2_signed("GET", f"{base}?prefix=dir/&marker=")  # ListObjects v1
     assert r.status == 200 and b"<Marker></Marker>" in r.body
-    r = v2_signed("GET", f"{base}?acl")  # a subresource: signed, then refused
+    r = v2_signed("GET", f"{base}?acl")  # a subresource in the signed resource: verified
+    assert r.status == 200 and b"<AccessControlPolicy" in r.body, r.body
+    r = v2_signed("PUT", f"{base}?acl", headers={"x-amz-acl": "private"})  # then refused
     assert (r.status, r.code) == (501, "NotImplemented")
     r = v2_signed("DELETE", f"{base}/dir/a%20b%2Bc")
     assert r.status == 204
