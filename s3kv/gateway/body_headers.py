@@ -1,7 +1,8 @@
 """The request headers a body reader looks at, parsed: sizes, Content-MD5, flexible checksums.
 
 Raised here, before a byte of the body is read: InvalidArgument (a size that is not a
-non-negative integer), InvalidRequest (contradictory or malformed checksum declarations).
+non-negative integer), InvalidRequest (contradictory or malformed checksum declarations),
+NotImplemented (a checksum S3 defines that the gateway does not compute).
 """
 
 from __future__ import annotations
@@ -14,13 +15,38 @@ from s3kv.gateway.checksums import ALGORITHMS
 from s3kv.wire.headers import HeaderValues, comma_list
 from s3kv.wire.sigv4 import PayloadMode
 
+#: checksums S3 defines that the gateway does not compute: refused wherever a request names
+#: one, never accepted unchecked (that would fake the check the client asked for)
+UNCHECKED = ("md5", "sha512", "xxhash3", "xxhash64", "xxhash128")
+
+
+def _unchecked(algo: str) -> RequestError:
+    return RequestError("NotImplemented", f"s3kv does not implement the {algo.upper()} "
+                        "checksum; use CRC32, CRC32C, CRC64NVME, SHA1 or SHA256. Nothing was "
+                        "stored.", 501)
+
+
+def refuse_unchecked(headers: HeaderValues) -> None:
+    """501 for a checksum of :data:`UNCHECKED` named by a request: as an ``x-amz-checksum-*``
+    header, an ``x-amz-trailer`` or the ``x-amz-sdk-checksum-algorithm``."""
+    named = [a for a in UNCHECKED if headers.get(f"x-amz-checksum-{a}")]
+    named += [t.lower().removeprefix("x-amz-checksum-")
+              for t in comma_list(headers, "x-amz-trailer")]
+    named += [v.strip().lower() for v in headers.get("x-amz-sdk-checksum-algorithm", [])[:1]]
+    for algo in named:
+        if algo in UNCHECKED:
+            raise _unchecked(algo)
+
 
 def checksum_algorithm(raw: str | None) -> str | None:
     """``x-amz-checksum-algorithm`` (a CreateMultipartUpload's, a CopyObject's) in lower case,
-    None if absent; InvalidRequest for one the gateway does not know."""
+    None if absent; NotImplemented for one of :data:`UNCHECKED`, InvalidRequest for one the
+    gateway does not know."""
     if raw is None:
         return None
     algo = raw.strip().lower()
+    if algo in UNCHECKED:
+        raise _unchecked(algo)
     if algo not in ALGORITHMS:
         raise RequestError("InvalidRequest", f"Checksum algorithm {raw!r} is not supported: use "
                            "CRC32, CRC32C, CRC64NVME, SHA1 or SHA256.")
@@ -55,6 +81,7 @@ def checksum_headers(headers: HeaderValues,
     """The flexible checksum a body declares: (algorithm, its header value; None when it
     comes in a trailer), or (None, None); InvalidRequest for a contradictory or malformed
     declaration."""
+    refuse_unchecked(headers)
     found = [(a, v) for a in ALGORITHMS if (v := headers.get(f"x-amz-checksum-{a}"))]
     trailer_names = [t.lower() for t in comma_list(headers, "x-amz-trailer")]
     if trailer_names and not mode.trailer:

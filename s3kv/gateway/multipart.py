@@ -26,8 +26,8 @@ from zlib_ng import zlib_ng
 from s3kv.errors import RequestError
 from s3kv.gateway import copy
 from s3kv.gateway.bodies import read_body, read_small
-from s3kv.gateway.body_headers import checksum_algorithm
-from s3kv.gateway.checksums import digest_b64, new_checksum
+from s3kv.gateway.body_headers import checksum_algorithm, int_header, refuse_unchecked
+from s3kv.gateway.checksums import ALGORITHMS, digest_b64, new_checksum
 from s3kv.gateway.conditions import check_write, is_conditional_write
 from s3kv.gateway.objattrs import Checksum, fast_etag, from_request, object_etag
 from s3kv.gateway.reqkeys import OP
@@ -219,8 +219,33 @@ def _repeat(request: web.Request, t: Target, upload_id: str,
     return web.Response(body=done.body, content_type=XML, headers=done.headers)
 
 
+def _check_object(request: web.Request, up: Upload, size: int,
+                  checksum: Checksum | None) -> None:
+    """What a Complete says of the object: its size (``x-amz-mp-object-size``: 400
+    InvalidRequest if another) and its checksum in the upload's algorithm (400 BadDigest if
+    another); a checksum in another algorithm is refused (400 InvalidRequest), never skipped.
+    The upload stays open."""
+    heads = index_headers(request.headers)
+    expected = int_header(heads, "x-amz-mp-object-size")
+    if expected is not None and expected != size:
+        raise RequestError("InvalidRequest", f"x-amz-mp-object-size is {expected}, but the "
+                           f"parts listed make {size} bytes.")
+    other = [a for a in ALGORITHMS if a != up.algorithm and heads.get(f"x-amz-checksum-{a}")]
+    if other:
+        raise RequestError("InvalidRequest", f"x-amz-checksum-{other[0]} names an object "
+                           f"checksum, but the upload was created with "
+                           f"{up.algorithm.upper() if up.algorithm else 'no checksum algorithm'} "
+                           "(CreateMultipartUpload's x-amz-checksum-algorithm).")
+    sent = heads.get(f"x-amz-checksum-{up.algorithm}") if up.algorithm else None
+    if sent and checksum is not None and sent[0].strip() != checksum.value \
+            and sent[0].strip().split("-")[0] != checksum.value.split("-")[0]:
+        raise RequestError("BadDigest", f"The {up.algorithm} you specified did not match the "
+                           "calculated checksum.")
+
+
 async def complete(request: web.Request, st: GatewayState, t: Target, upload_id: str,
                    ups: Uploads) -> web.StreamResponse:
+    refuse_unchecked(index_headers(request.headers))
     if upload_id not in ups.active:
         again = _repeat(request, t, upload_id, ups)
         if again is not None:
@@ -251,11 +276,7 @@ async def complete(request: web.Request, st: GatewayState, t: Target, upload_id:
     if len(data) > st.settings.max_block_size:
         raise RequestError("EntityTooLarge", "The upload exceeds the gateway's max block size.")
     checksum = await asyncio.to_thread(_object_checksum, up, chosen, data)
-    sent = request.headers.get(f"x-amz-checksum-{up.algorithm}") if up.algorithm else None
-    if sent is not None and checksum is not None and sent.strip() != checksum.value \
-            and sent.strip().split("-")[0] != checksum.value.split("-")[0]:
-        raise RequestError("BadDigest", f"The {up.algorithm} you specified did not match the "
-                           "calculated checksum.")
+    _check_object(request, up, len(data), checksum)
     etag = f"{etags.hexdigest()}-{len(listed)}"
     attrs = up.attrs.stamped(etag, checksum, tuple(len(p.data) for p in chosen))
     durable = durability(request)
