@@ -6,7 +6,10 @@ else If-Unmodified-Since; then If-None-Match, else If-Modified-Since.
 
 Writes (PUT, CompleteMultipartUpload, DELETE): ``If-None-Match: *`` succeeds only if the key
 is absent (put-if-absent), ``If-Match: <etag>`` only if the key exists with that ETag; both
-answer 412 PreconditionFailed otherwise (a missing key included). A conditional write checks and
+answer 412 PreconditionFailed otherwise (a missing key included). Deletes also take S3's
+conditional-delete demands (:class:`Demands`: DeleteObject's ``x-amz-if-match-last-modified-time``
+and ``x-amz-if-match-size``, a DeleteObjects entry's ``ETag``, ``LastModifiedTime`` and ``Size``),
+and AbortMultipartUpload its ``x-amz-if-match-initiated-time``. A conditional write checks and
 writes under the key's lock (:class:`KeyLocks`), so two conditional writes of one key in one
 gateway never both pass: of many concurrent put-if-absent PUTs of a key exactly one succeeds.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
 from s3kv.errors import RequestError
@@ -100,6 +104,58 @@ def check_write(headers: Mapping[str, str], etag: str | None) -> None:
     if_match = headers.get("If-Match")
     if if_match is not None and not _matches(if_match, etag):
         raise precondition_failed("If-Match")
+
+
+@dataclass(frozen=True)
+class Demands:
+    """What a conditional delete or abort demands of the object (upload) there now, each None
+    when not asked: its ETag (a DeleteObjects entry's ``ETag``; DeleteObject's If-Match goes
+    through :func:`check_write`), its time (last modified, or initiated) in whole seconds, its
+    size. Nothing there fails an ETag and passes the others, as S3 answers."""
+
+    etag: str | None = None
+    time: int | None = None
+    size: int | None = None
+
+    def asked(self) -> bool:
+        return self != _NOTHING
+
+    def check(self, there: bool, etag: str = "", time: float = 0.0, size: int = 0) -> None:
+        """PreconditionFailed (412) unless what is ``there`` (if anything) is as demanded."""
+        if self.etag is not None and not (there and _matches(self.etag, etag)):
+            raise precondition_failed("ETag")
+        if not there:
+            return
+        if self.time is not None and self.time != int(time):
+            raise precondition_failed("time")
+        if self.size is not None and self.size != size:
+            raise precondition_failed("size")
+
+
+_NOTHING = Demands()
+
+
+def header_demands(headers: Mapping[str, str], time_header: str, *,
+                   sized: bool = True) -> Demands:
+    """A DeleteObject's ``x-amz-if-match-last-modified-time`` and ``x-amz-if-match-size``, or
+    an AbortMultipartUpload's ``x-amz-if-match-initiated-time`` (``time_header``; ``sized``
+    False: no size); 400 InvalidArgument for one that cannot be read (a condition is never
+    dropped)."""
+    time = size = None
+    raw = headers.get(time_header)
+    if raw is not None:
+        try:
+            time = int(parsedate_to_datetime(raw).timestamp())
+        except (TypeError, ValueError, IndexError, OverflowError):
+            raise RequestError("InvalidArgument", f"{time_header} must be an HTTP date.") \
+                from None
+    raw = headers.get("x-amz-if-match-size") if sized else None
+    if raw is not None:
+        if not raw.strip().isdigit():
+            raise RequestError("InvalidArgument", "x-amz-if-match-size must be a non-negative "
+                               "integer.")
+        size = int(raw)
+    return Demands(time=time, size=size)
 
 
 class KeyLocks:

@@ -28,7 +28,7 @@ from s3kv.gateway import copy
 from s3kv.gateway.bodies import read_body, read_small
 from s3kv.gateway.body_headers import checksum_algorithm, int_header, refuse_unchecked
 from s3kv.gateway.checksums import ALGORITHMS, digest_b64, new_checksum
-from s3kv.gateway.conditions import check_write, is_conditional_write
+from s3kv.gateway.conditions import check_write, header_demands, is_conditional_write
 from s3kv.gateway.objattrs import Checksum, fast_etag, from_request, object_etag
 from s3kv.gateway.reqkeys import OP
 from s3kv.gateway.requests import Target, codec_of, durability, validate_key
@@ -98,8 +98,10 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
                 return await complete(request, st, t, upload_id, ups)
     if m == "DELETE":
         request[OP] = "AbortMultipartUpload"
+        demands = header_demands(request.headers, "x-amz-if-match-initiated-time", sized=False)
         async with ups.get(upload_id, t).finishing:  # a Complete under way ends first
-            ups.get(upload_id, t)  # NoSuchUpload if it completed the upload
+            up = ups.get(upload_id, t)  # NoSuchUpload if it completed the upload
+            demands.check(True, time=up.initiated)
             ups.drop(upload_id, st)
         return web.Response(status=204)
     raise RuntimeError(f"{m} with an uploadId has no handler here (classify.py)")

@@ -24,6 +24,7 @@ from s3kv.gateway.s3_listing import (
     list_objects_v1_handler,
     list_objects_v2_handler,
 )
+from s3kv.gateway.s3_objects import check_demands
 from s3kv.gateway.s3xml import (
     XML,
     DeleteError,
@@ -91,11 +92,17 @@ async def delete_objects(request: web.Request, st: GatewayState, t: Target) -> w
     req = parse_delete(await read_small(request, st))
     deleted: list[ObjectVersion] = []
     errors: list[DeleteError] = []
-    for obj in req.objects:
+    for obj, demands in zip(req.objects, req.demands, strict=True):
         try:
             # a version other than the one every object has is refused, never the object
             require_null_version(obj.version_id)
-            await st.store.delete(t.bucket, validate_key(obj.key))
+            key = validate_key(obj.key)
+            if demands.asked():  # checked and deleted under the key's lock, as DeleteObject
+                async with st.key_locks.hold(t.bucket, key):
+                    check_demands(st, t.bucket, key, demands)
+                    await st.store.delete(t.bucket, key)
+            else:
+                await st.store.delete(t.bucket, key)
             deleted.append(obj)
         except (RequestError, Backpressure, BackendError) as exc:  # 503s: the object stays
             err = to_request_error(exc)

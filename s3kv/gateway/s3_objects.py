@@ -11,7 +11,14 @@ from s3kv.errors import RequestError
 from s3kv.gateway import copy, multipart, multipart_listing, objattrs, s3_attributes, s3_configs
 from s3kv.gateway.bodies import Destination, read_body
 from s3kv.gateway.chunked import BodySender
-from s3kv.gateway.conditions import NOT_MODIFIED, check_read, check_write, is_conditional_write
+from s3kv.gateway.conditions import (
+    NOT_MODIFIED,
+    Demands,
+    check_read,
+    check_write,
+    header_demands,
+    is_conditional_write,
+)
 from s3kv.gateway.objattrs import Checksum, ObjectAttrs, attrs_of, object_etag
 from s3kv.gateway.payload import BodyResult
 from s3kv.gateway.reqkeys import OP
@@ -123,11 +130,23 @@ async def delete_object(request: web.Request, st: GatewayState,
                         t: Target) -> web.StreamResponse:
     st.store.ns_id(t.bucket)
     key = validate_key(t.key)
+    demands = header_demands(request.headers, "x-amz-if-match-last-modified-time")
     async with st.key_locks.hold(t.bucket, key):
         if is_conditional_write(request.headers):
             check_write(request.headers, current_etag(st, t.bucket, key))
+        check_demands(st, t.bucket, key, demands)
         await st.store.delete(t.bucket, key)
     return web.Response(status=204)
+
+
+def check_demands(st: GatewayState, bucket: str, key: bytes, demands: Demands) -> None:
+    """A conditional delete's demands of the object under ``key`` now (under its lock)."""
+    if demands.asked():
+        meta = st.store.head(bucket, key)
+        if meta is None:
+            demands.check(False)
+        else:
+            demands.check(True, object_etag(meta), meta.written_at, meta.size)
 
 
 def _part_number(t: Target) -> int | None:

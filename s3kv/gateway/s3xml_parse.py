@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from itertools import pairwise
 
 from s3kv.errors import RequestError
+from s3kv.gateway.conditions import Demands
 from s3kv.gateway.s3xml import ObjectVersion
 
 MAX_XML_BYTES = 2 * 1024 * 1024  # DeleteObjects with 1000 long keys stays well below this
@@ -99,25 +102,52 @@ def parse_complete_multipart_upload(data: bytes) -> list[CompletedPart]:
 class DeleteRequest:
     objects: list[ObjectVersion]
     quiet: bool
+    #: what the delete of ``objects[i]`` demands of it (its ETag, LastModifiedTime, Size)
+    demands: list[Demands] = field(default_factory=list)
+
+
+def _entry_demands(obj: ET.Element) -> Demands:
+    """A DeleteObjects entry's conditions: ``ETag``, ``LastModifiedTime`` (an HTTP date, as the
+    SDKs send it, or ISO 8601), ``Size``; MalformedXML for one that cannot be read."""
+    etag = _text(obj, "ETag", required=False)
+    raw_time = _text(obj, "LastModifiedTime", required=False)
+    raw_size = _text(obj, "Size", required=False)
+    time = size = None
+    if raw_time is not None:
+        try:
+            time = int(parsedate_to_datetime(raw_time.strip()).timestamp())
+        except (TypeError, ValueError, IndexError, OverflowError):
+            try:
+                when = datetime.fromisoformat(raw_time.strip())
+            except ValueError:
+                raise _malformed("LastModifiedTime is not a date") from None
+            time = int(when.replace(tzinfo=when.tzinfo or UTC).timestamp())
+    if raw_size is not None:
+        if not raw_size.strip().isdigit():
+            raise _malformed("Size is not a non-negative integer")
+        size = int(raw_size)
+    return Demands(etag.strip() if etag and etag.strip() else None, time, size)
 
 
 def parse_delete(data: bytes) -> DeleteRequest:
-    """DeleteObjects body: 1 to 1000 Object entries (Key, optional VersionId), optional
-    Quiet. A VersionId is kept as given (the caller decides what it may delete)."""
+    """DeleteObjects body: 1 to 1000 Object entries (Key, optional VersionId, optional
+    conditions), optional Quiet. A VersionId is kept as given (the caller decides what it may
+    delete)."""
     root = parse_xml(data, "Delete")
     quiet_text = _text(root, "Quiet", required=False)
     quiet = (quiet_text or "").strip().lower() == "true"
     if quiet_text is not None and quiet_text.strip().lower() not in ("true", "false"):
         raise _malformed("Quiet must be true or false")
-    objects = []
+    objects, demands = [], []
     for obj in _children(root, "Object"):
         key = _text(obj, "Key")
         if not key:
             raise _malformed("an Object has an empty Key")
         objects.append(ObjectVersion(key, _text(obj, "VersionId", required=False)))
+        demands.append(_entry_demands(obj))
     if not objects or len(objects) > MAX_DELETE_KEYS:
         raise _malformed(f"Delete must list between 1 and {MAX_DELETE_KEYS} objects")
-    return DeleteRequest(objects, quiet)
+    return DeleteRequest(objects, quiet, demands)
 
 
 def parse_create_bucket_configuration(data: bytes) -> str | None:
