@@ -223,15 +223,19 @@ def _repeat(request: web.Request, t: Target, upload_id: str,
 
 def _check_object(request: web.Request, up: Upload, size: int,
                   checksum: Checksum | None) -> None:
-    """What a Complete says of the object: its size (``x-amz-mp-object-size``: 400
-    InvalidRequest if another) and its checksum in the upload's algorithm (400 BadDigest if
-    another); a checksum in another algorithm is refused (400 InvalidRequest), never skipped.
-    The upload stays open."""
+    """What a Complete says of the object: its size (``x-amz-mp-object-size``), its checksum
+    type (``x-amz-checksum-type``) and its checksum in the upload's algorithm (400 BadDigest if
+    another); each of the others that differs, and a checksum in another algorithm, is 400
+    InvalidRequest, never skipped. The upload stays open."""
     heads = index_headers(request.headers)
     expected = int_header(heads, "x-amz-mp-object-size")
     if expected is not None and expected != size:
         raise RequestError("InvalidRequest", f"x-amz-mp-object-size is {expected}, but the "
                            f"parts listed make {size} bytes.")
+    kind = heads.get("x-amz-checksum-type", [""])[0].strip().upper()
+    if kind and up.algorithm and kind != up.checksum_type:
+        raise RequestError("InvalidRequest", f"x-amz-checksum-type is {kind}, but the upload "
+                           f"was created with {up.checksum_type}.")
     other = [a for a in ALGORITHMS if a != up.algorithm and heads.get(f"x-amz-checksum-{a}")]
     if other:
         raise RequestError("InvalidRequest", f"x-amz-checksum-{other[0]} names an object "

@@ -1,9 +1,9 @@
 """A check a request asks the gateway to make is made or the request is refused, never skipped:
 checksums S3 defines that the gateway does not compute (MD5, SHA-512, XXHASH*) are 501 and
 store nothing (they were accepted unchecked, so a corrupted body sent with one was stored), and
-CompleteMultipartUpload's ``x-amz-mp-object-size`` and an object checksum in an algorithm other
-than the upload's are 400 with the upload left open (both were ignored). With boto3 and raw
-signed requests over HTTP."""
+CompleteMultipartUpload's ``x-amz-mp-object-size`` and ``x-amz-checksum-type`` that differ from
+the upload's, and an object checksum in another algorithm, are 400 with the upload left open
+(all were ignored). With boto3 and raw signed requests over HTTP."""
 
 from __future__ import annotations
 
@@ -99,6 +99,7 @@ def test_complete_checks_what_it_is_told_of_the_object(gw_s3: Any, gw_bucket: st
         ({"MpuObjectSize": len(whole) + 1}, (400, "InvalidRequest")),
         ({"ChecksumSHA256": _b64(hashlib.sha256(whole).digest())}, (400, "InvalidRequest")),
         ({"ChecksumSHA512": _b64(hashlib.sha512(whole).digest())}, (501, "NotImplemented")),
+        ({"ChecksumType": "COMPOSITE"}, (400, "InvalidRequest")),  # created FULL_OBJECT
     ]
     for extra, answer in refused:
         with pytest.raises(ClientError) as exc:
@@ -110,6 +111,7 @@ def test_complete_checks_what_it_is_told_of_the_object(gw_s3: Any, gw_bucket: st
         gw_s3.head_object(Bucket=gw_bucket, Key="obj")
     assert error_of(exc)[0] == 404
     fin = gw_s3.complete_multipart_upload(**complete, MpuObjectSize=len(whole),
-                                          ChecksumCRC32=_crc32(whole))
+                                          ChecksumCRC32=_crc32(whole),
+                                          ChecksumType="FULL_OBJECT")
     assert fin["ChecksumCRC32"] == _crc32(whole)
     assert gw_s3.get_object(Bucket=gw_bucket, Key="obj")["Body"].read() == whole
