@@ -123,13 +123,13 @@ class Demands:
     def check(self, there: bool, etag: str = "", time: float = 0.0, size: int = 0) -> None:
         """PreconditionFailed (412) unless what is ``there`` (if anything) is as demanded."""
         if self.etag is not None and not (there and _matches(self.etag, etag)):
-            raise precondition_failed("ETag")
+            raise precondition_failed("the ETag")
         if not there:
             return
         if self.time is not None and self.time != int(time):
-            raise precondition_failed("time")
+            raise precondition_failed("the last-modified or initiated time")
         if self.size is not None and self.size != size:
-            raise precondition_failed("size")
+            raise precondition_failed("the size")
 
 
 _NOTHING = Demands()

@@ -1,7 +1,8 @@
-"""S3 object operations: PutObject, GetObject (ranges, partNumber), HeadObject, DeleteObject,
-and the multipart calls, CopyObject and GetObjectAttributes (delegated to multipart.py,
-copy.py and s3_attributes.py). Object attributes (ETag, content headers, user metadata,
-checksum) come from objattrs.py, preconditions from conditions.py."""
+"""S3 object operations: PutObject, GetObject (ranges, partNumber), HeadObject, DeleteObject
+(with S3's conditional-delete demands), and the multipart calls, CopyObject, GetObjectAttributes,
+GetObjectTagging and GetObjectAcl (delegated to multipart.py, copy.py, s3_attributes.py and
+s3_configs.py). Object attributes (ETag, content headers, user metadata, checksum) come from
+objattrs.py, preconditions from conditions.py."""
 
 from __future__ import annotations
 
