@@ -150,10 +150,22 @@ def parse_delete(data: bytes) -> DeleteRequest:
     return DeleteRequest(objects, quiet, demands)
 
 
+#: CreateBucketConfiguration elements asking for what the gateway does not do: 501, no bucket
+_REFUSED_BUCKET_CONFIG = {"Tags": "bucket tags", "Location": "directory buckets",
+                          "Bucket": "directory buckets"}
+
+
 def parse_create_bucket_configuration(data: bytes) -> str | None:
-    """The LocationConstraint of a CreateBucket body (None when the body is empty)."""
+    """The LocationConstraint of a CreateBucket body (None when the body is empty); 501
+    NotImplemented for tags or a directory bucket's Location and Bucket, never dropped."""
     if not data.strip():
         return None
     root = parse_xml(data, "CreateBucketConfiguration")
+    for child in root:
+        why = _REFUSED_BUCKET_CONFIG.get(_local(child.tag))
+        if why is not None:
+            raise RequestError("NotImplemented", f"s3kv does not implement {why} "
+                               f"(CreateBucketConfiguration's {_local(child.tag)}); no bucket "
+                               "was created.", 501)
     value = _text(root, "LocationConstraint", required=False)
     return value.strip() if value and value.strip() else None

@@ -126,3 +126,19 @@ def test_setting_a_configuration_is_still_refused(gw_s3: Any, gw_bucket: str,
         with pytest.raises(ClientError) as exc:
             getattr(gw_s3, method)(Bucket=gw_bucket)
         assert error_of(exc) == (404, code)
+
+
+@pytest.mark.parametrize("config", [
+    {"Tags": [{"Key": "team", "Value": "kv"}]},
+    {"Location": {"Type": "AvailabilityZone", "Name": "use1-az4"},
+     "Bucket": {"Type": "Directory", "DataRedundancy": "SingleAvailabilityZone"}},
+], ids=["tags", "directory-bucket"])
+def test_a_bucket_configuration_the_gateway_cannot_keep_is_refused(gw_s3: Any,
+                                                                   config: Any) -> None:
+    """Bucket tags and a directory bucket asked for at creation were dropped, and a plain
+    bucket made: now 501 and no bucket."""
+    name = f"cfg-{uuid.uuid4().hex[:12]}"
+    with pytest.raises(ClientError) as exc:
+        gw_s3.create_bucket(Bucket=name, CreateBucketConfiguration=config)
+    assert error_of(exc) == (501, "NotImplemented")
+    assert name not in [b["Name"] for b in gw_s3.list_buckets()["Buckets"]]
