@@ -79,23 +79,43 @@ class PluginSettings:
             value = extra.get(f"s3kv_{name}", os.environ.get(f"S3KV_{name.upper()}", default))
             return None if value is None else str(value)
 
+        known = sorted(f"s3kv_{n}" for n in _OPTIONS)
+        unknown = sorted(k for k in extra if str(k).startswith("s3kv_") and k not in known)
+        if unknown:  # a misspelt option would otherwise be its default, silently
+            raise ConfigError(f"{unknown[0]} is not an s3kv plugin option; the options are "
+                              f"{', '.join(known)}")
         url, namespace = opt("url"), opt("namespace")
         if not url or not namespace:
             raise ConfigError("the s3kv LMCache plugin needs extra_config s3kv_url "
                               "(http://HOST:PORT[,...]) and s3kv_namespace (or S3KV_URL and "
                               "S3KV_NAMESPACE)")
         access, secret = opt("access_key"), opt("secret_key")
+        if bool(access) != bool(secret):
+            raise ConfigError("give both s3kv_access_key and s3kv_secret_key (or S3KV_ACCESS_KEY "
+                              "and S3KV_SECRET_KEY), or neither for a gateway without "
+                              "credentials")
         try:
-            return cls(url=url, namespace=namespace,
-                       token=f"{access}:{secret}" if access and secret else None,
-                       lookup_timeout=float(opt("lookup_timeout", "5") or 5),
-                       timeout=float(opt("timeout", "60") or 60),
-                       put_within=float(opt("put_within", "5") or 5),
-                       down_for=float(opt("down_for", "10") or 10),
-                       connections=int(opt("connections", "16") or 16),
-                       direct_reads=parse_bool(opt("direct_reads", "true") or "true"))
+            settings = cls(url=url, namespace=namespace,
+                           token=f"{access}:{secret}" if access and secret else None,
+                           lookup_timeout=float(opt("lookup_timeout", "5") or 5),
+                           timeout=float(opt("timeout", "60") or 60),
+                           put_within=float(opt("put_within", "5") or 5),
+                           down_for=float(opt("down_for", "10") or 10),
+                           connections=int(opt("connections", "16") or 16),
+                           direct_reads=parse_bool(opt("direct_reads", "true") or "true"))
         except (ValueError, ConfigError) as exc:
             raise ConfigError(f"s3kv plugin option: {exc}") from None
+        if min(settings.lookup_timeout, settings.timeout, settings.connections) <= 0 \
+                or min(settings.put_within, settings.down_for) < 0:
+            raise ConfigError("s3kv plugin option: s3kv_lookup_timeout, s3kv_timeout and "
+                              "s3kv_connections must be positive, s3kv_put_within and "
+                              "s3kv_down_for not negative")
+        return settings
+
+
+#: the options ``PluginSettings`` reads (``s3kv_<name>`` / ``S3KV_<NAME>``)
+_OPTIONS = ("url", "namespace", "access_key", "secret_key", "lookup_timeout", "timeout",
+            "put_within", "down_for", "connections", "direct_reads")
 
 
 class S3KVConnector(RemoteConnector):

@@ -311,7 +311,8 @@ def test_direct_reads_fill_lmcache_buffers_and_a_corrupt_chunk_is_a_miss(
 def test_plugin_options_from_extra_config_and_the_environment(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``s3kv_direct_reads`` (and the rest) from LMCache's extra_config, else S3KV_*; a value
-    that is not a boolean is a ConfigError naming the option, not a silent default."""
+    that is not a boolean, an option that does not exist, half a credential or a timeout that
+    is not positive is a ConfigError naming the option, not a silent default."""
     from types import SimpleNamespace
 
     from s3kv.errors import ConfigError
@@ -327,3 +328,14 @@ def test_plugin_options_from_extra_config_and_the_environment(
     with pytest.raises(ConfigError, match="s3kv plugin option"):
         PluginSettings.from_config(SimpleNamespace(
             extra_config={**base, "s3kv_direct_reads": "maybe"}))
+    # a misspelt option, half a credential or a timeout of 0 is an error, not a default
+    for wrong, match in (({"s3kv_namspace": "x"}, "s3kv_namspace is not an s3kv plugin"),
+                         ({"s3kv_access_key": "ak"}, "give both s3kv_access_key"),
+                         ({"s3kv_timeout": "0"}, "must be positive"),
+                         ({"s3kv_connections": "0"}, "must be positive"),
+                         ({"s3kv_put_within": "-1"}, "not negative")):
+        with pytest.raises(ConfigError, match=match):
+            PluginSettings.from_config(SimpleNamespace(extra_config={**base, **wrong}))
+    # LMCache's own keys for the plugin are not the plugin's options
+    assert PluginSettings.from_config(SimpleNamespace(extra_config={
+        **base, "remote_storage_plugin.s3kv.module_path": "s3kv.integrations.lmcache"}))
