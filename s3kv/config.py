@@ -20,6 +20,11 @@ from s3kv.errors import ConfigError
 from s3kv.sizes import GiB, KiB, MiB, format_size, parse_size
 
 ENV_PREFIX = "S3KV_"
+#: S3KV_* variables read by other parts than the gateway's settings: the config file, the
+#: sweep agent's token, the kvq codec's switch, the LMCache plugin's options
+OTHER_ENV = frozenset(ENV_PREFIX + n for n in (
+    "CONFIG", "AGENT_TOKEN", "KVQ_NATIVE", "URL", "NAMESPACE", "LOOKUP_TIMEOUT", "TIMEOUT",
+    "PUT_WITHIN", "DOWN_FOR", "CONNECTIONS"))
 #: the longest a presigned URL may be valid (S3's limit), seconds
 MAX_PRESIGN = 7 * 24 * 3600
 
@@ -178,6 +183,14 @@ class Settings:
     @classmethod
     def env_names(cls) -> set[str]:
         return {cls.env_name(f.name) for f in fields(cls)}
+
+    @classmethod
+    def unknown_env(cls, env: Mapping[str, str] | None = None) -> list[str]:
+        """The S3KV_* variables set that name no setting and nothing else s3kv reads: most
+        likely misspelt, and the gateway runs without them (``s3kv serve`` warns)."""
+        env = os.environ if env is None else env
+        known = cls.env_names() | OTHER_ENV
+        return sorted(n for n in env if n.startswith(ENV_PREFIX) and n not in known)
 
     @classmethod
     def parse_value(cls, name: str, raw: Any) -> Any:

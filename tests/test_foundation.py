@@ -66,6 +66,15 @@ def test_settings_validation() -> None:
             Settings.load({"direct_reads": bad}, env={})
 
 
+def test_unknown_s3kv_variables_are_named() -> None:
+    """A misspelt S3KV_* variable leaves its setting at the default: `s3kv serve` warns of it
+    (config.unknown_env); settings and the variables other parts read are not named."""
+    env = {"S3KV_SEAL_AFTR": "3", "S3KV_SEAL_AFTER": "3", "S3KV_CONFIG": "x.toml",
+           "S3KV_URL": "http://gw:9470", "S3KV_AGENT_TOKEN": "t", "PATH": "/bin"}
+    assert Settings.unknown_env(env) == ["S3KV_SEAL_AFTR"]
+    assert Settings.unknown_env({n: "1" for n in Settings.env_names()}) == []
+
+
 def test_serve_checks_store_and_gateway_settings_at_start(tmp_path: Path) -> None:
     """What config.py cannot check (codecs, credentials files) `s3kv serve` refuses before it
     opens the store or listens, with the setting named."""
@@ -83,15 +92,19 @@ def test_serve_checks_store_and_gateway_settings_at_start(tmp_path: Path) -> Non
 
 def test_serve_on_a_backend_it_cannot_reach_says_so_and_leaves_nothing_open() -> None:
     """The index cannot be rebuilt: one line naming the backend's error, a non-zero exit, and
-    the backend's HTTP session closed (before: "Unclosed client session" on the way out)."""
+    the backend's HTTP session closed (before: "Unclosed client session" on the way out); a
+    misspelt S3KV_* variable is warned of first."""
     env = dict(os.environ, AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="y",
-               PYTHONWARNINGS="default")
+               PYTHONWARNINGS="default", S3KV_SEAL_AFTR="3")
     proc = subprocess.run([sys.executable, "-m", "s3kv.cli", "serve", "--listen", "127.0.0.1:1",
                            "--store", "s3://b/p?endpoint=http://127.0.0.1:1"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert "s3kv serve: error: LIST p/deleted-namespaces/" in proc.stderr, proc.stderr
     assert "Could not connect" in proc.stderr and "Unclosed" not in proc.stderr, proc.stderr
+    # and the misspelt variable, which changed nothing, is named on the way (unknown_env)
+    logged = proc.stdout + proc.stderr
+    assert "config.unknown_env" in logged and "S3KV_SEAL_AFTR" in logged, logged
 
 
 def test_max_block_size_follows_the_segment_size(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from s3kv.config import Settings, add_settings_arguments
-from s3kv.log import configure_logging
+from s3kv.log import configure_logging, get_logger
 
 
 def register(sub: Any) -> None:
@@ -33,5 +33,10 @@ def run(args: argparse.Namespace) -> int:
     overrides = {f.name: getattr(args, f.name) for f in Settings.field_specs()}
     settings = Settings.load(overrides, config_file=args.config)
     configure_logging(settings.log_format, settings.log_level)
+    unknown = Settings.unknown_env()
+    if unknown:  # a misspelt variable would go unnoticed: its setting keeps its default
+        get_logger(__name__).warning(
+            "config.unknown_env", variables=unknown,
+            hint="not a setting: see `s3kv serve --help` for the S3KV_<NAME> of each flag")
     asyncio.run(serve(settings))
     return 0
