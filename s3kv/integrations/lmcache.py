@@ -118,6 +118,11 @@ _OPTIONS = ("url", "namespace", "access_key", "secret_key", "lookup_timeout", "t
             "put_within", "down_for", "connections", "direct_reads")
 
 
+def plugin_variables() -> list[str]:
+    """The environment variables the plugin reads (``S3KV_<NAME>`` of each option)."""
+    return [f"S3KV_{n.upper()}" for n in _OPTIONS]
+
+
 class S3KVConnector(RemoteConnector):
     """LMCache ``RemoteConnector`` on s3kv's native API (see the module docstring)."""
 

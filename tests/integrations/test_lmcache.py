@@ -339,3 +339,7 @@ def test_plugin_options_from_extra_config_and_the_environment(
     # LMCache's own keys for the plugin are not the plugin's options
     assert PluginSettings.from_config(SimpleNamespace(extra_config={
         **base, "remote_storage_plugin.s3kv.module_path": "s3kv.integrations.lmcache"}))
+    # every S3KV_* variable the plugin reads is one `s3kv serve` knows (no unknown_env warning)
+    from s3kv.config import Settings
+    from s3kv.integrations.lmcache import plugin_variables
+    assert Settings.unknown_env({name: "1" for name in plugin_variables()}) == []
