@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
 from s3kv.errors import RequestError
@@ -132,6 +133,31 @@ class Demands:
             raise precondition_failed("the size")
 
 
+    @classmethod
+    def read(cls, etag: str | None, time: str | None, size: str | None, *,
+             iso: bool = False) -> Demands:
+        """The demands as a request writes them (None: not asked): the time an HTTP date (as
+        the SDKs send it; ``iso``: or ISO 8601, as an XML entry may), the size a non-negative
+        integer; ValueError naming the one that cannot be read (a condition is never
+        dropped)."""
+        seconds = None
+        if time is not None:
+            try:
+                seconds = int(parsedate_to_datetime(time.strip()).timestamp())
+            except (TypeError, ValueError, IndexError, OverflowError):
+                if not iso:
+                    raise ValueError("time") from None
+                try:
+                    when = datetime.fromisoformat(time.strip())
+                except ValueError:
+                    raise ValueError("time") from None
+                seconds = int(when.replace(tzinfo=when.tzinfo or UTC).timestamp())
+        if size is not None and not size.strip().isdigit():
+            raise ValueError("size")
+        return cls(etag.strip() if etag and etag.strip() else None, seconds,
+                   None if size is None else int(size))
+
+
 _NOTHING = Demands()
 
 
@@ -139,23 +165,15 @@ def header_demands(headers: Mapping[str, str], time_header: str, *,
                    sized: bool = True) -> Demands:
     """A DeleteObject's ``x-amz-if-match-last-modified-time`` and ``x-amz-if-match-size``, or
     an AbortMultipartUpload's ``x-amz-if-match-initiated-time`` (``time_header``; ``sized``
-    False: no size); 400 InvalidArgument for one that cannot be read (a condition is never
-    dropped)."""
-    time = size = None
-    raw = headers.get(time_header)
-    if raw is not None:
-        try:
-            time = int(parsedate_to_datetime(raw).timestamp())
-        except (TypeError, ValueError, IndexError, OverflowError):
-            raise RequestError("InvalidArgument", f"{time_header} must be an HTTP date.") \
-                from None
-    raw = headers.get("x-amz-if-match-size") if sized else None
-    if raw is not None:
-        if not raw.strip().isdigit():
-            raise RequestError("InvalidArgument", "x-amz-if-match-size must be a non-negative "
-                               "integer.")
-        size = int(raw)
-    return Demands(time=time, size=size)
+    False: no size); 400 InvalidArgument for one that cannot be read."""
+    size_header = "x-amz-if-match-size"
+    try:
+        return Demands.read(None, headers.get(time_header),
+                            headers.get(size_header) if sized else None)
+    except ValueError as exc:
+        raise RequestError("InvalidArgument", f"{time_header} must be an HTTP date."
+                           if str(exc) == "time" else f"{size_header} must be a non-negative "
+                           "integer.") from None
 
 
 class KeyLocks:

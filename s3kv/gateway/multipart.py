@@ -41,7 +41,7 @@ from s3kv.gateway.s3xml import (
 from s3kv.gateway.s3xml_parse import parse_complete_multipart_upload
 from s3kv.gateway.state import GatewayState
 from s3kv.gateway.uploads import Completed, Part, Upload, Uploads, uploads_of
-from s3kv.wire.headers import index_headers
+from s3kv.wire.headers import HeaderValues, index_headers
 
 MIN_PART = 5 * 1024 * 1024
 _CRCS = ("crc32", "crc32c", "crc64nvme")
@@ -221,13 +221,12 @@ def _repeat(request: web.Request, t: Target, upload_id: str,
     return web.Response(body=done.body, content_type=XML, headers=done.headers)
 
 
-def _check_object(request: web.Request, up: Upload, size: int,
+def _check_object(heads: HeaderValues, up: Upload, size: int,
                   checksum: Checksum | None) -> None:
     """What a Complete says of the object: its size (``x-amz-mp-object-size``), its checksum
     type (``x-amz-checksum-type``) and its checksum in the upload's algorithm (400 BadDigest if
     another); each of the others that differs, and a checksum in another algorithm, is 400
     InvalidRequest, never skipped. The upload stays open."""
-    heads = index_headers(request.headers)
     expected = int_header(heads, "x-amz-mp-object-size")
     if expected is not None and expected != size:
         raise RequestError("InvalidRequest", f"x-amz-mp-object-size is {expected}, but the "
@@ -251,7 +250,8 @@ def _check_object(request: web.Request, up: Upload, size: int,
 
 async def complete(request: web.Request, st: GatewayState, t: Target, upload_id: str,
                    ups: Uploads) -> web.StreamResponse:
-    refuse_unchecked(index_headers(request.headers))
+    heads = index_headers(request.headers)
+    refuse_unchecked(heads)
     if upload_id not in ups.active:
         again = _repeat(request, t, upload_id, ups)
         if again is not None:
@@ -282,7 +282,7 @@ async def complete(request: web.Request, st: GatewayState, t: Target, upload_id:
     if len(data) > st.settings.max_block_size:
         raise RequestError("EntityTooLarge", "The upload exceeds the gateway's max block size.")
     checksum = await asyncio.to_thread(_object_checksum, up, chosen, data)
-    _check_object(request, up, len(data), checksum)
+    _check_object(heads, up, len(data), checksum)
     etag = f"{etags.hexdigest()}-{len(listed)}"
     attrs = up.attrs.stamped(etag, checksum, tuple(len(p.data) for p in chosen))
     durable = durability(request)

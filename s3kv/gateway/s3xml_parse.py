@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from itertools import pairwise
 
 from s3kv.errors import RequestError
@@ -103,30 +101,19 @@ class DeleteRequest:
     objects: list[ObjectVersion]
     quiet: bool
     #: what the delete of ``objects[i]`` demands of it (its ETag, LastModifiedTime, Size)
-    demands: list[Demands] = field(default_factory=list)
+    demands: list[Demands]
 
 
 def _entry_demands(obj: ET.Element) -> Demands:
-    """A DeleteObjects entry's conditions: ``ETag``, ``LastModifiedTime`` (an HTTP date, as the
-    SDKs send it, or ISO 8601), ``Size``; MalformedXML for one that cannot be read."""
-    etag = _text(obj, "ETag", required=False)
-    raw_time = _text(obj, "LastModifiedTime", required=False)
-    raw_size = _text(obj, "Size", required=False)
-    time = size = None
-    if raw_time is not None:
-        try:
-            time = int(parsedate_to_datetime(raw_time.strip()).timestamp())
-        except (TypeError, ValueError, IndexError, OverflowError):
-            try:
-                when = datetime.fromisoformat(raw_time.strip())
-            except ValueError:
-                raise _malformed("LastModifiedTime is not a date") from None
-            time = int(when.replace(tzinfo=when.tzinfo or UTC).timestamp())
-    if raw_size is not None:
-        if not raw_size.strip().isdigit():
-            raise _malformed("Size is not a non-negative integer")
-        size = int(raw_size)
-    return Demands(etag.strip() if etag and etag.strip() else None, time, size)
+    """A DeleteObjects entry's conditions: ``ETag``, ``LastModifiedTime``, ``Size``
+    (:meth:`Demands.read`); MalformedXML for one that cannot be read."""
+    try:
+        return Demands.read(_text(obj, "ETag", required=False),
+                            _text(obj, "LastModifiedTime", required=False),
+                            _text(obj, "Size", required=False), iso=True)
+    except ValueError as exc:
+        raise _malformed("LastModifiedTime is not a date" if str(exc) == "time"
+                         else "Size is not a non-negative integer") from None
 
 
 def parse_delete(data: bytes) -> DeleteRequest:
