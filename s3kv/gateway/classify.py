@@ -85,6 +85,8 @@ OPERATIONS: tuple[Operation, ...] = (
         ("GetBucketEncryption", "encryption"), ("GetBucketWebsite", "website"),
         ("GetBucketReplication", "replication"), ("GetObjectLockConfiguration", "object-lock"),
         ("GetPublicAccessBlock", "publicAccessBlock"), ("GetBucketLogging", "logging"),
+        ("GetBucketOwnershipControls", "ownershipControls"),
+        ("GetBucketPolicyStatus", "policyStatus"),
         ("GetBucketNotificationConfiguration", "notification"),
         ("GetBucketAccelerateConfiguration", "accelerate"),
         ("GetBucketRequestPayment", "requestPayment"), ("GetBucketAcl", "acl"))),

@@ -47,6 +47,10 @@ ABSENT: dict[str, tuple[str, str]] = {
                                    "configuration does not exist for this bucket."),
     "GetPublicAccessBlock": ("NoSuchPublicAccessBlockConfiguration", "The public access block "
                              "configuration was not found."),
+    "GetBucketOwnershipControls": ("OwnershipControlsNotFoundError", "The bucket ownership "
+                                   "controls were not found."),
+    "GetBucketPolicyStatus": ("NoSuchBucketPolicy", "The bucket policy does not exist, so the "
+                              "bucket has no policy status."),
 }
 
 #: GET operation -> the document S3 reads back for a bucket that never had the configuration

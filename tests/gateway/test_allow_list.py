@@ -281,7 +281,7 @@ READABLE = {"service": frozenset(), "victim": frozenset({"tagging", "acl"}),
             "bucket": frozenset({"policy", "cors", "lifecycle", "encryption", "website",
                                  "replication", "logging", "notification", "object-lock",
                                  "publicAccessBlock", "accelerate", "requestPayment",
-                                 "tagging", "acl"})}
+                                 "tagging", "acl", "ownershipControls", "policyStatus"})}
 ALLOWED_PARAMS = ["uploads", "uploadId", "partNumber", "delete", "location", "versioning",
                   "versions", "list-type", "max-uploads", "key-marker", "prefix", "x-id",
                   "response-content-type", "max-keys", "marker", "attributes"]

@@ -25,6 +25,8 @@ ABSENT = {
     "get_bucket_replication": "ReplicationConfigurationNotFoundError",
     "get_object_lock_configuration": "ObjectLockConfigurationNotFoundError",
     "get_public_access_block": "NoSuchPublicAccessBlockConfiguration",
+    "get_bucket_ownership_controls": "OwnershipControlsNotFoundError",
+    "get_bucket_policy_status": "NoSuchBucketPolicy",
 }
 EMPTY = ["get_bucket_versioning", "get_bucket_logging", "get_bucket_notification_configuration",
          "get_bucket_accelerate_configuration", "get_bucket_request_payment"]
