@@ -74,7 +74,7 @@ def _keys(doc: Any) -> list[str]:
 async def _json(request: web.Request, st: GatewayState) -> Any:
     try:
         return json.loads(await read_small(request, st))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # too deeply nested to parse
         raise RequestError("InvalidArgument", "the body is not valid JSON") from None
 
 
