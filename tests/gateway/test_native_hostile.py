@@ -30,3 +30,41 @@ def test_deeply_nested_json_is_invalid_argument(gateway: Gateway, gw_bucket: str
                  + b"}"):
         assert _error(gateway, f"/v1/{gw_bucket}/{op}", body) == (400, "InvalidArgument")
     assert_healthy(gateway)
+
+
+def _framed(head: bytes, data: bytes) -> bytes:
+    return len(head).to_bytes(4, "little") + head + data
+
+
+FRAMES = {"Content-Type": "application/x-s3kv-frames"}
+MiB = 1024 * 1024
+
+
+@pytest.mark.parametrize("entry,stored_as", [
+    ('{"key": 5, "length": 1}', "5"), ('{"key": null, "length": 1}', "None"),
+    ('{"key": "s", "length": "1"}', "s"), ('{"key": "f", "length": 1.9}', "f"),
+    ('{"key": "t", "length": true}', "t"), ('{"key": "i", "length": 1e400}', "i"),
+    ('["x", 1]', "x")])
+@pytest.mark.parametrize("size", [1, MiB])  # read whole, or its head first (a landing)
+def test_batch_put_head_of_wrong_types_is_malformed_frames(gateway: Gateway, gw_bucket: str,
+                                                           entry: str, stored_as: str,
+                                                           size: int) -> None:
+    """A key that is not a string was stored under its str() ("None" for null), a length that
+    is not an integer was int()ed (1.9 stored one byte, true one, "1" one) and an infinite one
+    was a 500: each is now MalformedFrames, and nothing is stored."""
+    head = f'{{"blocks": [{entry}, {{"key": "after", "length": {size - 1}}}]}}'.encode()
+    status_code = _error(gateway, f"/v1/{gw_bucket}/batch-put", _framed(head, b"x" * size),
+                         FRAMES)
+    assert status_code == (400, "MalformedFrames")
+    r = send("POST", f"{gateway.endpoint}/v1/{gw_bucket}/lookup", headers=AUTH,
+             body=json.dumps({"keys": [stored_as, "after"]}).encode())
+    assert json.loads(r.body)["present"] == [False, False]
+
+
+@pytest.mark.parametrize("size", [1, MiB])
+def test_batch_put_head_nested_too_deep_is_malformed_frames(gateway: Gateway, gw_bucket: str,
+                                                            size: int) -> None:
+    body = _framed(b"[" * 100_000, b"x" * size)
+    assert _error(gateway, f"/v1/{gw_bucket}/batch-put", body, FRAMES) == \
+        (400, "MalformedFrames")
+    assert_healthy(gateway)
