@@ -68,3 +68,10 @@ def test_batch_put_head_nested_too_deep_is_malformed_frames(gateway: Gateway, gw
     assert _error(gateway, f"/v1/{gw_bucket}/batch-put", body, FRAMES) == \
         (400, "MalformedFrames")
     assert_healthy(gateway)
+
+
+@pytest.mark.parametrize("doc", [b'{"prefix": "\\ud800"}', b'{"after": "a\\udfff"}'])
+def test_list_with_a_lone_surrogate_is_invalid_argument(gateway: Gateway, gw_bucket: str,
+                                                        doc: bytes) -> None:
+    """JSON lets a string carry a lone surrogate, which no UTF-8 encodes: it was a 500."""
+    assert _error(gateway, f"/v1/{gw_bucket}/list", doc) == (400, "InvalidArgument")
