@@ -75,3 +75,33 @@ def test_list_with_a_lone_surrogate_is_invalid_argument(gateway: Gateway, gw_buc
                                                         doc: bytes) -> None:
     """JSON lets a string carry a lone surrogate, which no UTF-8 encodes: it was a 500."""
     assert _error(gateway, f"/v1/{gw_bucket}/list", doc) == (400, "InvalidArgument")
+
+
+def test_batch_put_of_more_than_4096_blocks_is_refused(gateway: Gateway,
+                                                       gw_bucket: str) -> None:
+    """The native API takes at most 4096 keys per request: a batch put of more was stored
+    whole (300,000 empty blocks held the event loop for seconds, and a head of millions grew
+    the gateway by gigabytes). It is MalformedFrames now, nothing stored; 4096 are fine."""
+    def body(n: int) -> bytes:
+        head = json.dumps({"blocks": [{"key": f"many/{i}", "length": 0} for i in range(n)]})
+        return _framed(head.encode(), b"")
+
+    assert _error(gateway, f"/v1/{gw_bucket}/batch-put", body(4097), FRAMES) == \
+        (400, "MalformedFrames")
+    r = send("POST", f"{gateway.endpoint}/v1/{gw_bucket}/lookup", headers=AUTH,
+             body=json.dumps({"keys": ["many/0", "many/4096"]}).encode())
+    assert json.loads(r.body)["present"] == [False, False]
+    r = send("POST", f"{gateway.endpoint}/v1/{gw_bucket}/batch-put", body=body(4096),
+             headers={**AUTH, **FRAMES})
+    assert (r.status, json.loads(r.body)) == (200, {"stored": 4096})
+
+
+def test_batch_put_head_over_16_mib_is_refused(gateway: Gateway, gw_bucket: str) -> None:
+    """A head no batch of 4096 keys needs (padding, here) was parsed whatever its size."""
+    head = json.dumps({"blocks": [{"key": "pad/1", "length": 1}],
+                       "pad": "x" * (17 * MiB)}).encode()
+    assert _error(gateway, f"/v1/{gw_bucket}/batch-put", _framed(head, b"x"), FRAMES) == \
+        (400, "MalformedFrames")
+    r = send("POST", f"{gateway.endpoint}/v1/{gw_bucket}/lookup", headers=AUTH,
+             body=json.dumps({"keys": ["pad/1"]}).encode())
+    assert json.loads(r.body)["present"] == [False]
