@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager
 from types import TracebackType
@@ -36,6 +35,8 @@ from s3kv.client_io import (
     FramedPayload,
     PutRounds,
     Sink,
+    answer,
+    answer_doc,
     block_size,
     error_from_response,
     framed_parts,
@@ -148,7 +149,8 @@ class S3KVClient:
                 body = await self._request(gateway, "POST", f"/v1/{namespace}/lookup",
                                            json_body={"keys": [keys[i] for i in part]},
                                            limits=self._lookup_timeout)
-                for i, p in zip(part, json.loads(body)["present"], strict=True):
+                got = answer(gateway, body, "present", list, items=bool, count=len(part))
+                for i, p in zip(part, got, strict=True):
                     present[i] = bool(p)
 
         await self._each(groups, one)
@@ -251,7 +253,7 @@ class S3KVClient:
                          headers: Mapping[str, str]) -> int:
         body = await self._request(gateway, "POST", f"/v1/{namespace}/batch-put",
                                    data=FramedPayload(framed_parts(items)), headers=headers)
-        return int(json.loads(body)["stored"])
+        return int(answer(gateway, body, "stored", int))
 
     async def put_each(self, namespace: str, items: Sequence[tuple[str, BlockData]],
                        *, durable: bool = False, within: float | None = None) -> list[bool]:
@@ -333,7 +335,7 @@ class S3KVClient:
 
         async def one(gateway: str, _where: list[int]) -> None:
             body = await self._request(gateway, "PUT", f"/v1/{namespace}")
-            created.append(bool(json.loads(body)["created"]))
+            created.append(bool(answer(gateway, body, "created", bool)))
 
         await self._each({g: [] for g in self.gateways.gateways}, one)
         return any(created)
@@ -346,7 +348,7 @@ class S3KVClient:
         async def one(gateway: str, where: list[int]) -> None:
             body = await self._request(gateway, "POST", f"/v1/{namespace}/delete",
                                        json_body={"keys": [keys[i] for i in where]})
-            counts.append(int(json.loads(body)["deleted"]))
+            counts.append(int(answer(gateway, body, "deleted", int)))
 
         await self._each(await self._groups(keys), one)
         return sum(counts)
@@ -362,7 +364,7 @@ class S3KVClient:
             body = await self._request(gateway, "POST", f"/v1/{namespace}/list",
                                        json_body={"prefix": prefix, "after": after,
                                                   "limit": limit})
-            found.update(json.loads(body)["keys"])
+            found.update(answer(gateway, body, "keys", list, items=str))
 
         await self._each({g: [] for g in self.gateways.gateways}, one)
         return sorted(found)[:limit]
@@ -388,7 +390,6 @@ class S3KVClient:
         return await self.stats_of(self.gateways.gateways[0])
 
     async def stats_of(self, gateway: str) -> dict[str, float]:
-        doc: dict[str, float] = json.loads(await self._request(gateway, "GET", "/v1/stats"))
-        return doc
+        return answer_doc(gateway, await self._request(gateway, "GET", "/v1/stats"))
 
 

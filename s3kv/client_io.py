@@ -224,6 +224,34 @@ def _number(value: str | None, default: float) -> float:
         return default
 
 
+def answer_doc(gateway: str, body: bytes) -> dict[str, Any]:
+    """A gateway's JSON answer, an object; RequestError (MalformedResponse, 502) for anything
+    else (a proxy's or another service's page, a cut answer)."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict):
+        raise RequestError("MalformedResponse", f"gateway {gateway} answered no JSON object: "
+                           f"{body[:80]!r}", 502)
+    return doc
+
+
+def answer(gateway: str, body: bytes, name: str, kind: type, *, items: type | None = None,
+           count: int | None = None) -> Any:
+    """The field ``name`` of a gateway's JSON answer: a ``kind`` (a list: of ``count``
+    ``items``); RequestError (MalformedResponse, 502) when it is not."""
+    value = answer_doc(gateway, body).get(name)
+    ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+    if ok and isinstance(value, list):
+        ok = (count is None or len(value) == count) and \
+            (items is None or all(isinstance(v, items) for v in value))
+    if not ok:
+        raise RequestError("MalformedResponse", f"gateway {gateway} answered {name!r} "
+                           f"not as expected: {body[:80]!r}", 502)
+    return value
+
+
 def error_from_response(status: int, body: bytes, headers: Mapping[str, str]) -> Exception:
     try:
         doc = json.loads(body)

@@ -35,6 +35,12 @@ _LEN = struct.Struct("<I")
 #: room a batch-put body's limit leaves for its head beyond the blocks' bytes: the JSON of 4096
 #: keys of up to 1 KiB each, with escaping (a batch of 64 blocks of the max block size fits)
 HEAD_ALLOWANCE = 8 * 1024 * 1024
+#: blocks of one batch put at most (the native API's keys per request)
+MAX_BLOCKS = 4096
+#: the largest batch-put head parsed: 4096 keys of 1 KiB in the widest escaping (``\uXXXX``
+#: pairs: 3 bytes of JSON per byte of key) fit; parsing a larger one is memory and time spent
+#: on nothing a client sends
+MAX_HEAD = 2 * HEAD_ALLOWANCE
 
 
 class Readable(Protocol):
@@ -84,10 +90,24 @@ class _Cursor:
 
 
 def _head_blocks(doc: bytes) -> list[tuple[str, int]]:
-    """(key, length) of each block a batch-put body's head lists. Raises ValueError,
-    KeyError or TypeError on a malformed head."""
-    blocks = json.loads(doc)["blocks"]
-    return [(str(b["key"]), int(b["length"])) for b in blocks]
+    """(key, length) of each block a batch-put body's head lists: a string and an integer
+    each, nothing converted. Raises ValueError on a malformed head."""
+    try:
+        parsed = json.loads(doc)
+    except RecursionError:
+        raise ValueError("the head is nested too deep") from None
+    blocks = parsed.get("blocks") if isinstance(parsed, dict) else None
+    if not isinstance(blocks, list):
+        raise ValueError('the head is not {"blocks": [...]}')
+    if len(blocks) > MAX_BLOCKS:
+        raise ValueError(f"{len(blocks)} blocks, at most {MAX_BLOCKS} per batch put")
+    out: list[tuple[str, int]] = []
+    for i, b in enumerate(blocks):
+        key, length = (b.get("key"), b.get("length")) if isinstance(b, dict) else (None, None)
+        if not isinstance(key, str) or not isinstance(length, int) or isinstance(length, bool):
+            raise ValueError(f'block {i} is not {{"key": STRING, "length": INTEGER}}')
+        out.append((key, length))
+    return out
 
 
 def decode_frames(body: Sequence[bytes | bytearray | memoryview]
@@ -98,9 +118,11 @@ def decode_frames(body: Sequence[bytes | bytearray | memoryview]
     cursor = _Cursor(body)
     try:
         (n,) = _LEN.unpack(b"".join(cursor.take(_LEN.size)))
+        if n > MAX_HEAD:
+            raise ValueError(f"a head of {n} bytes, over {MAX_HEAD}")
         blocks = _head_blocks(b"".join(cursor.take(n)))
         out = [(key, cursor.take(length)) for key, length in blocks]
-    except (struct.error, ValueError, KeyError, TypeError) as exc:
+    except (struct.error, ValueError) as exc:
         raise RequestError("MalformedFrames", f"invalid batch framing: {exc}") from None
     if cursor.left:
         raise RequestError("MalformedFrames", "trailing bytes after the last block")
@@ -123,7 +145,7 @@ async def read_head(stream: Readable, length: int
         return [prefix], None
     try:
         blocks = _head_blocks(doc)
-    except (ValueError, KeyError, TypeError):
+    except ValueError:
         return [prefix, doc], None
     sizes = [size for _, size in blocks]
     if any(size < 0 for size in sizes) or _LEN.size + len(doc) + sum(sizes) != length:

@@ -109,7 +109,7 @@ class GatewaySet:
 
     def choices(self, key: str) -> list[str]:
         """Gateways for ``key``: the up ones in its order of preference, then the down ones."""
-        k = key.encode()
+        k = key.encode("utf-8", "surrogatepass")  # a key no UTF-8 holds: its gateway refuses it
         ranked = sorted(self.gateways, reverse=True,
                         key=lambda g: xxhash.xxh3_64_intdigest(k, seed=self._seeds[g]))
         return [g for g in ranked if self.is_up(g)] + [g for g in ranked if not self.is_up(g)]

@@ -74,7 +74,7 @@ def _keys(doc: Any) -> list[str]:
 async def _json(request: web.Request, st: GatewayState) -> Any:
     try:
         return json.loads(await read_small(request, st))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # too deeply nested to parse
         raise RequestError("InvalidArgument", "the body is not valid JSON") from None
 
 
@@ -290,7 +290,11 @@ async def list_keys(request: web.Request) -> web.StreamResponse:
             or isinstance(limit, bool) or not 1 <= limit <= MAX_BATCH_KEYS:
         raise RequestError("InvalidArgument", "prefix and after are strings, limit is an "
                            f"integer in 1..{MAX_BATCH_KEYS}")
-    metas, more = await st.store.list_blocks(ns, prefix.encode(), after.encode(), limit)
+    try:  # JSON may carry lone surrogates ("\ud800"), which are no UTF-8
+        start = prefix.encode(), after.encode()
+    except UnicodeEncodeError:
+        raise RequestError("InvalidArgument", "prefix and after must be valid UTF-8") from None
+    metas, more = await st.store.list_blocks(ns, *start, limit)
     keys = [m.key.decode() for m in metas if isinstance(m, BlockMeta)]  # no delimiter: all
     return web.json_response({"keys": keys, "truncated": more})
 

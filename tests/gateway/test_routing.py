@@ -228,3 +228,20 @@ def test_batches_are_cut_into_requests_the_gateway_takes() -> None:
     assert request_parts(range(6), sizes.__getitem__, 64) == [[0, 1], [2], [3], [4, 5]]
     assert request_parts(range(10), lambda _i: 1, 1000, max_keys=4) == [[0, 1, 2, 3],
                                                                          [4, 5, 6, 7], [8, 9]]
+
+
+async def test_a_key_no_utf8_holds_is_invalid_input_with_several_gateways(gateway: Gateway,
+                                                                           gw_bucket: str
+                                                                           ) -> None:
+    """A key with a lone surrogate raised UnicodeEncodeError out of the routing (with one
+    gateway it was already the gateway's InvalidInput): now it goes to its home gateway, which
+    refuses it. Two names of one gateway, so whichever is the home answers."""
+    from s3kv.errors import InvalidInput
+
+    urls = [gateway.endpoint, gateway.endpoint.replace("127.0.0.1", "localhost")]
+    async with S3KVClient(urls, token=TOKEN, direct_reads=False) as kv:
+        ns = gw_bucket
+        for call in (kv.lookup(ns, ["a\ud800"]), kv.get_many(ns, ["a\ud800"]),
+                     kv.put_many(ns, {"a\ud800": b"v"}), kv.delete_many(ns, ["a\ud800"])):
+            with pytest.raises(InvalidInput):
+                await call
