@@ -6,9 +6,14 @@ Every case runs the real ``main()``: a bad flag value, an unusable path or addre
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from s3kv.cli import main
+from s3kv.errors import ConfigError
+from s3kv.outputs import output_dir, output_file
 
 BAD_FLAG_VALUES = [
     (["sweep", "--obj-size", "-1"], "--obj-size", "invalid size '-1'"),
@@ -40,3 +45,50 @@ def test_a_bad_flag_value_is_a_usage_error(argv: list[str], flag: str, message: 
     err = capsys.readouterr().err
     assert f"error: argument {flag}: " in err and message in err, err
     assert "Traceback" not in err
+
+
+def _unwritable(tmp_path: Path) -> Path:
+    """A path under a regular file: nothing can be created there, whoever runs the test."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    return blocker / "out"
+
+
+def test_an_unwritable_sweep_out_is_an_error(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    out = _unwritable(tmp_path)
+    code = main(["sweep", "--out", str(out), "--endpoint", "http://127.0.0.1:1",
+                 "--clients", "1", "--ops", "put", "--duration", "1s"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"s3kv sweep: error: --out {out}: cannot create the directory" in err, err
+
+
+def test_an_unwritable_benchdata_is_an_error_before_the_run(
+        s3_server: Any, bucket: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    records = _unwritable(tmp_path) / "put.csv.zst"
+    code = main(["bench", "put", "--endpoint", s3_server.endpoint, "--bucket", bucket,
+                 "--obj-size", "4KiB", "--concurrent", "1", "--duration", "1s",
+                 "--benchdata", str(records)])
+    assert code == 2
+    captured = capsys.readouterr()
+    assert "s3kv bench: error: --benchdata " in captured.err, captured.err
+    assert captured.out == ""  # nothing ran
+
+
+def test_an_unwritable_write_config_is_an_error_before_tuning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = _unwritable(tmp_path) / "s3kv.toml"
+    code = main(["tune", "--endpoint", "http://127.0.0.1:1", "--bucket", "b", "--budget", "1",
+                 "--write-config", str(target)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"s3kv tune: error: --write-config {target}: cannot create its directory" in err, err
+
+
+def test_an_output_directory_is_created(tmp_path: Path) -> None:
+    assert output_dir(tmp_path / "a" / "b", "--out").is_dir()
+    assert output_file(tmp_path / "c" / "r.csv.zst", "--benchdata").parent.is_dir()
+    with pytest.raises(ConfigError, match="is a directory"):
+        output_file(tmp_path, "--write-config")

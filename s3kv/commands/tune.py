@@ -17,6 +17,7 @@ from typing import Any
 
 from s3kv.argtypes import arg_type
 from s3kv.errors import ConfigError
+from s3kv.outputs import output_file
 from s3kv.sizes import MiB, format_size, parse_size
 
 
@@ -84,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
 
     from s3kv.tuning import Tuner, TuneSpec, gateway_settings, recommend, row_dict, to_toml
 
+    if args.write_config:  # before the run: a path it cannot write would lose the run
+        output_file(args.write_config, "--write-config")
     spec = TuneSpec(
         endpoints=tuple(e.strip() for e in args.endpoint.split(",") if e.strip()),
         bucket=args.bucket, segment_sizes=args.segment_sizes, part_sizes=args.part_sizes,

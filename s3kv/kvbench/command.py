@@ -18,6 +18,7 @@ from s3kv.kvbench.report import pass_report, to_text
 from s3kv.kvbench.targets import parse_target
 from s3kv.kvbench.workload import ContextDist
 from s3kv.models import get_model, kv_bytes_per_token, model_names
+from s3kv.outputs import output_dir
 from s3kv.sizes import parse_size
 from warp.units import parse_duration
 
@@ -133,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
         turns=args.turns, system_prompt_tokens=args.system_prompt_tokens,
         shared_share=args.shared_share, system_prompts=args.system_prompts, seed=args.seed,
         inflight=args.inflight, batch_bytes=args.batch_size,
-        records_dir=os.path.abspath(args.benchdata) if args.benchdata else "")
+        records_dir=str(output_dir(args.benchdata, "--benchdata").absolute())
+        if args.benchdata else "")
     spec.workload()  # validates
     header: dict[str, Any] = {
         "target": target, "kind": kind, "model": label, "bytes_per_token": per_token,
