@@ -6,6 +6,7 @@ Every case runs the real ``main()``: a bad flag value, an unusable path or addre
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +93,20 @@ def test_an_output_directory_is_created(tmp_path: Path) -> None:
     assert output_file(tmp_path / "c" / "r.csv.zst", "--benchdata").parent.is_dir()
     with pytest.raises(ConfigError, match="is a directory"):
         output_file(tmp_path, "--write-config")
+
+
+def test_an_agent_on_a_taken_port_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["agent", "--listen", f"127.0.0.1:{port}"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"s3kv agent: error: cannot listen on 127.0.0.1:{port}: " in err, err
+    assert "choose another --listen" in err
+
+
+def test_an_agent_port_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["agent", "--listen", "127.0.0.1:99999"]) == 2
+    assert "port from 1 to 65535" in capsys.readouterr().err
