@@ -6,7 +6,10 @@ Every case runs the real ``main()``: a bad flag value, an unusable path or addre
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +113,20 @@ def test_an_agent_on_a_taken_port_says_so(capsys: pytest.CaptureFixture[str]) ->
 def test_an_agent_port_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["agent", "--listen", "127.0.0.1:99999"]) == 2
     assert "port from 1 to 65535" in capsys.readouterr().err
+
+
+def test_serve_without_backend_credentials_says_which_to_set(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3KV_"))}
+    env.update(AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+               AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_EC2_METADATA_DISABLED="true")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "s3kv.cli", "serve", "--listen", f"127.0.0.1:{port}",
+         "--store", "s3://kv/p/?endpoint=http://127.0.0.1:1"],
+        capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("s3kv serve: error: "), last
+    assert "no credentials for the S3 backend: set AWS_ACCESS_KEY_ID and " in last, last
