@@ -6,6 +6,7 @@ Every case runs the real ``main()``: a bad flag value, an unusable path or addre
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from s3kv.backends.file import FileBackend
 from s3kv.cli import main
 from s3kv.errors import ConfigError
 from s3kv.outputs import output_dir, output_file
@@ -130,3 +132,37 @@ def test_serve_without_backend_credentials_says_which_to_set(tmp_path: Path) -> 
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("s3kv serve: error: "), last
     assert "no credentials for the S3 backend: set AWS_ACCESS_KEY_ID and " in last, last
+
+
+def test_serve_refuses_a_directory_that_is_not_a_store(tmp_path: Path) -> None:
+    data = tmp_path / "photos"
+    (data / "2024").mkdir(parents=True)
+    (data / "notes.txt").write_text("mine\n")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "s3kv.cli", "serve", "--listen", f"127.0.0.1:{port}",
+         "--store", f"file://{data}"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == (f"s3kv serve: error: store directory {data} is not empty and is not an "
+                    "s3kv store (it holds 2024, notes.txt): give a new or empty directory, or "
+                    "the directory of an existing s3kv store"), last
+    assert sorted(p.name for p in data.iterdir()) == ["2024", "notes.txt"]  # nothing written
+
+
+@pytest.mark.parametrize("entries", [[], ["lost+found"], [".uploads", "README"],
+                                     ["segments", "manifests", "operator-notes.txt"]])
+def test_a_new_empty_or_existing_store_directory_opens(tmp_path: Path,
+                                                       entries: list[str]) -> None:
+    for name in entries:
+        (tmp_path / name).mkdir()
+
+    async def open_and_close() -> None:
+        backend = await FileBackend(tmp_path, fsync=False).open()
+        await backend.close()
+
+    asyncio.run(open_and_close())
+    assert (tmp_path / ".uploads").is_dir()
+
