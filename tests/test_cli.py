@@ -20,6 +20,7 @@ from s3kv.backends.file import FileBackend
 from s3kv.cli import main
 from s3kv.errors import ConfigError
 from s3kv.outputs import output_dir, output_file
+from warp.flags import LOCAL_PROFILE, WARP_PROFILE
 
 BAD_FLAG_VALUES = [
     (["sweep", "--obj-size", "-1"], "--obj-size", "invalid size '-1'"),
@@ -166,3 +167,13 @@ def test_a_new_empty_or_existing_store_directory_opens(tmp_path: Path,
     asyncio.run(open_and_close())
     assert (tmp_path / ".uploads").is_dir()
 
+
+def test_help_gives_the_defaults_a_run_uses(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    local, remote = LOCAL_PROFILE, WARP_PROFILE
+    assert (f"(default {remote.trim:g}s as Warp with --endpoint, {local.trim:g}s locally)"
+            in text)
+    assert (f"(default {remote.duration:g}s with --endpoint, {local.duration:g}s locally)"
+            in text)

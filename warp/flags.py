@@ -100,8 +100,9 @@ def add_client_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--autoterm.pct", dest="autoterm_pct", type=float, default=7.5,
                    metavar="PCT", help="stability threshold for --autoterm (default 7.5)")
     g.add_argument("--trim", type=_duration, default=None, metavar="DURATION",
-                   help="seconds the analysis drops at each end of a run (default 2s as Warp "
-                        "with --endpoint, 1s locally)")
+                   help=f"seconds the analysis drops at each end of a run (default "
+                        f"{WARP_PROFILE.trim:g}s as Warp with --endpoint, {LOCAL_PROFILE.trim:g}s"
+                        " locally)")
     g.add_argument("--json", action="store_true", help="print results as JSON (for scripts)")
 
 
