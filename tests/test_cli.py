@@ -177,3 +177,17 @@ def test_help_gives_the_defaults_a_run_uses(capsys: pytest.CaptureFixture[str]) 
             in text)
     assert (f"(default {remote.duration:g}s with --endpoint, {local.duration:g}s locally)"
             in text)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["sweep", "--duration", "0"], "--duration must be positive"),
+    (["bench", "put", "--duration", "0s"], "--duration must be positive"),
+    (["bench", "get", "--retries", "-1"], "--retries must be 0 or more"),
+    (["sweep", "--ops", ","], "--ops names no operation"),
+])
+def test_a_run_that_would_measure_nothing_is_refused(argv: list[str], message: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    code = main([*argv, "--endpoint", "http://127.0.0.1:1", "--clients", "1"]
+                if argv[0] == "sweep" else [*argv, "--endpoint", "http://127.0.0.1:1"])
+    assert code == 2
+    assert message in capsys.readouterr().err
