@@ -191,3 +191,10 @@ def test_a_run_that_would_measure_nothing_is_refused(argv: list[str], message: s
                 if argv[0] == "sweep" else [*argv, "--endpoint", "http://127.0.0.1:1"])
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_tune_names_an_endpoint_without_a_scheme(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["tune", "--endpoint", "minio1:9000", "--bucket", "b", "--budget", "1"])
+    assert code == 2
+    assert ("s3kv tune: error: endpoint 'minio1:9000' must start with http:// or https://"
+            in capsys.readouterr().err)
