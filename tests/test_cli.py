@@ -7,6 +7,8 @@ Every case runs the real ``main()``: a bad flag value, an unusable path or addre
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import os
 import socket
 import subprocess
@@ -198,3 +200,49 @@ def test_tune_names_an_endpoint_without_a_scheme(capsys: pytest.CaptureFixture[s
     assert code == 2
     assert ("s3kv tune: error: endpoint 'minio1:9000' must start with http:// or https://"
             in capsys.readouterr().err)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_progress_bar_on_a_terminal_but_not_with_json(
+        s3_server: Any, bucket: str, tmp_path: Path, as_json: bool,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    code = main(["bench", "put", "--endpoint", s3_server.endpoint, "--bucket", bucket,
+                 "--obj-size", "4KiB", "--concurrent", "1", "--duration", "1s", "--trim", "0",
+                 "--benchdata", str(tmp_path / "put.csv.zst"), *(["--json"] if as_json else [])])
+    assert code == 0
+    assert ("put c=1" in terminal.getvalue()) is not as_json, terminal.getvalue()
+    if as_json:
+        json.loads(capsys.readouterr().out)
+
+
+def test_tune_json_shows_no_progress_bar(s3_server: Any, bucket: str,
+                                         monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    main(["tune", "--endpoint", s3_server.endpoint, "--bucket", bucket, "--budget", "1",
+          "--segment-sizes", "5MiB", "--part-sizes", "5MiB", "--concurrency", "1",
+          "--block-size", "256KiB", "--json"])
+    assert "tune" not in terminal.getvalue(), terminal.getvalue()
+    json.loads(capsys.readouterr().out)
+
+
+def test_bench_kv_json_shows_no_progress_bar(s3_server: Any, bucket: str,
+                                             monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    code = main(["bench", "kv", "--target", f"s3://{bucket}/kv?endpoint={s3_server.endpoint}",
+                 "--bytes-per-token", "1KiB", "--block-tokens", "16", "--context-tokens",
+                 "160", "--system-prompt-tokens", "16", "--users", "1", "--duration", "1s",
+                 "--json"])
+    assert code == 0
+    assert "pass 1" not in terminal.getvalue(), terminal.getvalue()
+    json.loads(capsys.readouterr().out)

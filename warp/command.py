@@ -53,7 +53,7 @@ def run_bench(args: argparse.Namespace, op: str) -> int:
         config = config_from_args(args, op, endpoints)
         path = output_file(args.benchdata or default_records_path(op), "--benchdata")
         bar = tqdm(total=round(config.duration), unit="s", desc=f"{op} c={config.concurrent}",
-                   file=sys.stderr, disable=None, leave=False)
+                   file=sys.stderr, disable=True if args.json else None, leave=False)
 
         def progress(stats: LiveStats, elapsed: float) -> None:
             bar.n = min(round(elapsed), bar.total)

@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, block_size=args.block_size, budget=args.budget,
         tolerance=args.tolerance, ttfb_factor=args.ttfb_factor,
         ttfb_slack_ms=args.ttfb_slack_ms, prefix=args.prefix, region=args.region)
-    bar = tqdm(total=round(spec.budget), unit="s", desc="tune", file=sys.stderr, disable=None,
-               leave=False)
+    bar = tqdm(total=round(spec.budget), unit="s", desc="tune", file=sys.stderr,
+               disable=True if args.json else None, leave=False)
     t0 = time.monotonic()
 
     def progress(msg: str) -> None:

@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     }
     from s3kv.kvbench.coordinator import Coordinator
 
-    coord = Coordinator(spec, args.tier, keep=args.noclear)
+    coord = Coordinator(spec, args.tier, keep=args.noclear, progress=not args.json)
     try:
         passes = asyncio.run(coord.run(args.duration, args.passes))
     except KeyboardInterrupt:
