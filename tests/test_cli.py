@@ -23,6 +23,7 @@ from s3kv.cli import main
 from s3kv.errors import ConfigError
 from s3kv.outputs import output_dir, output_file
 from warp.flags import LOCAL_PROFILE, WARP_PROFILE
+from warp.records import Record, write_records
 
 BAD_FLAG_VALUES = [
     (["sweep", "--obj-size", "-1"], "--obj-size", "invalid size '-1'"),
@@ -246,3 +247,15 @@ def test_bench_kv_json_shows_no_progress_bar(s3_server: Any, bucket: str,
     assert code == 0
     assert "pass 1" not in terminal.getvalue(), terminal.getvalue()
     json.loads(capsys.readouterr().out)
+
+
+def test_analyze_refuses_a_bucket_of_no_length(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    records = tmp_path / "put.csv.zst"
+    t0 = 1_700_000_000 * 10**9
+    write_records(records, [Record("PUT", 0, "c1", "http://s3", f"k{i}", 4096,
+                                   t0 + i * 10**8, t0 + i * 10**8 + 5 * 10**7)
+                            for i in range(50)])
+    assert main(["analyze", "--bucket-duration", "0", str(records)]) == 2
+    assert ("s3kv analyze: error: --bucket-duration must be positive"
+            in capsys.readouterr().err)
