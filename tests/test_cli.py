@@ -20,7 +20,7 @@ import pytest
 
 from s3kv.backends.file import FileBackend
 from s3kv.cli import main
-from s3kv.errors import ConfigError
+from s3kv.errors import BackendError, ConfigError
 from s3kv.outputs import output_dir, output_file
 from warp.flags import LOCAL_PROFILE, WARP_PROFILE
 from warp.records import Record, write_records
@@ -259,3 +259,13 @@ def test_analyze_refuses_a_bucket_of_no_length(tmp_path: Path,
     assert main(["analyze", "--bucket-duration", "0", str(records)]) == 2
     assert ("s3kv analyze: error: --bucket-duration must be positive"
             in capsys.readouterr().err)
+
+
+def test_an_unlistable_store_directory_is_reported_not_raised(tmp_path: Path) -> None:
+    store = tmp_path / ("n" * 300)  # ENAMETOOLONG: listing it fails whoever runs the test
+
+    async def open_it() -> None:
+        await FileBackend(store, fsync=False).open()
+
+    with pytest.raises(BackendError, match="cannot create store directory"):
+        asyncio.run(open_it())

@@ -54,8 +54,8 @@ def _foreign_entries(root: Path) -> list[str]:
     others): a mistyped --store must not fill someone's directory with segments."""
     try:
         names = sorted(os.listdir(root))
-    except (FileNotFoundError, NotADirectoryError):
-        return []  # created, or refused, by _mkdirs
+    except OSError:
+        return []  # missing (created by _mkdirs), or unusable (which _mkdirs reports)
     if _OWN_ENTRIES.intersection(names):
         return []
     return [n for n in names if n != "lost+found"]
