@@ -74,6 +74,9 @@ class TuneSpec:
     def validate(self) -> None:
         if not self.endpoints:
             raise ConfigError("--endpoint is required")
+        for ep in self.endpoints:
+            if not ep.startswith(("http://", "https://")):
+                raise ConfigError(f"endpoint {ep!r} must start with http:// or https://")
         if any(p < S3_MIN_PART for p in self.part_sizes):
             raise ConfigError("part sizes must be at least 5MiB (the S3 minimum part)")
         if not self.segment_sizes or not self.part_sizes or not self.concurrency:

@@ -13,6 +13,7 @@ from types import ModuleType
 
 from tqdm import tqdm
 
+from s3kv.outputs import output_file
 from warp.analysis import AnalysisOptions, analyze_files
 from warp.analysis.report import to_dict, to_text
 from warp.benchmarks import load
@@ -50,9 +51,9 @@ def run_bench(args: argparse.Namespace, op: str) -> int:
               "profile)", file=sys.stderr)
     try:
         config = config_from_args(args, op, endpoints)
-        path = Path(args.benchdata) if args.benchdata else default_records_path(op)
+        path = output_file(args.benchdata or default_records_path(op), "--benchdata")
         bar = tqdm(total=round(config.duration), unit="s", desc=f"{op} c={config.concurrent}",
-                   file=sys.stderr, disable=None, leave=False)
+                   file=sys.stderr, disable=True if args.json else None, leave=False)
 
         def progress(stats: LiveStats, elapsed: float) -> None:
             bar.n = min(round(elapsed), bar.total)

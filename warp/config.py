@@ -95,6 +95,10 @@ class BenchConfig:
                 raise ConfigError(f"endpoint {ep!r} must start with http:// or https://")
         if self.concurrent < 1:
             raise ConfigError("--concurrent must be at least 1")
+        if self.duration <= 0:
+            raise ConfigError("--duration must be positive: a run of 0 s measures nothing")
+        if self.retries < 0:
+            raise ConfigError("--retries must be 0 or more")
         if self.obj_size < 1 and self.op not in ("list", "delete", "stat"):
             raise ConfigError("--obj-size must be at least 1 byte")
         if not self.disable_multipart and self.part_size < 1:

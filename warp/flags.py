@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from s3kv.argtypes import arg_type
 from s3kv.sizes import KiB, MiB, format_size, parse_size
 from warp.config import (
     DEFAULT_BUCKET,
@@ -36,8 +37,8 @@ WARP_PROFILE = Profile(WARP_OBJ_SIZE, WARP_CONCURRENT, WARP_DURATION_S, 2500, 2.
 LOCAL_PROFILE = Profile(512 * KiB, 4, 4.0, 64, 0.5)
 
 
-def _size(text: str) -> int:
-    return parse_size(text)
+_size = arg_type(parse_size)
+_duration = arg_type(parse_duration)
 
 
 def add_client_flags(p: argparse.ArgumentParser) -> None:
@@ -61,7 +62,7 @@ def add_client_flags(p: argparse.ArgumentParser) -> None:
                    help=f"operations in flight per client, one connection each (default "
                         f"{WARP_PROFILE.concurrent} with --endpoint, {LOCAL_PROFILE.concurrent} "
                         "locally)")
-    g.add_argument("--duration", type=parse_duration, default=None, metavar="DURATION",
+    g.add_argument("--duration", type=_duration, default=None, metavar="DURATION",
                    help=f"how long each run or phase lasts: 30s, 5m (default "
                         f"{WARP_PROFILE.duration:g}s with --endpoint, {LOCAL_PROFILE.duration:g}s"
                         " locally)")
@@ -78,7 +79,7 @@ def add_client_flags(p: argparse.ArgumentParser) -> None:
                    help=f"size of the object set that get/stat/mixed/delete/list prepare and use "
                         f"(default {WARP_PROFILE.objects} with --endpoint, "
                         f"{LOCAL_PROFILE.objects} locally)")
-    g.add_argument("--mixed-ratio", type=MixedRatio.parse, default=MixedRatio(),
+    g.add_argument("--mixed-ratio", type=arg_type(MixedRatio.parse), default=MixedRatio(),
                    metavar="get=45,stat=30,put=15,delete=10",
                    help="operation weights of the mixed benchmark (default Warp's 45/30/15/10)")
     g.add_argument("--batch", type=int, default=100, metavar="N",
@@ -86,7 +87,7 @@ def add_client_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--retries", type=int, default=0, metavar="N",
                    help="retry connection errors and 5xx up to N times; retries are recorded "
                         "(default 0: every error is data, as in Warp)")
-    g.add_argument("--request-timeout", type=parse_duration, default=0.0, metavar="DURATION",
+    g.add_argument("--request-timeout", type=_duration, default=0.0, metavar="DURATION",
                    help="give up on a response not read within this time (default: no limit)")
     g = p.add_argument_group("run")
     g.add_argument("--noclear", action="store_true",
@@ -94,13 +95,14 @@ def add_client_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--autoterm", action="store_true",
                    help="end a run early once throughput is stable: every one of the last "
                         "--autoterm.dur seconds within --autoterm.pct %% of their mean")
-    g.add_argument("--autoterm.dur", dest="autoterm_dur", type=parse_duration, default=10.0,
+    g.add_argument("--autoterm.dur", dest="autoterm_dur", type=_duration, default=10.0,
                    metavar="DURATION", help="stability window for --autoterm (default 10s)")
     g.add_argument("--autoterm.pct", dest="autoterm_pct", type=float, default=7.5,
                    metavar="PCT", help="stability threshold for --autoterm (default 7.5)")
-    g.add_argument("--trim", type=parse_duration, default=None, metavar="DURATION",
-                   help="seconds the analysis drops at each end of a run (default 2s as Warp "
-                        "with --endpoint, 1s locally)")
+    g.add_argument("--trim", type=_duration, default=None, metavar="DURATION",
+                   help=f"seconds the analysis drops at each end of a run (default "
+                        f"{WARP_PROFILE.trim:g}s as Warp with --endpoint, {LOCAL_PROFILE.trim:g}s"
+                        " locally)")
     g.add_argument("--json", action="store_true", help="print results as JSON (for scripts)")
 
 

@@ -22,7 +22,13 @@ from s3kv.backends.filemaps import MappedFiles
 from s3kv.backends.fileuploads import UPLOADS, FileUploads, write_at
 from s3kv.backends.filewindows import FileMap
 from s3kv.backends.recycle import RECYCLE_BYTES, RecycledFiles
-from s3kv.errors import BackendError, BackendUnavailable, InvalidInput, ObjectMissing
+from s3kv.errors import (
+    BackendError,
+    BackendUnavailable,
+    ConfigError,
+    InvalidInput,
+    ObjectMissing,
+)
 from s3kv.wire.body import size_of
 
 #: where deleted files wait to be written over (recycle.py); not an object, never listed
@@ -38,6 +44,23 @@ NOW_MAX = 1024 * 1024
 
 #: object keys whose paths are remembered (segments and manifests: a few per GiB stored)
 _PATHS_KEPT = 4096
+#: what a store directory holds (docs/format.md) besides ``lost+found`` (a fresh ext4 mount)
+_OWN_ENTRIES = frozenset({"segments", "manifests", "namespaces", "deleted-namespaces", UPLOADS,
+                          _RECYCLED})
+
+
+def _foreign_entries(root: Path) -> list[str]:
+    """The entries of an existing directory that is not a store (none of a store's own, some
+    others): a mistyped --store must not fill someone's directory with segments."""
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []  # missing (created by _mkdirs), or unusable (which _mkdirs reports)
+    if _OWN_ENTRIES.intersection(names):
+        return []
+    return [n for n in names if n != "lost+found"]
+
+
 class FileBackend:
     def __init__(self, root: str | Path, *, fsync: bool = True,
                  recycle_bytes: int = RECYCLE_BYTES) -> None:
@@ -56,6 +79,12 @@ class FileBackend:
         return self
 
     def _mkdirs(self) -> None:
+        foreign = _foreign_entries(self.root)
+        if foreign:
+            raise ConfigError(
+                f"store directory {self.root} is not empty and is not an s3kv store (it holds "
+                f"{', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}): give a new "
+                "or empty directory, or the directory of an existing s3kv store")
         try:
             self._uploads.directory.mkdir(parents=True, exist_ok=True)
             self.recycled.load()

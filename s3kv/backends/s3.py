@@ -24,6 +24,7 @@ from botocore.exceptions import (
     ClientError,
     ConnectionClosedError,
     EndpointConnectionError,
+    NoCredentialsError,
     ReadTimeoutError,
 )
 from botocore.httpsession import get_cert_path
@@ -73,6 +74,9 @@ def translate(exc: BaseException, what: str) -> BackendError:
     if isinstance(exc, (EndpointConnectionError, ConnectionClosedError, ReadTimeoutError,
                         aiohttp.ClientError, asyncio.TimeoutError, TimeoutError, OSError)):
         return BackendUnavailable(f"{what}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, NoCredentialsError):  # not transient: no retry finds keys
+        return BackendError(f"{what}: no credentials for the S3 backend: set "
+                            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)")
     if isinstance(exc, BotoCoreError):
         return BackendUnavailable(f"{what}: {type(exc).__name__}: {exc}")
     return BackendError(f"{what}: {type(exc).__name__}: {exc}")

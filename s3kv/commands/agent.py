@@ -31,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
     from warp.sweep.agent import serve
 
     host, _, port = args.listen.rpartition(":")
-    if not host or not port.isdigit():
-        raise ConfigError(f"--listen {args.listen!r}: write HOST:PORT")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--listen {args.listen!r}: write HOST:PORT with a port from 1 to "
+                          "65535, e.g. 127.0.0.1:7761")
     asyncio.run(serve(host, int(port), args.token))
     return 0

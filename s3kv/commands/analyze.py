@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from s3kv.argtypes import arg_type
 from warp.units import parse_duration
 
 
@@ -22,9 +23,10 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     out.add_argument("--csv", action="store_true", help="print CSV, one row per operation type")
     p.add_argument("--op", default="", metavar="OP",
                    help="only this operation type (PUT, GET, STAT, DELETE, LIST)")
-    p.add_argument("--trim", type=parse_duration, default=2.0, metavar="DURATION",
+    duration = arg_type(parse_duration)
+    p.add_argument("--trim", type=duration, default=2.0, metavar="DURATION",
                    help="seconds dropped at each end of the run (default 2s, as Warp)")
-    p.add_argument("--bucket-duration", type=parse_duration, default=1.0, metavar="DURATION",
+    p.add_argument("--bucket-duration", type=duration, default=1.0, metavar="DURATION",
                    help="length of a throughput bucket (default 1s, as Warp)")
     p.set_defaults(func=run)
 

@@ -12,6 +12,7 @@ import re
 import sys
 from typing import Any, TextIO
 
+from s3kv.argtypes import arg_type
 from s3kv.errors import ConfigError
 from s3kv.models import model_names
 from s3kv.planning import TB, Plan, PlanInputs, plan
@@ -43,7 +44,7 @@ def register(subparsers: Any) -> None:
              f"(default: {d.model})",
     )
     src.add_argument(
-        "--bytes-per-token", type=parse_size, default=None, metavar="SIZE",
+        "--bytes-per-token", type=arg_type(parse_size), default=None, metavar="SIZE",
         help="KV bytes per token before any codec, instead of --model: bytes or a size "
              "such as 128KiB or 320KiB (default: from --model)",
     )

@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
+    from s3kv.outputs import output_dir
     from s3kv.reference import locate
     from warp.flags import config_from_args, endpoints_of, profile_of
     from warp.localserver import LocalS3Server
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
             agent_token=args.agent_token, reference=reference,
             trim=profile_of(args).trim, local_server=server is not None,
             progress=not args.json)
+        output_dir(cfg.out, "--out")  # after the flags are checked, before the run
         outcome = asyncio.run(Sweep(cfg).run())
     finally:
         if server is not None:

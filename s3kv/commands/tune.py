@@ -15,7 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from s3kv.argtypes import arg_type
 from s3kv.errors import ConfigError
+from s3kv.outputs import output_file
 from s3kv.sizes import MiB, format_size, parse_size
 
 
@@ -48,17 +50,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--endpoint", required=True, metavar="URL[,URL...]",
                    help="S3 endpoint(s), used round-robin (e.g. one per MinIO node)")
     p.add_argument("--bucket", required=True, help="bucket to write into (created if missing)")
-    p.add_argument("--budget", type=parse_duration, default=60.0, metavar="SECONDS",
+    p.add_argument("--budget", type=arg_type(parse_duration), default=60.0, metavar="SECONDS",
                    help="time for all measurements: 60, 5m (default 60 s; a layout started "
                         "finishes its phase)")
-    p.add_argument("--segment-sizes", type=_sizes, default=(16 * MiB, 64 * MiB, 256 * MiB,
+    p.add_argument("--segment-sizes", type=arg_type(_sizes), default=(16 * MiB, 64 * MiB, 256 * MiB,
                                                             512 * MiB), metavar="LIST",
                    help="segment (object) sizes to try (default 16MiB,64MiB,256MiB,512MiB)")
-    p.add_argument("--part-sizes", type=_sizes, default=(8 * MiB, 16 * MiB, 32 * MiB),
+    p.add_argument("--part-sizes", type=arg_type(_sizes), default=(8 * MiB, 16 * MiB, 32 * MiB),
                    metavar="LIST", help="multipart part sizes, >= 5MiB (default 8MiB,16MiB,32MiB)")
-    p.add_argument("--concurrency", type=_ints, default=(1, 4, 16), metavar="LIST",
+    p.add_argument("--concurrency", type=arg_type(_ints), default=(1, 4, 16), metavar="LIST",
                    help="part uploads / ranged GETs in flight (default 1,4,16)")
-    p.add_argument("--block-size", type=parse_size, default=2 * MiB, metavar="SIZE",
+    p.add_argument("--block-size", type=arg_type(parse_size), default=2 * MiB, metavar="SIZE",
                    help="ranged-GET size: the KV block size (default 2MiB: llama3.1-8b x 16 "
                         "tokens)")
     p.add_argument("--tolerance", type=float, default=0.05, metavar="X",
@@ -83,14 +85,16 @@ def run(args: argparse.Namespace) -> int:
 
     from s3kv.tuning import Tuner, TuneSpec, gateway_settings, recommend, row_dict, to_toml
 
+    if args.write_config:  # before the run: a path it cannot write would lose the run
+        output_file(args.write_config, "--write-config")
     spec = TuneSpec(
         endpoints=tuple(e.strip() for e in args.endpoint.split(",") if e.strip()),
         bucket=args.bucket, segment_sizes=args.segment_sizes, part_sizes=args.part_sizes,
         concurrency=args.concurrency, block_size=args.block_size, budget=args.budget,
         tolerance=args.tolerance, ttfb_factor=args.ttfb_factor,
         ttfb_slack_ms=args.ttfb_slack_ms, prefix=args.prefix, region=args.region)
-    bar = tqdm(total=round(spec.budget), unit="s", desc="tune", file=sys.stderr, disable=None,
-               leave=False)
+    bar = tqdm(total=round(spec.budget), unit="s", desc="tune", file=sys.stderr,
+               disable=True if args.json else None, leave=False)
     t0 = time.monotonic()
 
     def progress(msg: str) -> None:

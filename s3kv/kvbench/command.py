@@ -11,12 +11,14 @@ import sys
 import uuid
 from typing import Any
 
+from s3kv.argtypes import arg_type
 from s3kv.errors import ConfigError
 from s3kv.kvbench.rank import RunSpec
 from s3kv.kvbench.report import pass_report, to_text
 from s3kv.kvbench.targets import parse_target
 from s3kv.kvbench.workload import ContextDist
 from s3kv.models import get_model, kv_bytes_per_token, model_names
+from s3kv.outputs import output_dir
 from s3kv.sizes import parse_size
 from warp.units import parse_duration
 
@@ -52,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     m = g.add_mutually_exclusive_group()
     m.add_argument("--model", default="llama3.1-8b", metavar="NAME",
                    help=f"KV geometry (bf16): {', '.join(model_names())} (default llama3.1-8b)")
-    m.add_argument("--bytes-per-token", type=parse_size, default=None, metavar="SIZE",
+    m.add_argument("--bytes-per-token", type=arg_type(parse_size), default=None, metavar="SIZE",
                    help="KV bytes per token of the whole model instead of --model (e.g. 128KiB)")
     g.add_argument("--block-tokens", type=int, default=16, metavar="N",
                    help="tokens per KV block (default 16)")
@@ -64,11 +66,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     g.add_argument("--ranks", type=int, default=1, metavar="N",
                    help="ranks: separate OS processes, each with its own users and "
                         "connections (default 1)")
-    g.add_argument("--duration", type=parse_duration, default=30.0, metavar="DURATION",
+    g.add_argument("--duration", type=arg_type(parse_duration), default=30.0, metavar="DURATION",
                    help="length of the fresh pass: 30s, 2m (default 30s)")
-    g.add_argument("--context-tokens", type=ContextDist.parse, default="uniform:1024-4096",
-                   metavar="DIST", help="total context length per conversation: N, "
-                   "uniform:LO-HI or lognormal:MEAN,SIGMA (default uniform:1024-4096)")
+    g.add_argument("--context-tokens", type=arg_type(ContextDist.parse),
+                   default="uniform:1024-4096", metavar="DIST",
+                   help="total context length per conversation: N, uniform:LO-HI or "
+                        "lognormal:MEAN,SIGMA (default uniform:1024-4096)")
     g.add_argument("--turns", type=int, default=4, metavar="N",
                    help="turns per conversation (default 4)")
     g.add_argument("--system-prompt-tokens", type=int, default=1024, metavar="N",
@@ -85,7 +88,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     g.add_argument("--inflight", type=int, default=4, metavar="N",
                    help="requests in flight per user and step: per-block S3's HEADs, GETs "
                         "and PUTs, the gateway's batch puts (default 4)")
-    g.add_argument("--batch-size", type=parse_size, default=32 << 20, metavar="SIZE",
+    g.add_argument("--batch-size", type=arg_type(parse_size), default=32 << 20, metavar="SIZE",
                    help="bytes per gateway batch-put request (default 32MiB); the gateway "
                         "restores a prefix with one streamed batch-get, as s3kv's client does")
     g.add_argument("--benchdata", default="", metavar="DIR",
@@ -131,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
         turns=args.turns, system_prompt_tokens=args.system_prompt_tokens,
         shared_share=args.shared_share, system_prompts=args.system_prompts, seed=args.seed,
         inflight=args.inflight, batch_bytes=args.batch_size,
-        records_dir=os.path.abspath(args.benchdata) if args.benchdata else "")
+        records_dir=str(output_dir(args.benchdata, "--benchdata").absolute())
+        if args.benchdata else "")
     spec.workload()  # validates
     header: dict[str, Any] = {
         "target": target, "kind": kind, "model": label, "bytes_per_token": per_token,
@@ -146,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     }
     from s3kv.kvbench.coordinator import Coordinator
 
-    coord = Coordinator(spec, args.tier, keep=args.noclear)
+    coord = Coordinator(spec, args.tier, keep=args.noclear, progress=not args.json)
     try:
         passes = asyncio.run(coord.run(args.duration, args.passes))
     except KeyboardInterrupt:

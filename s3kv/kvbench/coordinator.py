@@ -32,10 +32,13 @@ START_DELAY_S = 0.3
 
 
 class Coordinator:
-    def __init__(self, spec: RunSpec, tier: str, keep: bool = False) -> None:
+    def __init__(self, spec: RunSpec, tier: str, keep: bool = False,
+                 progress: bool = True) -> None:
+        """``progress``: a bar per pass on stderr when it is a terminal (not with --json)."""
         self.spec = spec
         self.tier = tier
         self.keep = keep
+        self.progress = progress
         self.warnings: list[str] = []
         self.procs: list[asyncio.subprocess.Process] = []
 
@@ -134,7 +137,7 @@ class Coordinator:
         desc = f"pass {number} ({mode})"
         total = round(duration) if mode == "fresh" else max(1, expect_turns)
         bar = tqdm(total=total, unit="s" if mode == "fresh" else "turn", desc=desc,
-                   file=sys.stderr, disable=None, leave=False)
+                   file=sys.stderr, disable=None if self.progress else True, leave=False)
         start_at = time.time() + START_DELAY_S
         for proc in self.procs:
             self._send(proc, {"pass": {"number": number, "mode": mode, "duration": duration,

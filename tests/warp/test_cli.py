@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from s3kv.cli import main
@@ -58,3 +59,24 @@ def test_ctrl_c_stops_a_sweep_cleanly(s3_server: Any, bucket: str, tmp_path: Pat
     assert doc["interrupted"] is True
     assert doc["phases"][0]["ops"] == len(records)
     assert (out / "sweep.png").exists()
+
+
+def test_the_local_server_ends_with_a_killed_command() -> None:
+    """`s3kv sweep`/`bench` without --endpoint start a local S3 server in its own session; a
+    command killed without clean-up (SIGTERM, SIGKILL, a CI timeout) must not leave it."""
+    starter = subprocess.Popen(
+        [sys.executable, "-c", "import time; from warp.localserver import LocalS3Server; "
+         "print(LocalS3Server().start(), flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, text=True)
+    server: psutil.Process | None = None
+    try:
+        assert starter.stdout is not None
+        assert starter.stdout.readline().startswith("http://127.0.0.1:")
+        [server] = psutil.Process(starter.pid).children()
+        starter.kill()
+        starter.wait()
+        server.wait(timeout=10)  # psutil.TimeoutExpired: the server outlived its command
+    finally:
+        starter.kill()
+        if server is not None and server.is_running():
+            server.kill()

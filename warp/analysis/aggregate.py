@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from s3kv.errors import ConfigError
 from warp.records import Record, read_records
 
 NS = 1_000_000_000
@@ -64,6 +65,10 @@ class AnalysisOptions:
     bucket_s: float = 1.0
     trim_s: float = 2.0
     op: str = ""  # only this operation type (empty: all)
+
+    def __post_init__(self) -> None:
+        if self.bucket_s * NS < 1:  # buckets are whole nanoseconds
+            raise ConfigError("--bucket-duration must be positive, e.g. 1s")
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from pathlib import Path
 from aiohttp import web
 
 from s3kv.clock import now_s
+from s3kv.errors import ConfigError
 from warp.client import Job
 from warp.sweep.handles import LocalClient
 
@@ -129,7 +130,12 @@ async def serve(host: str, port: int, token: str = "") -> None:
     runner = web.AppRunner(agent.app())
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:  # the port is taken, or the address is not this host's
+        await runner.cleanup()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; choose another "
+                          "--listen") from None
     print(f"s3kv agent listening on http://{host}:{port} (work dir {agent.workdir})", flush=True)
     try:
         await asyncio.Event().wait()

@@ -55,6 +55,8 @@ class SweepConfig:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not self.ops:
+            raise ConfigError(f"--ops names no operation: give some of {', '.join(SWEEP_OPS)}")
         bad = [op for op in self.ops if op not in SWEEP_OPS]
         if bad:
             raise ConfigError(f"sweep ops must be among {', '.join(SWEEP_OPS)}: not "
