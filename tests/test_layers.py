@@ -1,10 +1,10 @@
 """The layers, read from the code's own imports (ast over every module of s3kv/ and warp/).
 
 From the ground up (docs/architecture.md): the ground floor (errors, sizes, log, retry, clock,
-frames, config, reference data, the S3 wire); beside each other above it, the object backends
-and the load generator (warp); the block store on the backends; the gateway on the store; at
-the top the tools and commands (s3kv.commands, kvbench, tuning, planning, doctor, the CLI, the
-client).
+frames, config, argument types, output paths, reference data, the S3 wire); beside each other
+above it, the object backends and the load generator (warp); the block store on the backends;
+the gateway on the store; at the top the tools and commands (s3kv.commands, kvbench, tuning,
+planning, doctor, the CLI, the client).
 A module imports only from its own layer or below; there are no import circles; the store's
 background jobs work on its catalog, not on BlockStore; no private attribute is used outside
 its class.
@@ -19,7 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 GROUND = ("s3kv", "s3kv.errors", "s3kv.sizes", "s3kv.log", "s3kv.retry", "s3kv.clock",
-          "s3kv.frames", "s3kv.config", "s3kv.reference", "s3kv.wire")
+          "s3kv.frames", "s3kv.config", "s3kv.reference", "s3kv.wire", "s3kv.argtypes",
+          "s3kv.outputs")
 #: what each layer may import besides itself (layers named by module prefix)
 ALLOWED: dict[str, tuple[str, ...]] = {
     "ground": (),
