@@ -148,21 +148,24 @@ class S3KVConnector(RemoteConnector):
         log.info("lmcache.s3kv.init", url=self.settings.url, namespace=self.namespace)
 
     # ---- plumbing ----------------------------------------------------------------------------
-    async def _kv(self) -> S3KVClient:
-        """The client, its session opened on LMCache's loop, the namespace created once."""
+    async def _kv(self, *, writing: bool = False) -> S3KVClient:
+        """The client, its session opened on LMCache's loop; before a write, the namespace
+        created once (a try takes at most the lookup timeout: reads never wait for one, a
+        missing namespace is misses, so a hung gateway costs a lookup no more than that)."""
         if self._closed:
             raise ConfigError("the s3kv connector is closed")
         if not self._opened:
             await self._client.open()
             self._opened = True
-        if not self._namespace_ready and self.loop.time() >= self._create_after:
+        if writing and not self._namespace_ready and self.loop.time() >= self._create_after:
             try:
-                await self._client.create_namespace(self.namespace)
+                async with asyncio.timeout(self.settings.lookup_timeout):
+                    await self._client.create_namespace(self.namespace)
                 self._namespace_ready = True
-            except S3KVError as exc:
+            except (S3KVError, TimeoutError) as exc:
                 self._create_after = self.loop.time() + _CREATE_EVERY
                 log.warning("lmcache.s3kv.namespace_unavailable", namespace=self.namespace,
-                            error=str(exc))
+                            error=str(exc) or type(exc).__name__)
         return self._client
 
     def _sync(self, coro: Coroutine[Any, Any, T], default: T) -> T:
@@ -316,7 +319,7 @@ class S3KVConnector(RemoteConnector):
             return
         items = list(zip(self._keys(keys), (self._block(o) for o in memory_objs), strict=True))
         try:
-            kv = await self._kv()
+            kv = await self._kv(writing=True)
             stored = await kv.put_each(self.namespace, items, within=self.settings.put_within)
         except NamespaceNotFound:
             self._namespace_ready = False

@@ -218,6 +218,32 @@ def test_gateway_down_misses_in_bounded_time(tmp_path: Path, engine_for: Any) ->
         gw.cleanup()
 
 
+def test_gateway_hung_before_the_first_call_misses_within_the_lookup_timeout(
+        tmp_path: Path, engine_for: Any) -> None:
+    """LMCache's ``contains`` waits on the plugin's ``exists`` with no timeout of its own: a
+    gateway that hangs before the engine's first call must cost it a lookup timeout, not the
+    batch timeout of creating the namespace (reads do not wait for one; a write creates it)."""
+    gw = _start(f"file://{tmp_path}", BIG)
+    try:
+        e = engine_for(gw, s3kv_lookup_timeout=1.0)
+        keys = [e.key(i) for i in range(2)]
+        os.kill(gw.pid, signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            assert not e.backend.contains(keys[0])
+            assert e.backend.batched_contains(keys) == 0
+            assert asyncio.run_coroutine_threadsafe(
+                e.backend.batched_async_contains("h", keys), e.loop).result(30) == 0
+            assert time.monotonic() - start < 5.0
+        finally:
+            os.kill(gw.pid, signal.SIGCONT)
+        objs = [e.chunk() for _ in keys]
+        e.store(keys, objs)  # the first write creates the namespace
+        assert e.backend.batched_contains(keys) == 2
+    finally:
+        gw.cleanup()
+
+
 def test_corrupted_block_is_a_miss(tmp_path: Path, engine_for: Any) -> None:
     gw = _start(f"file://{tmp_path}", BIG)
     try:
