@@ -64,7 +64,7 @@ class S3KVClient:
         half its --max-request-memory). ``direct_reads``: read the blocks a gateway with
         ``--direct-reads`` locates straight from the object store (client_direct.py)."""
         self.gateways = GatewaySet(endpoint, down_for=down_for, resolve_every=resolve_every,
-                                   resolver=resolver)
+                                   resolver=resolver, resolve_timeout=connect_timeout)
         self.endpoint = self.gateways.urls[0]
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._timeout = aiohttp.ClientTimeout(total=timeout, connect=connect_timeout)

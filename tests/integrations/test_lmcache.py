@@ -31,8 +31,8 @@ else:
 
 from tests.conftest import make_s3_client
 from tests.gateway.test_gateway_ops import scrape, value
-from tests.integrations.engine import LLAMA3_8B, Engine, same_bytes
-from tests.support.gateway import GW_ACCESS, GW_SECRET, TOKEN, Gateway
+from tests.integrations.engine import LLAMA3_8B, same_bytes
+from tests.support.gateway import TOKEN, Gateway
 from tests.support.s3server import MotoServer
 
 pytestmark = pytest.mark.lmcache
@@ -56,21 +56,6 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         yield gw
     finally:
         gw.cleanup()
-
-
-@pytest.fixture
-def engine_for() -> Iterator[Any]:
-    """Engine factory; every engine is closed at the end, and closing must be prompt."""
-    made: list[Engine] = []
-
-    def make(gw: Gateway, **kw: Any) -> Engine:
-        made.append(Engine(gw.endpoint, f"lmc-{uuid.uuid4().hex[:10]}", (GW_ACCESS, GW_SECRET),
-                           diagnose=lambda: gw.log_text()[-8000:], **kw))
-        return made[-1]
-
-    yield make
-    for e in made:
-        assert e.close() < 2.0, "RemoteBackend.close() (the plugin's close) must return promptly"
 
 
 def _flush(gw: Gateway) -> None:

@@ -1,0 +1,67 @@
+"""The LMCache plugin under faults around the gateway, driven through LMCache's ``RemoteBackend``
+(real LMCache 0.5.6 on CPU, a real ``s3kv serve``), as test_lmcache.py: what each fault costs the
+engine's threads, and that nothing wrong comes back. Skipped where LMCache is not installed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if os.environ.get("S3KV_REQUIRE_LMCACHE"):
+    import lmcache  # noqa: F401  (the LMCache CI run: no LMCache is a failure)
+else:
+    pytest.importorskip("lmcache")
+
+from tests.support.gateway import Gateway
+
+pytestmark = pytest.mark.lmcache
+ARGS = ["--seal-after", "0.5", "--sync-interval", "0"]
+#: seconds the DNS server of the test does not answer
+SILENT = 10.0
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[Gateway]:
+    gw = Gateway(f"file://{tmp_path}", ARGS)
+    gw.start()
+    try:
+        yield gw
+    finally:
+        gw.cleanup()
+
+
+def test_a_dns_server_that_does_not_answer_costs_a_lookup_seconds(
+        gateway: Gateway, engine_for: Any) -> None:
+    """s3kv_url naming a host (a headless Service's name) is resolved by the plugin before its
+    requests. A DNS server that does not answer cannot run here: LMCache's event loop's
+    ``getaddrinfo`` is replaced by one that waits 10 s first (the only thing mocked). LMCache's
+    ``contains`` waits on the plugin with no timeout of its own, so the resolution must be
+    bounded: a miss within seconds, and hits again once DNS answers."""
+    e = engine_for(gateway, url=f"http://localhost:{gateway.port}", s3kv_lookup_timeout=1.0)
+    keys = [e.key(i) for i in range(2)]
+    real = e.loop.getaddrinfo
+    answers = asyncio.Event()  # set (on LMCache's loop): the DNS server answers again
+
+    async def silent_dns(*args: Any, **kw: Any) -> Any:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(answers.wait(), SILENT)
+        return await real(*args, **kw)
+
+    e.loop.getaddrinfo = silent_dns
+    try:
+        start = time.monotonic()
+        assert not e.backend.contains(keys[0])
+        assert time.monotonic() - start < 6.0
+    finally:
+        e.loop.getaddrinfo = real
+        e.loop.call_soon_threadsafe(answers.set)  # and the queries it was sitting on
+    e.store(keys, [e.chunk() for _ in keys])
+    assert e.backend.contains(keys[0])
+    assert e.backend.batched_contains(keys) == 2
