@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
+import struct
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -228,7 +229,12 @@ class S3KVConnector(RemoteConnector):
         if self.save_chunk_meta:
             if body.length < self.remote_metadata_bytes:
                 return None
-            meta = RemoteMetadata.deserialize(await body.readexactly(self.remote_metadata_bytes))
+            head = await body.readexactly(self.remote_metadata_bytes)
+            try:  # a header LMCache did not write (a format, a dtype it does not know): a miss
+                meta = RemoteMetadata.deserialize(head)
+            except (struct.error, KeyError, ValueError) as exc:
+                log.warning("lmcache.s3kv.bad_block", length=body.length, error=repr(exc))
+                return None
             if meta.length != body.remaining:
                 log.warning("lmcache.s3kv.bad_block", length=body.length, declared=meta.length)
                 return None

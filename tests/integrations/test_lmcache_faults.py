@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,11 @@ if os.environ.get("S3KV_REQUIRE_LMCACHE"):
 else:
     pytest.importorskip("lmcache")
 
-from tests.support.gateway import Gateway
+from lmcache.v1.protocol import RemoteMetadata
+
+from s3kv.client import S3KVClient
+from tests.integrations.engine import same_bytes
+from tests.support.gateway import TOKEN, Gateway
 
 pytestmark = pytest.mark.lmcache
 ARGS = ["--seal-after", "0.5", "--sync-interval", "0"]
@@ -65,3 +70,30 @@ def test_a_dns_server_that_does_not_answer_costs_a_lookup_seconds(
     e.store(keys, [e.chunk() for _ in keys])
     assert e.backend.contains(keys[0])
     assert e.backend.batched_contains(keys) == 2
+
+
+def test_a_block_whose_header_lmcache_cannot_read_is_a_miss_alone(
+        gateway: Gateway, engine_for: Any) -> None:
+    """A block in the namespace whose metadata header LMCache cannot read (here a dtype code
+    it does not know: another writer, another LMCache version) is a miss; the blocks of the
+    same batch get around it arrive."""
+    e = engine_for(gateway)
+    keys = [e.key(i) for i in range(3)]
+    objs = [e.chunk() for _ in keys]
+    e.store(keys, objs)
+    payload = bytes(memoryview(objs[1].byte_array).cast("B"))
+    head = bytearray(RemoteMetadata(len(payload), objs[1].get_shapes(), objs[1].get_dtypes(),
+                                    objs[1].get_memory_format()).serialize())
+    struct.pack_into("i", head, 8, 99)  # (length, format, dtype, shape...): dtype 99
+
+    async def overwrite() -> None:
+        async with S3KVClient(gateway.endpoint, token=TOKEN) as kv:
+            await kv.put_many(e.connector.namespace, {keys[1].to_string(): bytes(head) + payload})
+
+    asyncio.run(overwrite())
+    got = e.backend.batched_get_blocking(keys)
+    assert got[1] is None
+    for i in (0, 2):
+        assert got[i] is not None and same_bytes(got[i], objs[i])
+        got[i].ref_count_down()
+    assert e.backend.get_blocking(keys[1]) is None
