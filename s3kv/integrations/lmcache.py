@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import math
 import os
 import struct
 from collections.abc import Coroutine, Sequence
@@ -106,6 +107,10 @@ class PluginSettings:
                            direct_reads=parse_bool(opt("direct_reads", "true") or "true"))
         except (ValueError, ConfigError) as exc:
             raise ConfigError(f"s3kv plugin option: {exc}") from None
+        for name in ("lookup_timeout", "timeout", "put_within", "down_for"):
+            if not math.isfinite(getattr(settings, name)):  # YAML's .inf and .nan are floats
+                raise ConfigError(f"s3kv plugin option: s3kv_{name} must be a finite number "
+                                  f"of seconds")
         if min(settings.lookup_timeout, settings.timeout, settings.connections) <= 0 \
                 or min(settings.put_within, settings.down_for) < 0:
             raise ConfigError("s3kv plugin option: s3kv_lookup_timeout, s3kv_timeout and "

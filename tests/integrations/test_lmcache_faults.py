@@ -97,3 +97,25 @@ def test_a_block_whose_header_lmcache_cannot_read_is_a_miss_alone(
         assert got[i] is not None and same_bytes(got[i], objs[i])
         got[i].ref_count_down()
     assert e.backend.get_blocking(keys[1]) is None
+
+
+@pytest.mark.parametrize("value", [".inf", ".nan"])
+def test_a_timeout_of_yaml_infinity_or_nan_is_a_config_error(tmp_path: Path, value: str) -> None:
+    """LMCache's YAML loader reads ``.inf`` and ``.nan`` as floats. A lookup timeout of
+    ``.inf`` (meant as "no limit") made every lookup of stored chunks a miss (the blocking
+    ones raised OverflowError inside LMCache's wait); ``.nan`` passed the positivity check.
+    Each seconds option that is not a finite number is a ConfigError naming it."""
+    from lmcache.v1.config import LMCacheEngineConfig
+
+    from s3kv.errors import ConfigError
+    from s3kv.integrations.lmcache import PluginSettings
+
+    for option in ("s3kv_lookup_timeout", "s3kv_timeout", "s3kv_put_within", "s3kv_down_for"):
+        path = tmp_path / "lmcache.yaml"
+        path.write_text("chunk_size: 256\nremote_serde: naive\nremote_storage_plugins: [s3kv]\n"
+                        "extra_config:\n  s3kv_url: http://gw:9470\n  s3kv_namespace: ns\n"
+                        f"  {option}: {value}\n")
+        config = LMCacheEngineConfig.from_file(str(path))
+        assert isinstance(config.extra_config[option], float)
+        with pytest.raises(ConfigError, match=f"{option} must be a finite number"):
+            PluginSettings.from_config(config)
