@@ -34,12 +34,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import math
-import os
 import struct
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from lmcache.utils import CacheEngineKey
@@ -48,85 +45,17 @@ from lmcache.v1.protocol import RemoteMetadata
 from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 
 from s3kv.client import BlockBody, S3KVClient
-from s3kv.config import parse_bool
 from s3kv.errors import ConfigError, NamespaceNotFound, S3KVError
+from s3kv.integrations.lmcache_settings import PluginSettings, plugin_variables
 from s3kv.log import get_logger
+
+__all__ = ["PluginSettings", "S3KVConnector", "plugin_variables"]
 
 log = get_logger(__name__)
 T = TypeVar("T")
 
 #: how often a namespace that could not be created (gateway down) is tried again, seconds
 _CREATE_EVERY = 5.0
-
-
-@dataclass(frozen=True)
-class PluginSettings:
-    """The plugin's options: ``extra_config`` keys ``s3kv_<name>``, else ``S3KV_<NAME>``."""
-
-    url: str
-    namespace: str
-    token: str | None
-    lookup_timeout: float = 5.0
-    timeout: float = 60.0
-    put_within: float = 5.0
-    down_for: float = 10.0
-    connections: int = 16
-    direct_reads: bool = True
-
-    @classmethod
-    def from_config(cls, config: Any) -> PluginSettings:
-        extra: dict[str, Any] = dict(getattr(config, "extra_config", None) or {})
-
-        def opt(name: str, default: str | None = None) -> str | None:
-            value = extra.get(f"s3kv_{name}", os.environ.get(f"S3KV_{name.upper()}", default))
-            return None if value is None else str(value)
-
-        known = sorted(f"s3kv_{n}" for n in _OPTIONS)
-        unknown = sorted(k for k in extra if str(k).startswith("s3kv_") and k not in known)
-        if unknown:  # a misspelt option would otherwise be its default, silently
-            raise ConfigError(f"{unknown[0]} is not an s3kv plugin option; the options are "
-                              f"{', '.join(known)}")
-        url, namespace = opt("url"), opt("namespace")
-        if not url or not namespace:
-            raise ConfigError("the s3kv LMCache plugin needs extra_config s3kv_url "
-                              "(http://HOST:PORT[,...]) and s3kv_namespace (or S3KV_URL and "
-                              "S3KV_NAMESPACE)")
-        access, secret = opt("access_key"), opt("secret_key")
-        if bool(access) != bool(secret):
-            raise ConfigError("give both s3kv_access_key and s3kv_secret_key (or S3KV_ACCESS_KEY "
-                              "and S3KV_SECRET_KEY), or neither for a gateway without "
-                              "credentials")
-        try:
-            settings = cls(url=url, namespace=namespace,
-                           token=f"{access}:{secret}" if access and secret else None,
-                           lookup_timeout=float(opt("lookup_timeout", "5") or 5),
-                           timeout=float(opt("timeout", "60") or 60),
-                           put_within=float(opt("put_within", "5") or 5),
-                           down_for=float(opt("down_for", "10") or 10),
-                           connections=int(opt("connections", "16") or 16),
-                           direct_reads=parse_bool(opt("direct_reads", "true") or "true"))
-        except (ValueError, ConfigError) as exc:
-            raise ConfigError(f"s3kv plugin option: {exc}") from None
-        for name in ("lookup_timeout", "timeout", "put_within", "down_for"):
-            if not math.isfinite(getattr(settings, name)):  # YAML's .inf and .nan are floats
-                raise ConfigError(f"s3kv plugin option: s3kv_{name} must be a finite number "
-                                  f"of seconds")
-        if min(settings.lookup_timeout, settings.timeout, settings.connections) <= 0 \
-                or min(settings.put_within, settings.down_for) < 0:
-            raise ConfigError("s3kv plugin option: s3kv_lookup_timeout, s3kv_timeout and "
-                              "s3kv_connections must be positive, s3kv_put_within and "
-                              "s3kv_down_for not negative")
-        return settings
-
-
-#: the options ``PluginSettings`` reads (``s3kv_<name>`` / ``S3KV_<NAME>``)
-_OPTIONS = ("url", "namespace", "access_key", "secret_key", "lookup_timeout", "timeout",
-            "put_within", "down_for", "connections", "direct_reads")
-
-
-def plugin_variables() -> list[str]:
-    """The environment variables the plugin reads (``S3KV_<NAME>`` of each option)."""
-    return [f"S3KV_{n.upper()}" for n in _OPTIONS]
 
 
 class S3KVConnector(RemoteConnector):
