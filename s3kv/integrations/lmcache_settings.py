@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from s3kv.config import parse_bool
-from s3kv.errors import ConfigError
+from s3kv.errors import ConfigError, InvalidNamespace
+from s3kv.store.catalog import validate_namespace
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,10 @@ class PluginSettings:
             raise ConfigError("the s3kv LMCache plugin needs extra_config s3kv_url "
                               "(http://HOST:PORT[,...]) and s3kv_namespace (or S3KV_URL and "
                               "S3KV_NAMESPACE)")
+        try:  # one the gateway refuses to create would drop every put, for ever
+            validate_namespace(namespace)
+        except InvalidNamespace as exc:
+            raise ConfigError(f"s3kv plugin option: s3kv_namespace: {exc}") from None
         access, secret = opt("access_key"), opt("secret_key")
         if bool(access) != bool(secret):
             raise ConfigError("give both s3kv_access_key and s3kv_secret_key (or S3KV_ACCESS_KEY "

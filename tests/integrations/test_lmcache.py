@@ -329,7 +329,7 @@ def test_plugin_options_from_extra_config_and_the_environment(
     from s3kv.errors import ConfigError
     from s3kv.integrations.lmcache import PluginSettings
 
-    base = {"s3kv_url": "http://gw:9470", "s3kv_namespace": "ns"}
+    base = {"s3kv_url": "http://gw:9470", "s3kv_namespace": "kv-ns"}
     assert PluginSettings.from_config(SimpleNamespace(extra_config=base)).direct_reads
     off = PluginSettings.from_config(SimpleNamespace(
         extra_config={**base, "s3kv_direct_reads": "false", "s3kv_connections": "4"}))

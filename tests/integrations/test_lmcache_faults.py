@@ -113,9 +113,23 @@ def test_a_timeout_of_yaml_infinity_or_nan_is_a_config_error(tmp_path: Path, val
     for option in ("s3kv_lookup_timeout", "s3kv_timeout", "s3kv_put_within", "s3kv_down_for"):
         path = tmp_path / "lmcache.yaml"
         path.write_text("chunk_size: 256\nremote_serde: naive\nremote_storage_plugins: [s3kv]\n"
-                        "extra_config:\n  s3kv_url: http://gw:9470\n  s3kv_namespace: ns\n"
+                        "extra_config:\n  s3kv_url: http://gw:9470\n  s3kv_namespace: kv-ns\n"
                         f"  {option}: {value}\n")
         config = LMCacheEngineConfig.from_file(str(path))
         assert isinstance(config.extra_config[option], float)
         with pytest.raises(ConfigError, match=f"{option} must be a finite number"):
             PluginSettings.from_config(config)
+
+
+def test_a_namespace_the_gateway_cannot_create_stops_the_plugin_loading(
+        gateway: Gateway, engine_for: Any) -> None:
+    """``s3kv_namespace: Llama_3_8B`` (a model's name as it is written) is no bucket name the
+    gateway takes: the plugin loaded, dropped every put and missed every lookup, with a warning
+    every 5 s. Now it does not load (LMCache logs the ConfigError, which names the option)."""
+    from s3kv.errors import ConfigError
+    from s3kv.integrations.lmcache import PluginSettings
+
+    e = engine_for(gateway, s3kv_namespace="Llama_3_8B")
+    assert e.backend.connection is None
+    with pytest.raises(ConfigError, match="s3kv_namespace: invalid namespace"):
+        PluginSettings.from_config(e.config)
