@@ -77,6 +77,8 @@ class S3KVClient:
         self._direct = DirectReads(timeout, connect_timeout) if direct_reads else None
         self._pool = GetPool(connect_timeout=connect_timeout)  # batch gets (client_stream.py)
         self._stream_slots: dict[str, asyncio.Semaphore] = {}  # their connections, per gateway
+        self._put_slots: dict[str, asyncio.Semaphore] = {}  # batch puts' connections
+        self._put_width = max(1, connections // 2)
 
     async def open(self) -> S3KVClient:
         """Open the HTTP session (on the running loop); ``async with`` does it."""
@@ -249,8 +251,11 @@ class S3KVClient:
     async def _put_group(self, gateway: str, namespace: str,
                          items: Sequence[tuple[str, BlockData]],
                          headers: Mapping[str, str]) -> int:
-        body = await self._request(gateway, "POST", f"/v1/{namespace}/batch-put",
-                                   data=FramedPayload(framed_parts(items)), headers=headers)
+        # on at most half the gateway's connections: a lookup waits for one only the connect
+        # timeout, then counts the gateway as down (which it is not)
+        async with self._put_slots.setdefault(gateway, asyncio.Semaphore(self._put_width)):
+            body = await self._request(gateway, "POST", f"/v1/{namespace}/batch-put",
+                                       data=FramedPayload(framed_parts(items)), headers=headers)
         return int(json.loads(body)["stored"])
 
     async def put_each(self, namespace: str, items: Sequence[tuple[str, BlockData]],

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import os
 import struct
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,3 +134,68 @@ def test_a_namespace_the_gateway_cannot_create_stops_the_plugin_loading(
     assert e.backend.connection is None
     with pytest.raises(ConfigError, match="s3kv_namespace: invalid namespace"):
         PluginSettings.from_config(e.config)
+
+
+class SlowLink:
+    """A TCP relay to the gateway that carries what the engine sends at ``rate`` bytes a second
+    per connection (answers at full speed): a slow network, run on a thread of its own."""
+
+    def __init__(self, port: int, rate: float) -> None:
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.server = asyncio.run_coroutine_threadsafe(asyncio.start_server(
+            self._relay, "127.0.0.1", 0), self.loop).result(10)
+        self.port = self.server.sockets[0].getsockname()[1]
+        self._to, self._rate = port, rate
+
+    async def _relay(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+        ur, uw = await asyncio.open_connection("127.0.0.1", self._to)
+
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter, rate: float) -> None:
+            with contextlib.suppress(OSError):
+                while data := await r.read(65536):
+                    w.write(data)
+                    await w.drain()
+                    await asyncio.sleep(len(data) / rate)
+            w.close()
+
+        await asyncio.gather(pipe(cr, uw, self._rate), pipe(ur, cw, float("inf")))
+
+    def close(self) -> None:
+        async def shut() -> None:  # the relays still running end with it
+            self.server.close()
+            relays = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in relays:
+                t.cancel()
+            await asyncio.gather(*relays, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shut(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+def test_lookups_find_a_connection_while_puts_crawl(gateway: Gateway, engine_for: Any) -> None:
+    """Two stores of 8 MiB on a slow link (2 MB/s) with s3kv_connections: 2 took both of the
+    gateway's connections; a lookup then waited the connect timeout (2 s) for one, failed, and
+    marked the healthy gateway down (with several gateways, its keys went elsewhere for
+    s3kv_down_for seconds). Batch puts now use at most half the connections: the lookup finds
+    one and hits."""
+    link = SlowLink(gateway.port, 2e6)
+    try:
+        e = engine_for(gateway, url=f"http://127.0.0.1:{link.port}", s3kv_connections=2,
+                       kv_shape=(8, 2, 64, 4, 128))  # 1 MiB chunks
+        e.store([e.key(0)], [e.chunk()])
+        done = threading.Semaphore(0)
+        for batch in (1, 2):
+            e.backend.batched_submit_put_task(
+                [e.key(batch * 100 + i) for i in range(8)], [e.chunk() for _ in range(8)],
+                on_complete_callback=lambda _k: done.release())
+        time.sleep(0.5)  # both batch puts are on their way
+        start = time.monotonic()
+        assert e.backend.contains(e.key(0))
+        assert time.monotonic() - start < 1.5
+        for _ in range(16):
+            assert done.acquire(timeout=60)
+        assert e.connector.dropped_puts == 0
+        assert e.backend.batched_contains([e.key(200 + i) for i in range(8)]) == 8
+    finally:
+        link.close()
