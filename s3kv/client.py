@@ -31,6 +31,7 @@ import aiohttp
 
 from s3kv.client_direct import DirectReads
 from s3kv.client_io import (
+    LOOKUP_RESERVE,
     BlockBody,
     BlockData,
     FramedPayload,
@@ -78,7 +79,7 @@ class S3KVClient:
         self._pool = GetPool(connect_timeout=connect_timeout)  # batch gets (client_stream.py)
         self._stream_slots: dict[str, asyncio.Semaphore] = {}  # their connections, per gateway
         self._put_slots: dict[str, asyncio.Semaphore] = {}  # batch puts' connections
-        self._put_width = max(1, connections // 2)
+        self._put_width = max(1, connections - LOOKUP_RESERVE)
 
     async def open(self) -> S3KVClient:
         """Open the HTTP session (on the running loop); ``async with`` does it."""
@@ -251,8 +252,8 @@ class S3KVClient:
     async def _put_group(self, gateway: str, namespace: str,
                          items: Sequence[tuple[str, BlockData]],
                          headers: Mapping[str, str]) -> int:
-        # on at most half the gateway's connections: a lookup waits for one only the connect
-        # timeout, then counts the gateway as down (which it is not)
+        # leaving LOOKUP_RESERVE of the gateway's connections to the rest: a lookup waits for
+        # one only the connect timeout, then counts the gateway as down (which it is not)
         async with self._put_slots.setdefault(gateway, asyncio.Semaphore(self._put_width)):
             body = await self._request(gateway, "POST", f"/v1/{namespace}/batch-put",
                                        data=FramedPayload(framed_parts(items)), headers=headers)

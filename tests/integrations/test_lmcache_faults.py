@@ -177,8 +177,8 @@ def test_lookups_find_a_connection_while_puts_crawl(gateway: Gateway, engine_for
     """Two stores of 8 MiB on a slow link (2 MB/s) with s3kv_connections: 2 took both of the
     gateway's connections; a lookup then waited the connect timeout (2 s) for one, failed, and
     marked the healthy gateway down (with several gateways, its keys went elsewhere for
-    s3kv_down_for seconds). Batch puts now use at most half the connections: the lookup finds
-    one and hits."""
+    s3kv_down_for seconds). Batch puts now leave LOOKUP_RESERVE (2) connections to the rest (at
+    least one with 2): the lookup finds one and hits."""
     link = SlowLink(gateway.port, 2e6)
     try:
         e = engine_for(gateway, url=f"http://127.0.0.1:{link.port}", s3kv_connections=2,
