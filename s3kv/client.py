@@ -30,6 +30,7 @@ import aiohttp
 
 from s3kv.client_direct import DirectReads
 from s3kv.client_io import (
+    LOOKUP_RESERVE,
     BlockBody,
     BlockData,
     FramedPayload,
@@ -65,12 +66,11 @@ class S3KVClient:
         half its --max-request-memory). ``direct_reads``: read the blocks a gateway with
         ``--direct-reads`` locates straight from the object store (client_direct.py)."""
         self.gateways = GatewaySet(endpoint, down_for=down_for, resolve_every=resolve_every,
-                                   resolver=resolver)
+                                   resolver=resolver, resolve_timeout=connect_timeout)
         self.endpoint = self.gateways.urls[0]
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._timeout = aiohttp.ClientTimeout(total=timeout, connect=connect_timeout)
-        self._lookup_timeout = aiohttp.ClientTimeout(total=lookup_timeout,
-                                                     connect=connect_timeout)
+        self._lookup_timeout = aiohttp.ClientTimeout(lookup_timeout, connect=connect_timeout)
         self._connections = connections
         self._batch_bytes = batch_bytes
         self._put_concurrency = put_concurrency
@@ -78,6 +78,7 @@ class S3KVClient:
         self._direct = DirectReads(timeout, connect_timeout) if direct_reads else None
         self._pool = GetPool(connect_timeout=connect_timeout)  # batch gets (client_stream.py)
         self._stream_slots: dict[str, asyncio.Semaphore] = {}  # their connections, per gateway
+        self._put_slots: dict[str, asyncio.Semaphore] = {}  # batch puts' connections
 
     async def open(self) -> S3KVClient:
         """Open the HTTP session (on the running loop); ``async with`` does it."""
@@ -251,8 +252,11 @@ class S3KVClient:
     async def _put_group(self, gateway: str, namespace: str,
                          items: Sequence[tuple[str, BlockData]],
                          headers: Mapping[str, str]) -> int:
-        body = await self._request(gateway, "POST", f"/v1/{namespace}/batch-put",
-                                   data=FramedPayload(framed_parts(items)), headers=headers)
+        # LOOKUP_RESERVE connections stay free: a lookup waits for one only the connect timeout
+        width = max(1, self._connections - LOOKUP_RESERVE)
+        async with self._put_slots.setdefault(gateway, asyncio.Semaphore(width)):
+            body = await self._request(gateway, "POST", f"/v1/{namespace}/batch-put",
+                                       data=FramedPayload(framed_parts(items)), headers=headers)
         return int(answer(gateway, body, "stored", int))
 
     async def put_each(self, namespace: str, items: Sequence[tuple[str, BlockData]],

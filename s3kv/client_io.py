@@ -22,6 +22,8 @@ BlockData = bytes | memoryview | tuple[bytes | memoryview, ...]
 
 #: keys per native request (the gateway's limit)
 MAX_KEYS = 4096
+#: connections per gateway that batch puts leave to lookups and the other small requests
+LOOKUP_RESERVE = 2
 
 
 def block_size(data: BlockData) -> int:

@@ -7,7 +7,8 @@ gateway moves only the keys whose home it was. A gateway that failed a request i
 ``down_for`` seconds (its keys go to their next choice, where they are misses until replica sync
 brings them over), then tried again.
 
-Names are re-resolved every ``resolve_every`` seconds; a failed resolution keeps the last set.
+Names are re-resolved every ``resolve_every`` seconds; a failed resolution, or one that takes over
+``resolve_timeout`` seconds (a DNS server that does not answer), keeps the last set.
 """
 
 from __future__ import annotations
@@ -69,10 +70,12 @@ class GatewaySet:
     """The gateways a client routes to, who is down, and each key's home among the rest."""
 
     def __init__(self, urls: str | Sequence[str], *, down_for: float = 10.0,
-                 resolve_every: float = 30.0, resolver: Resolver = resolve_all) -> None:
+                 resolve_every: float = 30.0, resolver: Resolver = resolve_all,
+                 resolve_timeout: float = 2.0) -> None:
         self.urls = split_urls(urls)
         self.down_for = down_for
         self.resolve_every = resolve_every
+        self.resolve_timeout = resolve_timeout
         self._resolver = resolver
         #: one URL with a DNS name: the name is resolved to every gateway behind it
         self._dns = (len(self.urls) == 1 and not _is_literal(urlsplit(self.urls[0]).hostname
@@ -84,7 +87,8 @@ class GatewaySet:
         self._lock = asyncio.Lock()
 
     async def refresh(self, *, force: bool = False) -> None:
-        """Re-resolve the DNS name when it is due (a failed resolution keeps the last set)."""
+        """Re-resolve the DNS name when it is due (a failed resolution keeps the last set, as
+        does one past ``resolve_timeout``: every request waits for this one)."""
         if not self._dns or (not force
                              and time.monotonic() - self._resolved_at < self.resolve_every):
             return
@@ -94,8 +98,9 @@ class GatewaySet:
             self._resolved_at = time.monotonic()
             parts = urlsplit(self.urls[0])
             try:
-                addresses = await self._resolver(parts.hostname or "", parts.port or 80)
-            except OSError:
+                async with asyncio.timeout(self.resolve_timeout):
+                    addresses = await self._resolver(parts.hostname or "", parts.port or 80)
+            except (OSError, TimeoutError):
                 return
             if addresses:
                 self.gateways = [_with_host(self.urls[0], a) for a in addresses]

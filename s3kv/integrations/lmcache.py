@@ -34,10 +34,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import os
+import struct
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from lmcache.utils import CacheEngineKey
@@ -46,81 +45,17 @@ from lmcache.v1.protocol import RemoteMetadata
 from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 
 from s3kv.client import BlockBody, S3KVClient
-from s3kv.config import parse_bool
 from s3kv.errors import ConfigError, NamespaceNotFound, S3KVError
+from s3kv.integrations.lmcache_settings import PluginSettings, plugin_variables
 from s3kv.log import get_logger
+
+__all__ = ["PluginSettings", "S3KVConnector", "plugin_variables"]
 
 log = get_logger(__name__)
 T = TypeVar("T")
 
 #: how often a namespace that could not be created (gateway down) is tried again, seconds
 _CREATE_EVERY = 5.0
-
-
-@dataclass(frozen=True)
-class PluginSettings:
-    """The plugin's options: ``extra_config`` keys ``s3kv_<name>``, else ``S3KV_<NAME>``."""
-
-    url: str
-    namespace: str
-    token: str | None
-    lookup_timeout: float = 5.0
-    timeout: float = 60.0
-    put_within: float = 5.0
-    down_for: float = 10.0
-    connections: int = 16
-    direct_reads: bool = True
-
-    @classmethod
-    def from_config(cls, config: Any) -> PluginSettings:
-        extra: dict[str, Any] = dict(getattr(config, "extra_config", None) or {})
-
-        def opt(name: str, default: str | None = None) -> str | None:
-            value = extra.get(f"s3kv_{name}", os.environ.get(f"S3KV_{name.upper()}", default))
-            return None if value is None else str(value)
-
-        known = sorted(f"s3kv_{n}" for n in _OPTIONS)
-        unknown = sorted(k for k in extra if str(k).startswith("s3kv_") and k not in known)
-        if unknown:  # a misspelt option would otherwise be its default, silently
-            raise ConfigError(f"{unknown[0]} is not an s3kv plugin option; the options are "
-                              f"{', '.join(known)}")
-        url, namespace = opt("url"), opt("namespace")
-        if not url or not namespace:
-            raise ConfigError("the s3kv LMCache plugin needs extra_config s3kv_url "
-                              "(http://HOST:PORT[,...]) and s3kv_namespace (or S3KV_URL and "
-                              "S3KV_NAMESPACE)")
-        access, secret = opt("access_key"), opt("secret_key")
-        if bool(access) != bool(secret):
-            raise ConfigError("give both s3kv_access_key and s3kv_secret_key (or S3KV_ACCESS_KEY "
-                              "and S3KV_SECRET_KEY), or neither for a gateway without "
-                              "credentials")
-        try:
-            settings = cls(url=url, namespace=namespace,
-                           token=f"{access}:{secret}" if access and secret else None,
-                           lookup_timeout=float(opt("lookup_timeout", "5") or 5),
-                           timeout=float(opt("timeout", "60") or 60),
-                           put_within=float(opt("put_within", "5") or 5),
-                           down_for=float(opt("down_for", "10") or 10),
-                           connections=int(opt("connections", "16") or 16),
-                           direct_reads=parse_bool(opt("direct_reads", "true") or "true"))
-        except (ValueError, ConfigError) as exc:
-            raise ConfigError(f"s3kv plugin option: {exc}") from None
-        if min(settings.lookup_timeout, settings.timeout, settings.connections) <= 0 \
-                or min(settings.put_within, settings.down_for) < 0:
-            raise ConfigError("s3kv plugin option: s3kv_lookup_timeout, s3kv_timeout and "
-                              "s3kv_connections must be positive, s3kv_put_within and "
-                              "s3kv_down_for not negative")
-        return settings
-
-
-#: the options ``PluginSettings`` reads (``s3kv_<name>`` / ``S3KV_<NAME>``)
-_OPTIONS = ("url", "namespace", "access_key", "secret_key", "lookup_timeout", "timeout",
-            "put_within", "down_for", "connections", "direct_reads")
-
-
-def plugin_variables() -> list[str]:
-    """The environment variables the plugin reads (``S3KV_<NAME>`` of each option)."""
-    return [f"S3KV_{n.upper()}" for n in _OPTIONS]
 
 
 class S3KVConnector(RemoteConnector):
@@ -148,21 +83,24 @@ class S3KVConnector(RemoteConnector):
         log.info("lmcache.s3kv.init", url=self.settings.url, namespace=self.namespace)
 
     # ---- plumbing ----------------------------------------------------------------------------
-    async def _kv(self) -> S3KVClient:
-        """The client, its session opened on LMCache's loop, the namespace created once."""
+    async def _kv(self, *, writing: bool = False) -> S3KVClient:
+        """The client, its session opened on LMCache's loop; before a write, the namespace
+        created once (a try takes at most the lookup timeout: reads never wait for one, a
+        missing namespace is misses, so a hung gateway costs a lookup no more than that)."""
         if self._closed:
             raise ConfigError("the s3kv connector is closed")
         if not self._opened:
             await self._client.open()
             self._opened = True
-        if not self._namespace_ready and self.loop.time() >= self._create_after:
+        if writing and not self._namespace_ready and self.loop.time() >= self._create_after:
             try:
-                await self._client.create_namespace(self.namespace)
+                async with asyncio.timeout(self.settings.lookup_timeout):
+                    await self._client.create_namespace(self.namespace)
                 self._namespace_ready = True
-            except S3KVError as exc:
+            except (S3KVError, TimeoutError) as exc:
                 self._create_after = self.loop.time() + _CREATE_EVERY
                 log.warning("lmcache.s3kv.namespace_unavailable", namespace=self.namespace,
-                            error=str(exc))
+                            error=str(exc) or type(exc).__name__)
         return self._client
 
     def _sync(self, coro: Coroutine[Any, Any, T], default: T) -> T:
@@ -225,7 +163,12 @@ class S3KVConnector(RemoteConnector):
         if self.save_chunk_meta:
             if body.length < self.remote_metadata_bytes:
                 return None
-            meta = RemoteMetadata.deserialize(await body.readexactly(self.remote_metadata_bytes))
+            head = await body.readexactly(self.remote_metadata_bytes)
+            try:  # a header LMCache did not write (a format, a dtype it does not know): a miss
+                meta = RemoteMetadata.deserialize(head)
+            except (struct.error, KeyError, ValueError) as exc:
+                log.warning("lmcache.s3kv.bad_block", length=body.length, error=repr(exc))
+                return None
             if meta.length != body.remaining:
                 log.warning("lmcache.s3kv.bad_block", length=body.length, declared=meta.length)
                 return None
@@ -316,7 +259,7 @@ class S3KVConnector(RemoteConnector):
             return
         items = list(zip(self._keys(keys), (self._block(o) for o in memory_objs), strict=True))
         try:
-            kv = await self._kv()
+            kv = await self._kv(writing=True)
             stored = await kv.put_each(self.namespace, items, within=self.settings.put_within)
         except NamespaceNotFound:
             self._namespace_ready = False

@@ -31,8 +31,8 @@ else:
 
 from tests.conftest import make_s3_client
 from tests.gateway.test_gateway_ops import scrape, value
-from tests.integrations.engine import LLAMA3_8B, Engine, same_bytes
-from tests.support.gateway import GW_ACCESS, GW_SECRET, TOKEN, Gateway
+from tests.integrations.engine import LLAMA3_8B, same_bytes
+from tests.support.gateway import TOKEN, Gateway
 from tests.support.s3server import MotoServer
 
 pytestmark = pytest.mark.lmcache
@@ -56,21 +56,6 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         yield gw
     finally:
         gw.cleanup()
-
-
-@pytest.fixture
-def engine_for() -> Iterator[Any]:
-    """Engine factory; every engine is closed at the end, and closing must be prompt."""
-    made: list[Engine] = []
-
-    def make(gw: Gateway, **kw: Any) -> Engine:
-        made.append(Engine(gw.endpoint, f"lmc-{uuid.uuid4().hex[:10]}", (GW_ACCESS, GW_SECRET),
-                           diagnose=lambda: gw.log_text()[-8000:], **kw))
-        return made[-1]
-
-    yield make
-    for e in made:
-        assert e.close() < 2.0, "RemoteBackend.close() (the plugin's close) must return promptly"
 
 
 def _flush(gw: Gateway) -> None:
@@ -218,6 +203,32 @@ def test_gateway_down_misses_in_bounded_time(tmp_path: Path, engine_for: Any) ->
         gw.cleanup()
 
 
+def test_gateway_hung_before_the_first_call_misses_within_the_lookup_timeout(
+        tmp_path: Path, engine_for: Any) -> None:
+    """LMCache's ``contains`` waits on the plugin's ``exists`` with no timeout of its own: a
+    gateway that hangs before the engine's first call must cost it a lookup timeout, not the
+    batch timeout of creating the namespace (reads do not wait for one; a write creates it)."""
+    gw = _start(f"file://{tmp_path}", BIG)
+    try:
+        e = engine_for(gw, s3kv_lookup_timeout=1.0)
+        keys = [e.key(i) for i in range(2)]
+        os.kill(gw.pid, signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            assert not e.backend.contains(keys[0])
+            assert e.backend.batched_contains(keys) == 0
+            assert asyncio.run_coroutine_threadsafe(
+                e.backend.batched_async_contains("h", keys), e.loop).result(30) == 0
+            assert time.monotonic() - start < 5.0
+        finally:
+            os.kill(gw.pid, signal.SIGCONT)
+        objs = [e.chunk() for _ in keys]
+        e.store(keys, objs)  # the first write creates the namespace
+        assert e.backend.batched_contains(keys) == 2
+    finally:
+        gw.cleanup()
+
+
 def test_corrupted_block_is_a_miss(tmp_path: Path, engine_for: Any) -> None:
     gw = _start(f"file://{tmp_path}", BIG)
     try:
@@ -318,7 +329,7 @@ def test_plugin_options_from_extra_config_and_the_environment(
     from s3kv.errors import ConfigError
     from s3kv.integrations.lmcache import PluginSettings
 
-    base = {"s3kv_url": "http://gw:9470", "s3kv_namespace": "ns"}
+    base = {"s3kv_url": "http://gw:9470", "s3kv_namespace": "kv-ns"}
     assert PluginSettings.from_config(SimpleNamespace(extra_config=base)).direct_reads
     off = PluginSettings.from_config(SimpleNamespace(
         extra_config={**base, "s3kv_direct_reads": "false", "s3kv_connections": "4"}))
