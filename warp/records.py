@@ -16,7 +16,7 @@ import io
 import re
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
@@ -69,6 +69,11 @@ class Record:
     @property
     def ttfb_ns(self) -> int | None:
         return self.first_byte_ns - self.start_ns if self.first_byte_ns else None
+
+    def shifted(self, ns: int) -> Record:
+        """This record with its times moved by ``ns`` (onto another host's clock)."""
+        return replace(self, start_ns=self.start_ns + ns, end_ns=self.end_ns + ns,
+                       first_byte_ns=self.first_byte_ns + ns if self.first_byte_ns else 0)
 
 
 # ---- time stamps --------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -60,3 +61,52 @@ def test_autoterm_rule() -> None:
     assert not steady.stable(seconds=10, pct=7.5, since_s=now - 5)  # not running long enough
     ramp = LiveStats(per_second={s: 10.0 * (s - now + 21) for s in range(now - 20, now)})
     assert not ramp.stable(seconds=10, pct=7.5, since_s=now - 30)
+
+
+SKEW_S = 20  # the skewed agent's clock runs this far ahead of the coordinator's
+
+
+def _agent(port: int, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-m", "s3kv.cli", "agent", "--listen",
+                             f"127.0.0.1:{port}"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    assert proc.stdout is not None
+    assert "listening" in proc.stdout.readline()
+    return proc
+
+
+def test_records_of_an_agent_with_a_skewed_clock_are_put_on_the_coordinators_clock(
+        s3_server: Any, bucket: str, tmp_path: Path) -> None:
+    """The coordinator measures each agent's clock offset to start its clients at the same
+    instant; the records those clients write carry the agent's clock, so the offset must be
+    taken off them too, or the merged phase spreads one run over two time bases."""
+    skew = tmp_path / "skew"
+    skew.mkdir()
+    (skew / "sitecustomize.py").write_text(
+        "import time\n"
+        f"_ns, _s = time.time_ns, time.time\n"
+        f"time.time_ns = lambda: _ns() + {SKEW_S} * 10**9\n"
+        f"time.time = lambda: _s() + {SKEW_S}\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(skew), *filter(None, [env.get("PYTHONPATH")])])
+    ports = [_free_port(), _free_port()]
+    agents = [_agent(ports[0]), _agent(ports[1], env)]
+    try:
+        out = tmp_path / "sweep"
+        proc = subprocess.run(
+            [sys.executable, "-m", "s3kv.cli", "sweep", "--clients", "2", "--ops", "put",
+             "--agents", ",".join(f"127.0.0.1:{p}" for p in ports),
+             "--endpoint", s3_server.endpoint, "--bucket", bucket, "--obj-size", "16KiB",
+             "--concurrent", "2", "--duration", "2", "--trim", "0.25", "--out", str(out)],
+            capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        records = read_records(out / "put-02c.csv.zst")
+        firsts = [min(r.start_ns for r in records if r.client_id == c) for c in ("c1", "c2")]
+        lasts = [max(r.end_ns for r in records if r.client_id == c) for c in ("c1", "c2")]
+        assert abs(firsts[0] - firsts[1]) < 0.5e9
+        assert abs(lasts[0] - lasts[1]) < 0.5e9
+        assert max(lasts) - min(firsts) < 4e9  # one 2 s phase, not two 20 s apart
+    finally:
+        for agent in agents:
+            agent.terminate()
+            agent.wait(timeout=10)

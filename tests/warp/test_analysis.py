@@ -126,3 +126,18 @@ def test_analyze_command(two_client_files: list[Path], capsys: pytest.CaptureFix
 
     assert main(["analyze", "--json", *map(str, two_client_files)]) == 1  # records hold errors
     assert '"fastest_bps": 4000.0' in capsys.readouterr().out
+
+
+def test_files_of_separate_runs_with_one_client_id_count_as_separate_clients(
+        tmp_path: Path) -> None:
+    """Two `s3kv bench` runs (two hosts, say) both record as client c1, threads 0 and 1: analysed
+    together they are two clients and four threads, not one client with two."""
+    paths = [tmp_path / "host1.csv.zst", tmp_path / "host2.csv.zst"]
+    for p in paths:
+        write_records(p, [Record(op="PUT", thread=t, client_id="c1", endpoint="http://e1",
+                                 file=f"k{t}", size=100, start_ns=T + t * S,
+                                 end_ns=T + (t + 1) * S) for t in (0, 1)])
+    [a] = analyze_files(paths)
+    assert (a.ops, a.clients, a.threads) == (4, 2, 4)
+    [one] = analyze_files(paths[:1])
+    assert (one.clients, one.threads) == (1, 2)

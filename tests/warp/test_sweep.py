@@ -68,3 +68,30 @@ def test_reference_file_shape() -> None:
     get = [(n, g) for n, _, g in ref]
     assert (knee(put), saturation(put)) == (3, 7)
     assert (knee(get), saturation(get)) == (7, None)
+
+
+def test_scaling_panel_is_relative_to_one_client_when_the_sweep_starts_above_one(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """`--clients 2,4`: perfect scaling is T(4) = 2 T(2). The panel "T(n) / T(1)" beside the
+    line y = n must show 2 and 4 (T(1) taken as T(2) / 2, as the efficiency column does), not
+    1 and 2, which reads as 50 % efficiency where the table says 1.00."""
+    import warp.sweep.plot as plot_module
+    from warp.sweep.summary import PhaseResult, efficiency
+
+    axes: list[Any] = []
+    subplots = plot_module.plt.subplots
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        fig, pair = subplots(*args, **kw)
+        axes.extend(pair)
+        return fig, pair
+
+    monkeypatch.setattr(plot_module.plt, "subplots", spy)
+    mib = 2.0**20
+    phases = [PhaseResult("GET", n, 4 * n, f"get-{n:02d}c.csv.zst", 100, 0, 0, 100 * n * mib,
+                          100 * n * mib, 100 * n * mib, 100 * n * mib, None, None, None, None, 3)
+              for n in (2, 4)]
+    plot_module.plot(phases, tmp_path / "sweep.png")
+    [measured] = [line for line in axes[1].get_lines() if line.get_label() == "GET measured"]
+    assert list(measured.get_ydata()) == [2.0, 4.0] == list(measured.get_xdata())
+    assert efficiency([(2, 200 * mib), (4, 400 * mib)]) == [1.0, 1.0]

@@ -198,8 +198,18 @@ def analyze(records: Iterable[Record], opts: AnalysisOptions | None = None) -> l
 
 def analyze_files(paths: Iterable[str | Path], opts: AnalysisOptions | None = None,
                   ) -> list[OpAnalysis]:
-    """Records of several files (one per client, say) analysed as one run."""
+    """Records of several files (one per client, say) analysed as one run.
+
+    A client writes one file per run, so a client id found in an earlier file is another
+    client here (two `s3kv bench` runs both record as c1): it is told apart by its file."""
     records: list[Record] = []
+    seen: set[str] = set()
     for p in paths:
-        records.extend(read_records(p))
+        found = read_records(p)
+        clash = seen & {r.client_id for r in found}
+        for r in found:
+            if r.client_id in clash:
+                r.client_id = f"{r.client_id}@{p}"
+        seen |= {r.client_id for r in found}
+        records.extend(found)
     return analyze(records, opts)

@@ -188,17 +188,18 @@ class Sweep:
                     codes.append(await h.finish(part))
             bar.close()
         merged = cfg.out / f"{phase_id}.csv.zst"
-        self._merge(parts, merged, comment)
+        self._merge(parts, merged, comment, [h.clock_offset_ns for h in handles])
         if op == "put" and not t.noclear:
             await delete_prefix(t, f"{t.prefix.strip('/')}/{run_id}/")
         return self._result(op, n, merged)
 
     @staticmethod
-    def _merge(parts: list[Path], dest: Path, comment: str) -> None:
+    def _merge(parts: list[Path], dest: Path, comment: str, offsets_ns: list[int]) -> None:
+        """Each client's records moved onto our clock (``offsets_ns``: its clock - ours)."""
         records = []
-        for p in parts:
+        for p, offset in zip(parts, offsets_ns, strict=True):
             if p.exists():
-                records.extend(read_records(p))
+                records.extend([r.shifted(-offset) for r in read_records(p)])
         records.sort(key=lambda r: r.start_ns)
         write_records(dest, records, comment)
         for p in parts:

@@ -33,6 +33,11 @@ class ClientFailed(S3KVError):
 class ClientHandle(ABC):
     label: str
 
+    @property
+    def clock_offset_ns(self) -> int:
+        """This client's clock minus the coordinator's: its records' times carry it."""
+        return 0
+
     @abstractmethod
     async def launch(self, job: Job) -> None: ...
 
@@ -155,6 +160,10 @@ class AgentClient(ClientHandle):
         agent_time = float((await self._json("GET", "/v1/time"))["time"])
         self._offset = agent_time - (t0 + now_s()) / 2
         self._id = str((await self._json("POST", "/v1/jobs", job.to_dict()))["id"])
+
+    @property
+    def clock_offset_ns(self) -> int:
+        return round(self._offset * 1e9)
 
     async def start(self, start_at: float) -> None:
         await self._json("POST", f"/v1/jobs/{self._id}/start",

@@ -34,8 +34,8 @@ def plot(phases: Sequence[PhaseResult], path: str | Path, reference: str | Path 
         hi = [max(0.0, (p.fastest_bps - p.median_bps) / unit) for p in pts]
         ax.errorbar(xs, med, yerr=[lo, hi], marker="o", capsize=4, color=colors[op],
                     label=f"{op} median (whiskers: slowest/fastest 1 s)")
-        if med[0] > 0:
-            axn.plot(xs, [m / med[0] for m in med], marker="o", color=colors[op],
+        if med[0] > 0:  # T(1) = T(first n) / first n, as the efficiency column takes it
+            axn.plot(xs, [m * xs[0] / med[0] for m in med], marker="o", color=colors[op],
                      label=f"{op} measured")
     if ref:
         rx = [r[0] for r in ref]
@@ -45,7 +45,7 @@ def plot(phases: Sequence[PhaseResult], path: str | Path, reference: str | Path 
             twin.plot(rx, ry, linestyle="--", marker="x", color=colors[op], alpha=0.5,
                       label=f"{op} reference (right axis)")
             if ry and ry[0] > 0:
-                axn.plot(rx, [y / ry[0] for y in ry], linestyle="--", marker="x",
+                axn.plot(rx, [y * rx[0] / ry[0] for y in ry], linestyle="--", marker="x",
                          color=colors[op], alpha=0.5, label=f"{op} reference")
         twin.set_ylim(bottom=0)
         twin.set_ylabel(f"reference {Path(reference or '').name} (GiB/s)")
