@@ -157,9 +157,12 @@ class Recovery:
             if current is not None and current.written_at >= e.written_at:
                 continue
             if e.tombstone:
+                cat.deletes.note(e.namespace, e.key, e.written_at)
                 if current is not None:
                     cat.remove(nid, e.key)
                 continue
+            if current is None and cat.deletes.hides(e.namespace, e.key, e.written_at):
+                continue  # deleted after it was written (a sync: deletes.py)
             cat.put(nid, e.key, Location(seg_id, e.offset, e.length, e.raw_length, e.crc,
                                          e.codec, e.written_at, e.attrs))
         return len(stream)
