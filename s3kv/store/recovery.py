@@ -173,8 +173,11 @@ class Recovery:
         self.catalog.deleted.update(await self.records.deletions())
         await self._load_namespaces()
         recorded = set(self.catalog.namespaces)
-        segs = await self._list("segments")
+        # sidecars first: a segment completes before its sidecar is written, so one listed
+        # before the segments whose segment is not listed is stale (listed after them, it
+        # was a replica's segment sealed meanwhile, invisible to syncs once deleted)
         sidecars = await self._list("manifests")
+        segs = await self._list("segments")
         stale = [n for n in sidecars if n not in segs]
         if stale:
             with contextlib.suppress(BackendError):
