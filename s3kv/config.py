@@ -290,6 +290,12 @@ class Settings:
                 f"capacity ({self.capacity}) must hold at least two segments "
                 f"({2 * self.segment_size} bytes) or be 0 for unlimited")
 
+    @property
+    def replica_lag(self) -> float:
+        """Seconds a write may take to reach the other replicas: sealed (``seal_after``),
+        uploaded (riding out an outage up to ``backend_timeout``), listed (``sync_interval``)."""
+        return self.seal_after + self.backend_timeout + self.sync_interval
+
     def public_dict(self) -> dict[str, Any]:
         """The settings with secrets masked, for logs and `stats`."""
         out = dataclasses.asdict(self)

@@ -10,7 +10,11 @@ that may still hide something is written again as a tombstone stamped as it was,
 segment of its own (``SegmentWriter.write_entries``), on the backend before the delete:
 
 - a tombstone, unless a newer put of its key is indexed (that put hides the older ones);
-- a put the index still serves from this segment (evicted live: a miss from now on).
+- a put the index still serves from this segment (evicted live: a miss from now on);
+- any entry of a key written or deleted again in a segment of this store still in memory
+  (``unsealed``): a crash loses that write, and without the tombstone the restart served the
+  version before this segment's (a mostly dead segment dropped while a block of it was
+  overwritten or deleted in the open segment brought back the block's older value).
 
 An entry "may hide something" only if it is newer than the oldest entry of every other segment
 present (the floor: :class:`Floor`); nothing older than all of them can survive elsewhere.
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 
 from s3kv.store import layout
 from s3kv.store.index import BlockIndex
@@ -60,19 +64,23 @@ class Floor:
 
 
 def carried(manifest: layout.Manifest, seg_id: int, namespaces: Mapping[str, int],
-            index: BlockIndex, floor: float) -> list[layout.Entry]:
+            index: BlockIndex, floor: float,
+            unsealed: Container[tuple[str, bytes]] = ()) -> list[layout.Entry]:
     """The tombstones that deleting segment ``seg_id`` (whose manifest this is) must leave:
     one per key whose newest entry in the segment is newer than ``floor`` and still hides
-    something (the module's docstring)."""
+    something (the module's docstring). ``unsealed``: the (namespace, key) of the entries in
+    this store's segments not on the backend yet."""
     newest: dict[tuple[str, bytes], layout.Entry] = {}
     layout.keep_newest((e for e in manifest.entries if e.written_at > floor), newest)
     out: list[layout.Entry] = []
     for (ns, key), e in newest.items():
         nid = namespaces.get(ns)
         current = None if nid is None else index.get(nid, key)
-        if e.tombstone:
+        if (ns, key) in unsealed:  # replaced by a write that a crash may still lose
+            keep = True
+        elif e.tombstone:
             keep = current is None or current.written_at < e.written_at
-        else:
+        else:  # evicted live
             keep = current is not None and current.segment == seg_id
         if keep:
             out.append(layout.tombstone_for(ns, key, e.written_at))

@@ -14,6 +14,7 @@ import re
 
 from s3kv.errors import InvalidNamespace, NamespaceNotFound, TooManyNamespaces
 from s3kv.store.codecs import CodecSpec
+from s3kv.store.deletes import RecentDeletes
 from s3kv.store.index import MAX_NAMESPACE_ID, BlockIndex, Location
 from s3kv.store.segments import SegmentTable
 
@@ -29,7 +30,9 @@ def validate_namespace(name: str) -> None:
 
 
 class Catalog:
-    def __init__(self) -> None:
+    def __init__(self, deletes_window: float = 60.0) -> None:
+        """``deletes_window``: seconds a write may take to reach the other replicas: the
+        deletes seen are kept that long for replica sync (deletes.py)."""
         self.index = BlockIndex()
         self.segments = SegmentTable()
         self.namespaces: dict[str, int] = {}
@@ -37,6 +40,8 @@ class Catalog:
         self.namespace_created: dict[str, float] = {}
         #: each deleted name's latest deletion (s3kv/store/namespaces.py)
         self.deleted: dict[str, float] = {}
+        #: keys deleted lately, by their tombstones' stamps (deletes.py)
+        self.deletes = RecentDeletes(deletes_window)
         self._top = 0  # the highest namespace id given out
 
     # ---- namespaces ---------------------------------------------------------------------

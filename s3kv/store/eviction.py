@@ -312,11 +312,21 @@ class Evictor:
                 log.info("eviction.segment_gone", segment=seg.name)  # carried what it hid)
                 continue
             layout.keep_newest(carried(manifest, seg.seg_id, cat.namespaces, cat.index,
-                                       floor), tombs)
+                                       floor, self._unsealed()), tombs)
         if tombs:
             await self.writer.write_entries(list(tombs.values()))
             self.stats.tombstones_carried += len(tombs)
             log.info("segment.tombstones_carried", segments=len(segs), tombstones=len(tombs))
+
+    def _unsealed(self) -> set[tuple[str, bytes]]:
+        """The (namespace, key) of the entries in this store's segments not on the backend
+        yet: the writes and deletes a crash would lose (carry.py)."""
+        out: set[tuple[str, bytes]] = set()
+        for info in self.catalog.segments.all() if self.writer.open_segments else ():
+            seg = self.writer.in_memory(info.seg_id) if info.own else None
+            if seg is not None:
+                out.update((e.namespace, e.key) for e in seg.entries)
+        return out
 
     async def _merge(self, carriers: list[SegmentInfo], floor: Floor) -> int:
         """More than MERGE_CARRIERS carriers still hide something: their tombstones go into

@@ -157,9 +157,12 @@ class Recovery:
             if current is not None and current.written_at >= e.written_at:
                 continue
             if e.tombstone:
+                cat.deletes.note(e.namespace, e.key, e.written_at)
                 if current is not None:
                     cat.remove(nid, e.key)
                 continue
+            if current is None and cat.deletes.hides(e.namespace, e.key, e.written_at):
+                continue  # deleted after it was written (a sync: deletes.py)
             cat.put(nid, e.key, Location(seg_id, e.offset, e.length, e.raw_length, e.crc,
                                          e.codec, e.written_at, e.attrs))
         return len(stream)
@@ -170,8 +173,11 @@ class Recovery:
         self.catalog.deleted.update(await self.records.deletions())
         await self._load_namespaces()
         recorded = set(self.catalog.namespaces)
-        segs = await self._list("segments")
+        # sidecars first: a segment completes before its sidecar is written, so one listed
+        # before the segments whose segment is not listed is stale (listed after them, it
+        # was a replica's segment sealed meanwhile, invisible to syncs once deleted)
         sidecars = await self._list("manifests")
+        segs = await self._list("segments")
         stale = [n for n in sidecars if n not in segs]
         if stale:
             with contextlib.suppress(BackendError):

@@ -61,7 +61,7 @@ class BlockStore:
         self.prefix = prefix
         self.settings = settings
         self.stats = StoreStats()
-        self.catalog = Catalog()
+        self.catalog = Catalog(settings.replica_lag)
         self.dram = DramCache(settings.dram_cache)
         self.writer = SegmentWriter(
             backend, prefix, settings, self.catalog.segments, self.stats, self._segment_failed,
@@ -309,14 +309,14 @@ class BlockStore:
         return await self._evictor.run_once()
 
     async def delete(self, namespace: str, key: bytes) -> bool:
-        """Delete a block: its tombstone first (restarts and replicas learn of the delete from
-        it), then its index entry, unless a write placed after the tombstone replaced it.
-        Raises Backpressure or BackendError (503: retry) if the tombstone cannot be appended;
-        the block then stays."""
+        """Delete a block: its tombstone first (restarts and replicas learn of it), then its
+        index entry unless a write placed after the tombstone replaced it. Raises Backpressure
+        or BackendError (503: retry) if the tombstone cannot be appended (the block stays)."""
         nid = self.ns_id(namespace)
         if self.index.get(nid, key) is None:
             return False
         placed = (await self.writer.append(layout.tombstone_for(namespace, key), b""))[1]
+        self.catalog.deletes.note(namespace, key, placed.written_at)  # for syncs (deletes.py)
         old = self.index.get(nid, key)
         if old is None or old.written_at > placed.written_at:
             return False  # deleted meanwhile, or written again after the tombstone

@@ -213,7 +213,7 @@ class SegmentWriter:
         return self._in_memory.get(seg_id)
 
     async def flush(self) -> None:
-        """Seal the open segment now and wait until every segment in memory is on the backend."""
+        """Seal the open segment now, wait until every segment in memory is on the backend."""
         async with self._lock:
             seg = self._current
             if seg is not None and (seg.entries or seg.landing):
@@ -223,6 +223,7 @@ class SegmentWriter:
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             raise BackendUnavailable(f"flush: {len(errors)} segment(s) failed: {errors[0]}")
+        await self._write_unrecorded("flush")
 
     async def close(self) -> None:
         try:
@@ -230,7 +231,10 @@ class SegmentWriter:
         except BackendError as exc:
             log.error("writer.close_flush_failed", error=str(exc))
         finally:
-            await self._write_unrecorded()
+            try:
+                await self._write_unrecorded("close")
+            except BackendError as exc:
+                log.error("writer.tombstones_lost", error=str(exc))
             self.health.close()
             for seg in list(self._in_memory.values()):
                 if not seg.entries and not seg.landing and seg.uploader is not None:
@@ -287,18 +291,14 @@ class SegmentWriter:
         self._seal_soon(seg, reason)
         await seg.on_backend()
 
-    async def _write_unrecorded(self) -> None:
-        """At close: the tombstones of failed segments that no segment took yet (none opened
-        since), in a segment of their own, tried even while the backend is marked down:
-        nothing else would write them before the next start."""
-        if not self._unrecorded:
-            return
-        entries = list(self._unrecorded.values())
-        self._unrecorded.clear()
-        try:
-            await self._standalone(entries, "close")
-        except BackendError as exc:
-            log.error("writer.tombstones_lost", entries=len(entries), error=str(exc))
+    async def _write_unrecorded(self, reason: str) -> None:
+        """At a flush (a delete is on the backend once it answers) and at close: failed
+        segments' tombstones no segment took yet, in a segment of their own, tried even while
+        the backend is marked down. Raises BackendError (they are kept again: _fail)."""
+        if self._unrecorded:
+            entries = list(self._unrecorded.values())
+            self._unrecorded.clear()
+            await self._standalone(entries, reason)
 
     def _open_segment(self, current: bool = True) -> OpenSegment:
         self._seq += 1

@@ -151,3 +151,43 @@ async def test_carriers_still_needed_are_merged_into_one(any_backend: Backend) -
         assert [m.key for m in (await store.list_blocks(NS))[0]] == [b"pin"]  # type: ignore[union-attr]
     finally:
         await store.close()
+
+
+async def test_a_segment_dropped_before_its_overwrites_are_sealed_leaves_no_older_value(
+        any_backend: Backend) -> None:
+    """A mostly dead segment is dropped while what killed its blocks (an overwrite, a delete)
+    is still in the open segment; a crash then loses those writes. The restart must not serve
+    the value from before the dropped segment's (its own is gone): the dropped segment's
+    overwritten and deleted keys leave tombstones too."""
+    backend = any_backend
+    over = {"capacity": 4 * SEG, "compact_threshold": 0.5, "compact_mode": "drop"}
+    store = await open_store(backend, seal_after=30, **over)
+    after = None
+    try:
+        await store.create_namespace(NS)
+        await store.put(NS, b"k", block(1, 64 * KiB))
+        await store.put(NS, b"d", block(2, 64 * KiB))
+        await store.put(NS, b"r", block(9, 4 * KiB))
+        await store.put(NS, b"big", big := block(3, 512 * KiB))
+        await store.flush()  # A: the old values, kept (big is live)
+        await store.delete(NS, b"r")
+        await store.put(NS, b"k", block(4, 64 * KiB))
+        await store.put(NS, b"d", block(5, 64 * KiB))
+        await store.put(NS, b"small", block(6, 4 * KiB))
+        await store.put(NS, b"tmp", block(7, 512 * KiB))
+        await store.flush()  # B: r's delete, k's and d's newer values, small, tmp
+        await store.put(NS, b"k", block(8, 64 * KiB))  # write-back, in the open segment
+        await store.put(NS, b"r", block(10, 4 * KiB))
+        await store.delete(NS, b"d")
+        await store.delete(NS, b"tmp")  # B's live ratio falls to 4/644: dropped
+        assert await store.evict_now() == 1
+        # a crash now (the store is never closed: its open segment is lost); a restart
+        after = await open_store(backend, seal_after=30, node_id="after-crash", **over)
+        assert await after.get(NS, b"k") is None  # not A's value
+        assert await after.get(NS, b"d") is None  # not A's value
+        assert await after.get(NS, b"r") is None  # deleted in B: not A's value
+        assert await after.get(NS, b"big") == big
+    finally:
+        await store.close()
+        if after is not None:
+            await after.close()

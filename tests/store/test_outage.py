@@ -253,3 +253,25 @@ async def test_what_a_failed_segment_hid_stays_hidden_when_the_store_closes_next
     finally:
         await store.close()
         await inner.close()
+
+
+async def test_a_flush_after_a_failed_segment_puts_its_tombstones_on_the_backend(
+        tmp_path: Path) -> None:
+    """Nothing written since the failure: a flush writes the failed segment's tombstones (a
+    delete is on the backend once a flush answers), so a crash after it (the store never
+    closed) does not bring back the deleted block, nor the overwritten one's old value."""
+    inner = await FileBackend(tmp_path / "store").open()
+    backend = _FailingSegments(inner)
+    store = await open_store(backend, seal_after=30)  # type: ignore[arg-type]
+    after = None
+    try:
+        await _a_segment_fails_over_k_and_j(store, backend)
+        await store.flush()  # answers: what the store was told is on the backend
+        after = await open_store(inner, seal_after=30, node_id="after-crash")
+        assert await after.get("kvns", b"j") is None  # not back
+        assert await after.get("kvns", b"k") is None  # not A's old value
+    finally:
+        await store.close()
+        if after is not None:
+            await after.close()
+        await inner.close()
