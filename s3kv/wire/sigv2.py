@@ -50,13 +50,15 @@ def _values(headers: Mapping[str, str], name: str) -> list[str]:
 
 
 def canonical_resource(raw_path: str, raw_query: str, bucket_in_host: str = "") -> str:
-    """``/bucket/key?sub=value&...`` as SigV2 signs it (``raw_path``/``raw_query`` as sent)."""
+    """``/bucket/key?sub=value&...`` as SigV2 signs it (``raw_path``/``raw_query`` as sent).
+    A subresource with an empty value (``?uploads=``, as Go's url.Values writes it) is signed
+    bare, as S3 signs it: its value is appended only if it has one."""
     resource = (f"/{bucket_in_host}" if bucket_in_host else "") + (raw_path or "/")
     subs: list[tuple[str, str | None]] = []
     for part in raw_query.split("&"):
         name, sep, value = part.partition("=")
         if name in SIGNED_SUBRESOURCES:
-            subs.append((name, unquote(value) if sep else None))
+            subs.append((name, unquote(value) if sep and value else None))
     subs.sort(key=lambda nv: nv[0])
     if subs:
         resource += "?" + "&".join(n if v is None else f"{n}={v}" for n, v in subs)

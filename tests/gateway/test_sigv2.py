@@ -5,7 +5,9 @@ SigV4 apply."""
 
 from __future__ import annotations
 
+import base64
 import email.utils
+import hashlib
 import os
 import subprocess
 import sys
@@ -154,6 +156,29 @@ def test_v2_header_auth_botocore_signer(gateway: Gateway, bucket: str) -> None:
     r = v2_signed("DELETE", f"{base}/dir/a%20b%2Bc")
     assert r.status == 204
     assert v2_signed("GET", f"{base}/dir/a%20b%2Bc").status == 404
+
+
+def test_v2_empty_subresource_values_are_signed_bare(gateway: Gateway, bucket: str) -> None:
+    """rclone (``v2_auth``, Go's url.Values) sends ``?uploads=`` and ``?delete=`` and signs the
+    subresource bare, as S3 does for a subresource without a value: its multipart uploads and
+    DeleteObjects (purge) verify."""
+    base = f"{gateway.endpoint}/{bucket}"
+
+    def sent_with_equals(method: str, signed_url: str, body: bytes = b"",
+                         headers: dict[str, str] | None = None) -> Reply:
+        req = AWSRequest(method=method, url=signed_url, data=body, headers=dict(headers or {}))
+        HmacV1Auth(Credentials(GW_ACCESS, GW_SECRET)).add_auth(req)
+        return send(method, signed_url.replace("?uploads", "?uploads=").replace(
+            "?delete", "?delete="), body=body, headers=dict(req.headers.items()))
+
+    r = sent_with_equals("POST", f"{base}/mp?uploads")
+    assert r.status == 200 and b"<UploadId>" in r.body, r.body
+    assert v2_signed("PUT", f"{base}/gone", body=b"x").status == 200
+    doc = b"<Delete><Object><Key>gone</Key></Object></Delete>"
+    md5 = base64.b64encode(hashlib.md5(doc).digest()).decode()
+    r = sent_with_equals("POST", f"{base}?delete", body=doc, headers={"Content-MD5": md5})
+    assert r.status == 200 and b"<Deleted><Key>gone</Key>" in r.body, r.body
+    assert v2_signed("GET", f"{base}/gone").status == 404
 
 
 def test_v2_virtual_hosted_style(gateway: Gateway, bucket: str) -> None:
