@@ -25,6 +25,7 @@ from botocore.auth import HmacV1Auth, HmacV1QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
+from botocore.exceptions import ClientError
 
 from tests.gateway.badinput import Reply, send
 from tests.gateway.conftest import (
@@ -179,6 +180,26 @@ def test_v2_empty_subresource_values_are_signed_bare(gateway: Gateway, bucket: s
     r = sent_with_equals("POST", f"{base}?delete", body=doc, headers={"Content-MD5": md5})
     assert r.status == 200 and b"<Deleted><Key>gone</Key>" in r.body, r.body
     assert v2_signed("GET", f"{base}/gone").status == 404
+
+
+def test_v2_bucket_operations_of_botocores_client(gateway: Gateway) -> None:
+    """boto3 (and s3fs through aiobotocore) with ``signature_version="s3"`` sign a path-style
+    bucket's operations (``/bucket``) as ``/bucket/``: they verify."""
+    s3 = boto3.client("s3", endpoint_url=gateway.endpoint, region_name=REGION,
+                      aws_access_key_id=GW_ACCESS, aws_secret_access_key=GW_SECRET,
+                      config=Config(signature_version="s3", s3={"addressing_style": "path"},
+                                    retries={"max_attempts": 1}))
+    name = f"b-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=name)
+    s3.head_bucket(Bucket=name)
+    s3.put_object(Bucket=name, Key="k", Body=b"v2")
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=name)["Contents"]] == ["k"]
+    assert s3.get_bucket_location(Bucket=name)["LocationConstraint"] in (None, "us-east-1")
+    s3.delete_objects(Bucket=name, Delete={"Objects": [{"Key": "k"}]})
+    s3.delete_bucket(Bucket=name)
+    with pytest.raises(ClientError) as exc:
+        s3.head_bucket(Bucket=name)
+    assert exc.value.response["Error"]["Code"] in ("404", "NoSuchBucket")
 
 
 def test_v2_virtual_hosted_style(gateway: Gateway, bucket: str) -> None:
