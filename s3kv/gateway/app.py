@@ -20,7 +20,14 @@ from s3kv.config import Settings
 from s3kv.errors import RequestError, S3KVError
 from s3kv.gateway import native, ops, s3_buckets, s3_objects
 from s3kv.gateway.access import check_namespace, credential_table
-from s3kv.gateway.classify import Level, check_headers, classify, hoisted, level_of
+from s3kv.gateway.classify import (
+    Level,
+    check_headers,
+    classify,
+    form_upload_refusal,
+    hoisted,
+    level_of,
+)
 from s3kv.gateway.metrics import GatewayMetrics
 from s3kv.gateway.reqkeys import AUTH, OP, REQUEST_ID
 from s3kv.gateway.requests import parse_target
@@ -152,6 +159,11 @@ def _client_gone(request: web.Request) -> bool:
 async def s3_dispatch(request: web.Request) -> web.StreamResponse:
     st = state_of(request)
     target = parse_target(request, st.settings.domain)
+    refusal = form_upload_refusal(request.method, level_of(target.bucket, target.key),
+                                  request.headers)
+    if refusal is not None:
+        request[OP] = "Unsupported"
+        raise refusal
     request[AUTH] = ops.authenticate(request, st, target.raw_path, target.raw_query,
                                      bucket_in_host=target.bucket if target.virtual else "")
     if target.bucket:

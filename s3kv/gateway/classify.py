@@ -170,6 +170,19 @@ def level_of(bucket: str, key: str) -> Level:
     return Level.OBJECT if key else Level.BUCKET if bucket else Level.SERVICE
 
 
+def form_upload_refusal(method: str, level: Level, headers: Mapping[str, str]
+                        ) -> RequestError | None:
+    """The 501 for PostObject, a browser form upload (``POST /B``, ``multipart/form-data``),
+    which carries its signature in the form, which the gateway never reads: refused before
+    authentication, which would take it for an anonymous request (403); it says nothing of
+    the bucket. None for any other request."""
+    if method == "POST" and level is Level.BUCKET and headers.get("Content-Type", "").lower() \
+            .startswith("multipart/form-data"):
+        return _not_implemented("s3kv does not implement PostObject (browser form uploads): "
+                                "nothing was stored; upload with a signed PutObject.")
+    return None
+
+
 def hoisted(params: Mapping[str, list[str]]) -> dict[str, str]:
     """Headers a SigV2 presigned URL carries in its query (botocore's HmacV1QueryAuth moves
     ``x-amz-*``, ``Content-Type`` and ``Content-MD5`` there); none without ``AWSAccessKeyId``."""

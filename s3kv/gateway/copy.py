@@ -11,9 +11,11 @@ independent of its source from then on.
 
 CopyObject's ``x-amz-metadata-directive``: ``COPY`` (the default) keeps the source's content
 headers and user metadata and ignores the request's; ``REPLACE`` takes them from the request.
-A copy onto itself must ``REPLACE`` (S3's rule: a copy that changes nothing is refused). The
-copy keeps the source's ETag and flexible checksum, except that a multipart source's composite
-ETag and checksum describe its parts, which the copy does not have: its ETag is then the MD5 of
+A copy onto itself must ``REPLACE`` or name a storage class (S3's rule: a copy that changes
+nothing is refused; one with ``x-amz-storage-class`` is taken even when the class stays the same,
+as ``rclone settier STANDARD`` and ``aws s3 cp --storage-class`` rely on). The copy keeps the
+source's ETag and flexible checksum, except that a multipart source's composite ETag and
+checksum describe its parts, which the copy does not have: its ETag is then the MD5 of
 its bytes (``--etag fast``: the CRC-based one) and a composite checksum is dropped. A copy
 request's ``x-amz-checksum-algorithm`` gets the copy a full-object checksum of that algorithm.
 """
@@ -180,7 +182,8 @@ async def copy_object(request: web.Request, st: GatewayState, t: Target) -> web.
     heads = index_headers(request.headers)
     directive = _directive(request)
     src, src_key = resolve_source(request)
-    if (src.bucket, src_key) == (t.bucket, key) and directive == "COPY":
+    if (src.bucket, src_key) == (t.bucket, key) and directive == "COPY" \
+            and "x-amz-storage-class" not in request.headers:
         raise RequestError("InvalidRequest", "This copy request is illegal because it is trying "
                            "to copy an object to itself without changing the object's metadata, "
                            "storage class, website redirect location or encryption attributes.")

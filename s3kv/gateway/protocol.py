@@ -20,11 +20,11 @@ from typing import Any
 
 from aiohttp import web, web_protocol
 from aiohttp.http_exceptions import LineTooLong
-from aiohttp.http_parser import HttpRequestParser
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
+from s3kv.gateway.headparser import RequestParser
 from s3kv.gateway.s3xml import XML, error_document
 from s3kv.gateway.takeover import TAKE_MIN, BodyLanding, BodyTake, LandingReads, Sums, drain
 from s3kv.log import get_logger
@@ -79,6 +79,7 @@ class S3RequestHandler(RequestHandler):
         if hasattr(web_protocol, "MAX_MSG_QUEUE_SIZE"):  # aiohttp >= 3.13
             self._parser_args["max_msg_queue_size"] = web_protocol.MAX_MSG_QUEUE_SIZE
         self._take: BodyTake | None = None
+        self._parser = RequestParser(self, loop, self._read_bufsize, **self._parser_args)
 
     def can_take(self, content: StreamReader, length: int) -> bool:
         """Whether :meth:`take_body` would take the current request's body (``length`` bytes
@@ -194,8 +195,8 @@ class S3RequestHandler(RequestHandler):
         follows (the old one is still in the body it did not see)."""
         self._take = None
         take.content.feed_eof()
-        self._parser = HttpRequestParser(self, self._loop, self._read_bufsize,
-                                         **self._parser_args)
+        self._parser = RequestParser(self, self._loop, self._read_bufsize,
+                                     **self._parser_args)
         if rest:
             super().data_received(rest)
 

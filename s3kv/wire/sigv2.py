@@ -4,8 +4,10 @@
 Pure: no I/O, no clock reads (the caller passes ``now``). The string to sign is S3's
 (RESTAuthentication): ``VERB\\nContent-MD5\\nContent-Type\\nDate\\n`` + the ``x-amz-*`` headers
 (lowercase, sorted, repeated values joined by ``,``) + the resource: ``/bucket`` (virtual-hosted
-requests) and the path as sent, then the subresources of :data:`SIGNED_SUBRESOURCES` in name
-order, their values percent-decoded, as botocore's HmacV1Auth and s3cmd write it.
+requests) and the path as sent (a path-style bucket's ``/bucket`` also as ``/bucket/``, the
+form botocore's S3 client signs a bucket's operations in), then the subresources of
+:data:`SIGNED_SUBRESOURCES` in name order, their values percent-decoded, as botocore's
+HmacV1Auth and s3cmd write it.
 
 Date line: a presigned URL signs its ``Expires``; header auth signs the ``Date`` header, or an
 empty line when ``x-amz-date`` is given (the AWS documentation's rule; botocore signs the Date
@@ -50,13 +52,15 @@ def _values(headers: Mapping[str, str], name: str) -> list[str]:
 
 
 def canonical_resource(raw_path: str, raw_query: str, bucket_in_host: str = "") -> str:
-    """``/bucket/key?sub=value&...`` as SigV2 signs it (``raw_path``/``raw_query`` as sent)."""
+    """``/bucket/key?sub=value&...`` as SigV2 signs it (``raw_path``/``raw_query`` as sent).
+    A subresource with an empty value (``?uploads=``, as Go's url.Values writes it) is signed
+    bare, as S3 signs it: its value is appended only if it has one."""
     resource = (f"/{bucket_in_host}" if bucket_in_host else "") + (raw_path or "/")
     subs: list[tuple[str, str | None]] = []
     for part in raw_query.split("&"):
         name, sep, value = part.partition("=")
         if name in SIGNED_SUBRESOURCES:
-            subs.append((name, unquote(value) if sep else None))
+            subs.append((name, unquote(value) if sep and value else None))
     subs.sort(key=lambda nv: nv[0])
     if subs:
         resource += "?" + "&".join(n if v is None else f"{n}={v}" for n, v in subs)
@@ -147,6 +151,8 @@ class SigV2Verifier:
         normalised = quote(unquote(raw_path or "/"), safe="/~")
         if normalised != paths[0]:
             paths.append(normalised)
+        if not bucket_in_host and len(paths[0]) > 1 and paths[0].count("/") == 1:
+            paths.append(paths[0] + "/")  # a bucket signed as S3 resolves it: "/bucket/"
         given = signature.encode("utf-8", "surrogateescape")
         ok = False
         for path in paths:

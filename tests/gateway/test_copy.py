@@ -97,6 +97,19 @@ def test_copy_onto_itself_must_replace(gw_s3: Any, gw_bucket: str,
     assert _read(gw_s3, gw_bucket, "src") == BODY
 
 
+def test_copy_onto_itself_naming_a_storage_class(gw_s3: Any, gw_bucket: str,
+                                                source: dict[str, Any]) -> None:
+    """S3 takes a copy onto itself that names a storage class, the same one included (rclone's
+    ``settier STANDARD``, ``aws s3 cp --storage-class STANDARD`` of a key onto itself): the
+    object stays as it was, its metadata copied."""
+    answer = gw_s3.copy_object(Bucket=gw_bucket, Key="src", CopySource=f"{gw_bucket}/src",
+                               StorageClass="STANDARD")
+    assert answer["CopyObjectResult"]["ETag"] == source["ETag"]
+    head = gw_s3.head_object(Bucket=gw_bucket, Key="src")
+    assert (head["Metadata"], head["ContentType"]) == (source["Metadata"], "text/x-kv")
+    assert _read(gw_s3, gw_bucket, "src") == BODY
+
+
 def test_across_buckets_and_keys_that_need_encoding(gw_s3: Any, gw_bucket: str,
                                                    source: dict[str, Any]) -> None:
     other = gw_bucket + "-2"

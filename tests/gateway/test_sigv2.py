@@ -5,7 +5,9 @@ SigV4 apply."""
 
 from __future__ import annotations
 
+import base64
 import email.utils
+import hashlib
 import os
 import subprocess
 import sys
@@ -23,6 +25,7 @@ from botocore.auth import HmacV1Auth, HmacV1QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
+from botocore.exceptions import ClientError
 
 from tests.gateway.badinput import Reply, send
 from tests.gateway.conftest import (
@@ -154,6 +157,49 @@ def test_v2_header_auth_botocore_signer(gateway: Gateway, bucket: str) -> None:
     r = v2_signed("DELETE", f"{base}/dir/a%20b%2Bc")
     assert r.status == 204
     assert v2_signed("GET", f"{base}/dir/a%20b%2Bc").status == 404
+
+
+def test_v2_empty_subresource_values_are_signed_bare(gateway: Gateway, bucket: str) -> None:
+    """rclone (``v2_auth``, Go's url.Values) sends ``?uploads=`` and ``?delete=`` and signs the
+    subresource bare, as S3 does for a subresource without a value: its multipart uploads and
+    DeleteObjects (purge) verify."""
+    base = f"{gateway.endpoint}/{bucket}"
+
+    def sent_with_equals(method: str, signed_url: str, body: bytes = b"",
+                         headers: dict[str, str] | None = None) -> Reply:
+        req = AWSRequest(method=method, url=signed_url, data=body, headers=dict(headers or {}))
+        HmacV1Auth(Credentials(GW_ACCESS, GW_SECRET)).add_auth(req)
+        return send(method, signed_url.replace("?uploads", "?uploads=").replace(
+            "?delete", "?delete="), body=body, headers=dict(req.headers.items()))
+
+    r = sent_with_equals("POST", f"{base}/mp?uploads")
+    assert r.status == 200 and b"<UploadId>" in r.body, r.body
+    assert v2_signed("PUT", f"{base}/gone", body=b"x").status == 200
+    doc = b"<Delete><Object><Key>gone</Key></Object></Delete>"
+    md5 = base64.b64encode(hashlib.md5(doc).digest()).decode()
+    r = sent_with_equals("POST", f"{base}?delete", body=doc, headers={"Content-MD5": md5})
+    assert r.status == 200 and b"<Deleted><Key>gone</Key>" in r.body, r.body
+    assert v2_signed("GET", f"{base}/gone").status == 404
+
+
+def test_v2_bucket_operations_of_botocores_client(gateway: Gateway) -> None:
+    """boto3 (and s3fs through aiobotocore) with ``signature_version="s3"`` sign a path-style
+    bucket's operations (``/bucket``) as ``/bucket/``: they verify."""
+    s3 = boto3.client("s3", endpoint_url=gateway.endpoint, region_name=REGION,
+                      aws_access_key_id=GW_ACCESS, aws_secret_access_key=GW_SECRET,
+                      config=Config(signature_version="s3", s3={"addressing_style": "path"},
+                                    retries={"max_attempts": 1}))
+    name = f"b-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=name)
+    s3.head_bucket(Bucket=name)
+    s3.put_object(Bucket=name, Key="k", Body=b"v2")
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=name)["Contents"]] == ["k"]
+    assert s3.get_bucket_location(Bucket=name)["LocationConstraint"] in (None, "us-east-1")
+    s3.delete_objects(Bucket=name, Delete={"Objects": [{"Key": "k"}]})
+    s3.delete_bucket(Bucket=name)
+    with pytest.raises(ClientError) as exc:
+        s3.head_bucket(Bucket=name)
+    assert exc.value.response["Error"]["Code"] in ("404", "NoSuchBucket")
 
 
 def test_v2_virtual_hosted_style(gateway: Gateway, bucket: str) -> None:
