@@ -321,12 +321,7 @@ class Evictor:
     def _unsealed(self) -> set[tuple[str, bytes]]:
         """The (namespace, key) of the entries in this store's segments not on the backend
         yet: the writes and deletes a crash would lose (carry.py)."""
-        out: set[tuple[str, bytes]] = set()
-        for info in self.catalog.segments.all() if self.writer.open_segments else ():
-            seg = self.writer.in_memory(info.seg_id) if info.own else None
-            if seg is not None:
-                out.update((e.namespace, e.key) for e in seg.entries)
-        return out
+        return {(e.namespace, e.key) for seg in self.writer.unsealed() for e in seg.entries}
 
     async def _merge(self, carriers: list[SegmentInfo], floor: Floor) -> int:
         """More than MERGE_CARRIERS carriers still hide something: their tombstones go into

@@ -107,8 +107,7 @@ class SegmentWriter:
     def committed_bytes(self) -> int:
         """Backend bytes the segments in memory stand for: the one taking writes at its full
         size (it fills before another opens), those sealing at their own."""
-        full = self.s.segment_size
-        return sum(seg.size if seg.sealing else max(seg.size, full)
+        return sum(seg.size if seg.sealing else max(seg.size, self.s.segment_size)
                    for seg in self._in_memory.values())
 
     def holds(self, seg_id: int) -> bool:
@@ -116,8 +115,7 @@ class SegmentWriter:
         return seg_id in self._in_memory
 
     def read(self, seg_id: int, offset: int, length: int) -> list[memoryview] | None:
-        """Bytes of a segment still in memory, as views of its pieces, or None if it is not
-        (read the backend)."""
+        """Bytes of a segment still in memory as views of its pieces; None: read the backend."""
         seg = self._in_memory.get(seg_id)
         return None if seg is None else seg.read(offset, length)
 
@@ -212,6 +210,10 @@ class SegmentWriter:
         """The segment if it is not on the backend yet (``on_backend()`` waits); else None."""
         return self._in_memory.get(seg_id)
 
+    def unsealed(self) -> list[OpenSegment]:
+        """This store's segments not on the backend yet (open, or sealing)."""
+        return list(self._in_memory.values())
+
     async def flush(self) -> None:
         """Seal the open segment now, wait until every segment in memory is on the backend."""
         async with self._lock:
@@ -247,8 +249,7 @@ class SegmentWriter:
     async def segment_for(self, namespace: str, key: bytes, length: int,
                           attrs: int = 0) -> OpenSegment:
         """The open segment with room for the block (key, length, ``attrs`` bytes of
-        attributes), the one before it sealed as full if it has none; the caller holds the
-        lock."""
+        attributes), the one before sealed as full if it has none; the caller holds the lock."""
         seg = self._current
         if seg is not None and seg.room_for(namespace, key, length, self.s.block_align,
                                             self.s.segment_size, attrs):
@@ -278,9 +279,8 @@ class SegmentWriter:
     async def write_entries(self, entries: Sequence[layout.Entry]) -> None:
         """A segment of its own for entries without bytes (the tombstones a deleted segment
         leaves behind: carry.py), sealed at once; returns once it is on the backend, raises
-        Backpressure (the backend is marked down) or BackendError if it could not be
-        written. It takes no writes: the segment that does neither waits for it nor is sealed
-        early for it."""
+        Backpressure (the backend is marked down) or BackendError if it could not be written.
+        It takes no writes: the segment that does neither waits for it nor is sealed early."""
         self.health.check()
         await self._standalone(entries, "carried")
 
