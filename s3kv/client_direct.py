@@ -21,14 +21,13 @@ client cannot reach fails its GETs: either way that gateway is not asked to loca
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from s3kv.client_io import Sink, together
+from s3kv.client_io import Sink, answer_doc, together
 from s3kv.client_landing import BlockIn, LandedBody, Undelivered
 from s3kv.errors import RequestError
 from s3kv.wire.fastget import GetPool, ProtocolError
@@ -158,7 +157,7 @@ class DirectReads:
         located them (``locate``: its answer; misses go to ``sink`` as such); the positions
         left to read through it (batch get)."""
         try:
-            doc = json.loads(await locate())
+            doc = answer_doc(gateway, await locate())
         except RequestError as exc:
             if exc.status not in _NOT_OFFERED:
                 raise

@@ -226,14 +226,20 @@ def _number(value: str | None, default: float) -> float:
         return default
 
 
-def answer_doc(gateway: str, body: bytes) -> dict[str, Any]:
-    """A gateway's JSON answer, an object; RequestError (MalformedResponse, 502) for anything
-    else (a proxy's or another service's page, a cut answer)."""
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    """``body`` as a JSON object; None if it is none (not JSON, or JSON of another kind)."""
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError):
-        doc = None
-    if not isinstance(doc, dict):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def answer_doc(gateway: str, body: bytes) -> dict[str, Any]:
+    """A gateway's JSON answer, an object; RequestError (MalformedResponse, 502) for anything
+    else (a proxy's or another service's page, a cut answer)."""
+    doc = _json_object(body)
+    if doc is None:
         raise RequestError("MalformedResponse", f"gateway {gateway} answered no JSON object: "
                            f"{body[:80]!r}", 502)
     return doc
@@ -255,10 +261,10 @@ def answer(gateway: str, body: bytes, name: str, kind: type, *, items: type | No
 
 
 def error_from_response(status: int, body: bytes, headers: Mapping[str, str]) -> Exception:
-    try:
-        doc = json.loads(body)
+    doc = _json_object(body)  # a proxy's error page, say, is no JSON object
+    if doc is not None:
         code, message = str(doc.get("error", "")), str(doc.get("message", ""))
-    except ValueError:
+    else:
         code, message = "", body[:200].decode(errors="replace")
     if code == "SlowDown" or status == 503:
         return Backpressure(message or "gateway busy", _number(headers.get("Retry-After"), 1.0),
