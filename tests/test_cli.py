@@ -223,30 +223,37 @@ def test_a_progress_bar_on_a_terminal_but_not_with_json(
         json.loads(capsys.readouterr().out)
 
 
+def _with_json_on_a_terminal(argv: list[str], monkeypatch: pytest.MonkeyPatch,
+                             capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """Run ``s3kv ARGV --json`` with stderr a terminal: its exit code and what went to the
+    terminal; stdout must be one JSON document."""
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    code = main([*argv, "--json"])
+    json.loads(capsys.readouterr().out)
+    return code, terminal.getvalue()
+
+
 def test_tune_json_shows_no_progress_bar(s3_server: Any, bucket: str,
                                          monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    terminal = _Terminal()
-    monkeypatch.setattr(sys, "stderr", terminal)
-    main(["tune", "--endpoint", s3_server.endpoint, "--bucket", bucket, "--budget", "1",
-          "--segment-sizes", "5MiB", "--part-sizes", "5MiB", "--concurrency", "1",
-          "--block-size", "256KiB", "--json"])
-    assert "tune" not in terminal.getvalue(), terminal.getvalue()
-    json.loads(capsys.readouterr().out)
+    _, shown = _with_json_on_a_terminal(
+        ["tune", "--endpoint", s3_server.endpoint, "--bucket", bucket, "--budget", "1",
+         "--segment-sizes", "5MiB", "--part-sizes", "5MiB", "--concurrency", "1",
+         "--block-size", "256KiB"], monkeypatch, capsys)
+    assert "tune" not in shown, shown
 
 
 def test_bench_kv_json_shows_no_progress_bar(s3_server: Any, bucket: str,
                                              monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    terminal = _Terminal()
-    monkeypatch.setattr(sys, "stderr", terminal)
-    code = main(["bench", "kv", "--target", f"s3://{bucket}/kv?endpoint={s3_server.endpoint}",
-                 "--bytes-per-token", "1KiB", "--block-tokens", "16", "--context-tokens",
-                 "160", "--system-prompt-tokens", "16", "--users", "1", "--duration", "1s",
-                 "--json"])
+    code, shown = _with_json_on_a_terminal(
+        ["bench", "kv", "--target", f"s3://{bucket}/kv?endpoint={s3_server.endpoint}",
+         "--bytes-per-token", "1KiB", "--block-tokens", "16", "--context-tokens", "160",
+         "--system-prompt-tokens", "16", "--users", "1", "--duration", "1s"],
+        monkeypatch, capsys)
     assert code == 0
-    assert "pass 1" not in terminal.getvalue(), terminal.getvalue()
-    json.loads(capsys.readouterr().out)
+    assert "pass 1" not in shown, shown
 
 
 def test_analyze_refuses_a_bucket_of_no_length(tmp_path: Path,
