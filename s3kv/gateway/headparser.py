@@ -24,6 +24,8 @@ _LENGTH = re.compile(rb"^content-length:[ \t]*([^\r\n]*?)[ \t]*\r?\n", re.I | re
 def merge_lengths(head: bytes) -> bytes | None:
     """``head`` (a request's bytes up to its blank line) keeping only the first of several
     Content-Length lines of one value; None if it has not several, or they differ."""
+    if head.lower().count(b"\ncontent-length:") < 2:  # the common head: no regex run
+        return None
     found = list(_LENGTH.finditer(head))
     if len(found) < 2 or len({m.group(1) for m in found}) != 1:
         return None
