@@ -241,7 +241,7 @@ def plan(inputs: PlanInputs) -> Plan:
     if session_bytes > usable_bytes_node:
         warnings.append("one session's KV cache is larger than a node's usable capacity")
 
-    return Plan(
+    result = Plan(
         model=model,
         kv_bytes_per_token_uncompressed=bpt_raw,
         codec_ratio=inputs.codec_ratio,
@@ -286,6 +286,19 @@ def plan(inputs: PlanInputs) -> Plan:
         years_to_rating=years,
         warnings=warnings,
     )
+    _finite(result)
+    return result
+
+
+def _finite(result: Plan) -> None:
+    """Every figure a number: inputs of absurd magnitude overflow a float to inf (or 0 x inf to
+    nan), which no table can show and JSON has no literal for."""
+    for name, value in asdict(result).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(
+                f"the inputs are too large to work out: {name} comes out as {value} "
+                "(check the magnitude of the flags)"
+            )
 
 
 def _whole(x: float) -> int:

@@ -229,3 +229,22 @@ def test_help_gives_every_default() -> None:
     assert len(flags) >= 16
     for action in flags:
         assert action.help and "default" in action.help, action.option_strings
+
+
+@pytest.mark.parametrize("argv,figure", [
+    (["--write-rate", "1e308"], "write_rate_gb_s"),  # 1e308 tokens/s x 131,072 B
+    (["--psu-watts", "1e308", "--nodes", "10"], "psu_watts_total"),
+    (["--drive-write-mbs", "1e305"], "write_ceiling_gb_s_per_node"),  # x 10^6 x 24 drives
+])
+def test_cli_inputs_that_overflow_are_refused(argv: list[str], figure: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Inputs of absurd magnitude overflow a float: before, `plan --json` printed `Infinity`
+    (no JSON parser but Python's reads it) and exited 0; now it names the figure, exit 2."""
+    assert main(["plan", "--json", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("s3kv plan: error: the inputs are too large")
+    assert f"{figure} comes out as inf" in captured.err
+    # the largest finite inputs still give a plan that strict JSON can read
+    assert main(["plan", "--json", "--write-rate", "1e290"]) == 0
+    json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(c))
