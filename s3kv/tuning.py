@@ -83,6 +83,17 @@ class TuneSpec:
             raise ConfigError("give at least one segment size, part size and concurrency")
         if min(self.concurrency) < 1 or self.block_size < 1 or self.budget <= 0:
             raise ConfigError("concurrency, block size and budget must be positive")
+        # the rule's parameters, checked before the run: out of these ranges the rule may
+        # leave no layout eligible (no recommendation from a full run) or every one
+        if not (math.isfinite(self.tolerance) and 0 <= self.tolerance < 1):
+            raise ConfigError(f"--tolerance must be at least 0 and below 1 (a share of the best "
+                              f"score, 0.05 = 5 %), got {self.tolerance}")
+        if not (math.isfinite(self.ttfb_factor) and self.ttfb_factor >= 1):
+            raise ConfigError(f"--ttfb-factor must be at least 1 (a multiple of the lowest TTFB "
+                              f"p99), got {self.ttfb_factor}")
+        if not (math.isfinite(self.ttfb_slack_ms) and self.ttfb_slack_ms >= 0):
+            raise ConfigError(f"--ttfb-slack-ms must be at least 0 (milliseconds over the lowest "
+                              f"TTFB p99), got {self.ttfb_slack_ms}")
         if not self.layouts_possible():
             raise ConfigError("no segment size is a multiple of a part size")
 

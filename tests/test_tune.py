@@ -92,3 +92,27 @@ def test_tune_against_s3_server(s3_server: MotoServer, bucket: str, s3_client: A
     assert s3_client.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
     uploads = s3_client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
     assert uploads == []
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--tolerance", "-0.1"], "--tolerance must be at least 0 and below 1"),
+    (["--tolerance", "nan"], "--tolerance must be at least 0 and below 1"),
+    (["--ttfb-factor", "0.5", "--ttfb-slack-ms", "-20"], "--ttfb-factor must be at least 1"),
+    (["--ttfb-slack-ms", "-20"], "--ttfb-slack-ms must be at least 0"),
+])
+def test_rule_flags_out_of_range_are_refused_before_the_run(
+        flags: list[str], message: str, s3_server: MotoServer, s3_client: Any,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, the rule's flags were taken as they came and a whole run was measured first:
+    with a negative or NaN --tolerance, or a TTFB bound under the lowest TTFB (--ttfb-factor
+    0.5 --ttfb-slack-ms -20), no layout was eligible and `recommend` died on min() of nothing
+    (ValueError, a traceback after the run); a negative --ttfb-slack-ms alone ran and was
+    silently meaningless. Now each is refused first (exit 2): nothing is written."""
+    argv = ["tune", "--endpoint", s3_server.endpoint, "--bucket", "tune-refused", "--budget", "3",
+            "--segment-sizes", "5MiB", "--part-sizes", "5MiB", "--concurrency", "1",
+            "--block-size", "256KiB", "--json", *flags]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("s3kv tune: error:") and message in err, err
+    names = [b["Name"] for b in s3_client.list_buckets()["Buckets"]]
+    assert "tune-refused" not in names  # refused before the bucket was created
