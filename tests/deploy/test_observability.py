@@ -100,7 +100,7 @@ def test_every_expression_uses_exported_metrics(source: str, exported: set[str])
 def test_alert_rules_say_what_to_do() -> None:
     rules = _alert_rules()
     assert {r["alert"] for r in rules} >= {"S3KVBackendDown", "S3KVSustained503",
-                                           "S3KVChecksumFailures", "S3KVCapacityAbove90Percent"}
+                                           "S3KVChecksumFailures", "S3KVOverCapacity"}
     for r in rules:
         assert r["labels"]["severity"] in ("warning", "critical")
         assert r["annotations"]["summary"] and r["annotations"]["description"]
