@@ -249,3 +249,37 @@ def test_compose_wires_minio_gateway_and_prometheus() -> None:
                for t in sc["targets"]}
     assert f"gateway:{port}" in targets
     assert {"minio1:9000", "minio4:9000"} <= targets
+
+
+def test_compose_prometheus_loads_the_alert_rules(tmp_path: Path) -> None:
+    """Before, compose's Prometheus mounted prometheus.yml alone and it named no rule_files:
+    the stack never evaluated deploy/prometheus/s3kv-alerts.yml. Now every rule file it names
+    is mounted where the container's Prometheus resolves it (beside its config), and promtool
+    checks the config with its rules laid out as in the container."""
+    import shutil
+
+    services = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())["services"]
+    mounts = {}
+    for volume in services["prometheus"]["volumes"]:
+        source, _, target = volume.partition(":")
+        if source.startswith("./"):
+            mounts[target.split(":")[0]] = ROOT / "deploy" / source
+    config_path = "/etc/prometheus/prometheus.yml"
+    assert services["prometheus"]["command"][0] == f"--config.file={config_path}"
+    config = yaml.safe_load(mounts[config_path].read_text())
+    rule_files = config.get("rule_files", [])
+    assert rule_files, "compose's Prometheus loads no alert rules"
+    container_dir = Path(config_path).parent
+    for name in rule_files:
+        mounted = mounts.get(str(container_dir / name))
+        assert mounted is not None, f"{name} is not mounted beside {config_path}"
+        assert mounted.resolve() == (ROOT / "deploy" / "prometheus" / "s3kv-alerts.yml")
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian package prometheus)")
+    for target, source in mounts.items():  # the container's /etc/prometheus, here
+        (tmp_path / Path(target).name).write_bytes(source.read_bytes())
+    out = subprocess.run([promtool, "check", "config", str(tmp_path / "prometheus.yml")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "6 rules found" in out.stdout + out.stderr
