@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +131,25 @@ def test_configmap_keys_are_settings_the_gateway_reads(values_file: Path | None)
     # secrets never land in the ConfigMap
     assert "S3KV_SECRET_KEY" not in data and "S3KV_ACCESS_KEY" not in data
 
+
+
+def test_grace_period_rule_covers_the_gateways_drain() -> None:
+    """After SIGTERM the gateway gives requests in flight SHUTDOWN_GRACE, aiohttp then waits
+    SHUTDOWN_TIMEOUT, and only then seals, where one upload request may take backend_timeout.
+    Before, the chart took any grace period of preStop.sleepSeconds + 30 s, 20 s short of that
+    with the default backend_timeout (30 s): a pod rendered with 40 s could be SIGKILLed while
+    it sealed, losing acknowledged write-back blocks. Now it refuses less than the sum."""
+    from s3kv.gateway.server import SHUTDOWN_GRACE, SHUTDOWN_TIMEOUT
+
+    drain = math.ceil(SHUTDOWN_GRACE + SHUTDOWN_TIMEOUT)
+    for timeout in (Settings().backend_timeout, 120.0, 30.5):
+        values: dict[str, Any] = {"preStop": {"sleepSeconds": 10},
+                                  "config": {"backend_timeout": timeout}}
+        needed = 10 + drain + math.ceil(timeout)
+        render({**values, "terminationGracePeriodSeconds": needed})
+        with pytest.raises(helm.HelmError, match=f"at least {needed}"):
+            render({**values, "terminationGracePeriodSeconds": needed - 1})
+    # the default values and every ci file fit
+    for values_file in CI_FILES:
+        render(load_values(values_file))
+    render(None)
