@@ -153,3 +153,34 @@ def test_grace_period_rule_covers_the_gateways_drain() -> None:
     for values_file in CI_FILES:
         render(load_values(values_file))
     render(None)
+
+
+@pytest.mark.parametrize("config", [
+    {},
+    {"dram_cache": "4GiB"},
+    {"segment_size": 268435456, "max_open_segments": 4, "dram_cache": "10GB"},
+    {"segment_size": "128MiB", "max_request_memory": "1GiB", "max_read_memory": "2GiB"},
+], ids=["defaults", "dram-4GiB", "bytes-and-GB", "memory-settings"])
+def test_memory_limit_must_hold_the_settings_bound(config: dict[str, Any]) -> None:
+    """The gateway bounds its memory by its settings (docs/operations.md, "Gateway memory"):
+    max_open_segments x segment_size + max_request_memory + max_read_memory + dram_cache +
+    ~256 MiB for the process, before the index. Before, the chart rendered any limit: the
+    default 2Gi with `config.dram_cache: 4GiB` (as ci/everything-on-values.yaml had it) is an
+    OOM kill once the DRAM tier fills, losing the open segments' write-back blocks. Now a limit
+    under the sum fails, naming it; the sum is worked out here from the settings the ConfigMap
+    gives the gateway (Settings.load), so the chart's defaults are s3kv/config.py's."""
+    data = next(d for d in by_kind(render({"config": config, "resources": {"limits": None}}),
+                                     "ConfigMap")
+                if d["__template__"].endswith("/configmap.yaml"))["data"]
+    s = Settings.load(env=data)
+    needed = (s.max_open_segments * s.segment_size + s.max_request_memory + s.max_read_memory
+              + s.dram_cache + 256 * 2**20)
+    mib = -(-needed // 2**20)
+    render({"config": config, "resources": {"limits": {"memory": needed}}})
+    render({"config": config, "resources": {"limits": {"memory": f"{mib}Mi"}}})
+    with pytest.raises(helm.HelmError, match=f"below the gateway's own memory bound.*= {mib}Mi"):
+        render({"config": config, "resources": {"limits": {"memory": f"{mib - 1}Mi"}}})
+    with pytest.raises(helm.HelmError, match="below the gateway's own memory bound"):
+        render({"config": config, "resources": {"limits": {"memory": needed - 1}}})
+    # no limit: nothing to check
+    render({"config": config, "resources": {"limits": None}})

@@ -129,6 +129,7 @@ its own writes at once (another replica sees them after seal plus replica sync).
 
 {{/* Checks across values that the JSON schema cannot express. */}}
 {{- define "s3kv.validate" -}}
+{{- include "s3kv.checkMemory" . }}
 {{- if and .Values.autoscaling.enabled (ne .Values.mode "deployment") }}
 {{- fail "autoscaling.enabled needs mode: deployment (a DaemonSet runs one gateway per node)" }}
 {{- end }}
