@@ -248,3 +248,21 @@ def test_cli_inputs_that_overflow_are_refused(argv: list[str], figure: str,
     # the largest finite inputs still give a plan that strict JSON can read
     assert main(["plan", "--json", "--write-rate", "1e290"]) == 0
     json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(c))
+
+
+def test_cli_drive_size_errors_speak_of_terabytes(capsys: pytest.CaptureFixture[str]) -> None:
+    """--drive-tb takes decimal TB or a size with a unit. Before, a number the size parser did
+    not read (-5, 1e3) was refused with the size parser's words, "write bytes (4096) or a number
+    with a unit", though 4096 there means 4,096 TB; 1e3 TB was refused outright. Now a number is
+    TB (checked like every figure: positive), and a bad unit names the flag's own forms."""
+    assert main(["plan", "--drive-tb", "-5"]) == 2
+    err = capsys.readouterr().err
+    assert "drive TB must be a positive number, got -5.0" in err
+    assert "write bytes" not in err
+    with pytest.raises(SystemExit) as exited:  # argparse's usage error
+        main(["plan", "--drive-tb", "5XB"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid drive size '5XB': write decimal TB (122.88) or a size with a unit" in err
+    assert main(["plan", "--json", "--drive-tb", "1e3"]) == 0
+    assert json.loads(capsys.readouterr().out)["raw_tb_per_node"] == approx(24 * 1000.0)
