@@ -266,3 +266,21 @@ def test_cli_drive_size_errors_speak_of_terabytes(capsys: pytest.CaptureFixture[
     assert "invalid drive size '5XB': write decimal TB (122.88) or a size with a unit" in err
     assert main(["plan", "--json", "--drive-tb", "1e3"]) == 0
     assert json.loads(capsys.readouterr().out)["raw_tb_per_node"] == approx(24 * 1000.0)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--ec-parity", "4", "--ec-stripe", "24"], "EC stripe 24 is not an erasure set size MinIO "
+                                                "builds: 2 to 16 drives"),
+    (["--ec-stripe", "5"], "24 drives do not split into erasure sets of 5 drives"),
+    (["--ec-stripe", "1"], "EC stripe 1 is not an erasure set size"),
+])
+def test_cli_ec_stripe_is_a_set_minio_builds(argv: list[str], message: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, --ec-stripe was any positive integer: `--ec-parity 4 --ec-stripe 24` planned
+    20/24 = 83 % usable on sets MinIO never builds (its sets are 2 to 16 drives), and a stripe
+    without parity was not checked at all (`--ec-stripe 5` on 24 drives planned, ignoring it).
+    Now both exit 2 naming the rule; EC:0 on a stripe that fits still plans (usable = raw)."""
+    assert main(["plan", *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert main(["plan", "--json", "--ec-stripe", "12"]) == 0
+    assert json.loads(capsys.readouterr().out)["usable_fraction"] == 1.0
