@@ -4,10 +4,10 @@ A *layout* is (segment size S, part size P, concurrency C). For each layout meas
 
 - **PUT**: segment-sized objects written as multipart uploads of P-sized parts (as the gateway
   writes segments; P = S, one part, is one PUT as the gateway then writes it), C parts in
-  flight in total: one upload at a time with C parts in flight
-  when an object has at least C parts, else ceil(C / parts) uploads at once. New objects start
-  until the PUT phase's time is up; uploads in flight finish. Throughput = bytes of completed
-  objects / wall time of the phase.
+  flight in total: one upload at a time with C parts in flight when an object has at least C
+  parts, else ceil(C / parts) uploads at once sharing the C. New objects start until the PUT
+  phase's time is up; uploads in flight finish. Throughput = bytes of completed objects / wall
+  time of the phase.
 - **ranged GET**: C readers GET block-sized ranges (``--block-size``, default 2 MiB) at
   block-aligned random offsets of the objects just written, as the gateway restores blocks.
   Throughput = bytes / wall time; time to first byte (TTFB) p50/p99 per request.
@@ -269,14 +269,17 @@ class Tuner:
     async def _put_phase(self, client: S3Client, row: Row, seconds: float) -> list[str]:
         parts = -(-row.segment_size // row.part_size)
         uploads = 1 if parts >= row.concurrency else -(-row.concurrency // parts)
-        in_flight = min(parts, row.concurrency)
+        # C parts in flight in total, shared out over the uploads (3-part objects at C = 4:
+        # 2 + 2, not 3 + 3)
+        shares = [row.concurrency // uploads + (i < row.concurrency % uploads)
+                  for i in range(uploads)]
         keys: list[str] = []
         done_bytes = 0
         t0 = time.monotonic()
         stop = t0 + seconds
         seq = 0
 
-        async def uploader() -> None:
+        async def uploader(in_flight: int) -> None:
             nonlocal seq, done_bytes
             while True:
                 seq += 1
@@ -296,7 +299,7 @@ class Tuner:
                 if time.monotonic() >= stop:
                     return
 
-        await asyncio.gather(*(uploader() for _ in range(uploads)))
+        await asyncio.gather(*(uploader(share) for share in shares))
         elapsed = max(time.monotonic() - t0, 1e-9)
         row.objects = len(keys)
         row.put_bps = done_bytes / elapsed if keys else math.nan
