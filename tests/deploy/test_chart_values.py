@@ -184,3 +184,6 @@ def test_memory_limit_must_hold_the_settings_bound(config: dict[str, Any]) -> No
         render({"config": config, "resources": {"limits": {"memory": needed - 1}}})
     # no limit: nothing to check
     render({"config": config, "resources": {"limits": None}})
+    # a setting unset with null (the ConfigMap leaves it out) counts at the gateway's default
+    with pytest.raises(helm.HelmError, match=r"2 x 256Mi\) .* = 1792Mi"):
+        render({"config": {"segment_size": None}, "resources": {"limits": {"memory": "1791Mi"}}})
