@@ -37,6 +37,9 @@ TB = 10**12
 PB = 10**15
 SECONDS_PER_DAY = 86_400
 DAYS_PER_YEAR = 365
+#: the erasure set sizes MinIO builds (cmd/endpoint-ellipses.go: setSizes)
+MIN_EC_STRIPE = 2
+MAX_EC_STRIPE = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,16 +97,21 @@ class PlanInputs:
             self.ec_parity < 0
         ):
             raise ConfigError(f"EC parity must be an integer >= 0, got {self.ec_parity}")
-        if self.ec_parity == 0:
-            if self.ec_stripe is not None:
-                _positive_int("EC stripe", self.ec_stripe)
-            return
         if self.ec_stripe is None:
-            raise ConfigError(
-                f"EC parity {self.ec_parity} needs --ec-stripe, the drives per erasure set "
-                "(MinIO's stripe size, as `mc admin info` shows it)"
-            )
+            if self.ec_parity:
+                raise ConfigError(
+                    f"EC parity {self.ec_parity} needs --ec-stripe, the drives per erasure set "
+                    "(MinIO's stripe size, as `mc admin info` shows it)"
+                )
+            return
+        # a stripe is checked also without parity (EC:0): a set size MinIO cannot build is a
+        # mistake either way
         _positive_int("EC stripe", self.ec_stripe)
+        if not MIN_EC_STRIPE <= self.ec_stripe <= MAX_EC_STRIPE:
+            raise ConfigError(
+                f"EC stripe {self.ec_stripe} is not an erasure set size MinIO builds: "
+                f"{MIN_EC_STRIPE} to {MAX_EC_STRIPE} drives"
+            )
         if self.ec_parity * 2 > self.ec_stripe:
             raise ConfigError(
                 f"EC parity {self.ec_parity} is more than half of the {self.ec_stripe}-drive "
@@ -241,7 +249,7 @@ def plan(inputs: PlanInputs) -> Plan:
     if session_bytes > usable_bytes_node:
         warnings.append("one session's KV cache is larger than a node's usable capacity")
 
-    return Plan(
+    result = Plan(
         model=model,
         kv_bytes_per_token_uncompressed=bpt_raw,
         codec_ratio=inputs.codec_ratio,
@@ -286,6 +294,19 @@ def plan(inputs: PlanInputs) -> Plan:
         years_to_rating=years,
         warnings=warnings,
     )
+    _finite(result)
+    return result
+
+
+def _finite(result: Plan) -> None:
+    """Every figure a number: inputs of absurd magnitude overflow a float to inf (or 0 x inf to
+    nan), which no table can show and JSON has no literal for."""
+    for name, value in asdict(result).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(
+                f"the inputs are too large to work out: {name} comes out as {value} "
+                "(check the magnitude of the flags)"
+            )
 
 
 def _whole(x: float) -> int:

@@ -4,10 +4,10 @@ A *layout* is (segment size S, part size P, concurrency C). For each layout meas
 
 - **PUT**: segment-sized objects written as multipart uploads of P-sized parts (as the gateway
   writes segments; P = S, one part, is one PUT as the gateway then writes it), C parts in
-  flight in total: one upload at a time with C parts in flight
-  when an object has at least C parts, else ceil(C / parts) uploads at once. New objects start
-  until the PUT phase's time is up; uploads in flight finish. Throughput = bytes of completed
-  objects / wall time of the phase.
+  flight in total: one upload at a time with C parts in flight when an object has at least C
+  parts, else ceil(C / parts) uploads at once sharing the C. New objects start until the PUT
+  phase's time is up; uploads in flight finish. Throughput = bytes of completed objects / wall
+  time of the phase.
 - **ranged GET**: C readers GET block-sized ranges (``--block-size``, default 2 MiB) at
   block-aligned random offsets of the objects just written, as the gateway restores blocks.
   Throughput = bytes / wall time; time to first byte (TTFB) p50/p99 per request.
@@ -83,6 +83,17 @@ class TuneSpec:
             raise ConfigError("give at least one segment size, part size and concurrency")
         if min(self.concurrency) < 1 or self.block_size < 1 or self.budget <= 0:
             raise ConfigError("concurrency, block size and budget must be positive")
+        # the rule's parameters, checked before the run: out of these ranges the rule may
+        # leave no layout eligible (no recommendation from a full run) or every one
+        if not (math.isfinite(self.tolerance) and 0 <= self.tolerance < 1):
+            raise ConfigError(f"--tolerance must be at least 0 and below 1 (a share of the best "
+                              f"score, 0.05 = 5 %), got {self.tolerance}")
+        if not (math.isfinite(self.ttfb_factor) and self.ttfb_factor >= 1):
+            raise ConfigError(f"--ttfb-factor must be at least 1 (a multiple of the lowest TTFB "
+                              f"p99), got {self.ttfb_factor}")
+        if not (math.isfinite(self.ttfb_slack_ms) and self.ttfb_slack_ms >= 0):
+            raise ConfigError(f"--ttfb-slack-ms must be at least 0 (milliseconds over the lowest "
+                              f"TTFB p99), got {self.ttfb_slack_ms}")
         if not self.layouts_possible():
             raise ConfigError("no segment size is a multiple of a part size")
 
@@ -258,14 +269,17 @@ class Tuner:
     async def _put_phase(self, client: S3Client, row: Row, seconds: float) -> list[str]:
         parts = -(-row.segment_size // row.part_size)
         uploads = 1 if parts >= row.concurrency else -(-row.concurrency // parts)
-        in_flight = min(parts, row.concurrency)
+        # C parts in flight in total, shared out over the uploads (3-part objects at C = 4:
+        # 2 + 2, not 3 + 3)
+        shares = [row.concurrency // uploads + (i < row.concurrency % uploads)
+                  for i in range(uploads)]
         keys: list[str] = []
         done_bytes = 0
         t0 = time.monotonic()
         stop = t0 + seconds
         seq = 0
 
-        async def uploader() -> None:
+        async def uploader(in_flight: int) -> None:
             nonlocal seq, done_bytes
             while True:
                 seq += 1
@@ -285,7 +299,7 @@ class Tuner:
                 if time.monotonic() >= stop:
                     return
 
-        await asyncio.gather(*(uploader() for _ in range(uploads)))
+        await asyncio.gather(*(uploader(share) for share in shares))
         elapsed = max(time.monotonic() - t0, 1e-9)
         row.objects = len(keys)
         row.put_bps = done_bytes / elapsed if keys else math.nan

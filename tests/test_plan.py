@@ -229,3 +229,58 @@ def test_help_gives_every_default() -> None:
     assert len(flags) >= 16
     for action in flags:
         assert action.help and "default" in action.help, action.option_strings
+
+
+@pytest.mark.parametrize("argv,figure", [
+    (["--write-rate", "1e308"], "write_rate_gb_s"),  # 1e308 tokens/s x 131,072 B
+    (["--psu-watts", "1e308", "--nodes", "10"], "psu_watts_total"),
+    (["--drive-write-mbs", "1e305"], "write_ceiling_gb_s_per_node"),  # x 10^6 x 24 drives
+])
+def test_cli_inputs_that_overflow_are_refused(argv: list[str], figure: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Inputs of absurd magnitude overflow a float: before, `plan --json` printed `Infinity`
+    (no JSON parser but Python's reads it) and exited 0; now it names the figure, exit 2."""
+    assert main(["plan", "--json", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("s3kv plan: error: the inputs are too large")
+    assert f"{figure} comes out as inf" in captured.err
+    # the largest finite inputs still give a plan that strict JSON can read
+    assert main(["plan", "--json", "--write-rate", "1e290"]) == 0
+    json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(c))
+
+
+def test_cli_drive_size_errors_speak_of_terabytes(capsys: pytest.CaptureFixture[str]) -> None:
+    """--drive-tb takes decimal TB or a size with a unit. Before, a number the size parser did
+    not read (-5, 1e3) was refused with the size parser's words, "write bytes (4096) or a number
+    with a unit", though 4096 there means 4,096 TB; 1e3 TB was refused outright. Now a number is
+    TB (checked like every figure: positive), and a bad unit names the flag's own forms."""
+    assert main(["plan", "--drive-tb", "-5"]) == 2
+    err = capsys.readouterr().err
+    assert "drive TB must be a positive number, got -5.0" in err
+    assert "write bytes" not in err
+    with pytest.raises(SystemExit) as exited:  # argparse's usage error
+        main(["plan", "--drive-tb", "5XB"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid drive size '5XB': write decimal TB (122.88) or a size with a unit" in err
+    assert main(["plan", "--json", "--drive-tb", "1e3"]) == 0
+    assert json.loads(capsys.readouterr().out)["raw_tb_per_node"] == approx(24 * 1000.0)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--ec-parity", "4", "--ec-stripe", "24"], "EC stripe 24 is not an erasure set size MinIO "
+                                                "builds: 2 to 16 drives"),
+    (["--ec-stripe", "5"], "24 drives do not split into erasure sets of 5 drives"),
+    (["--ec-stripe", "1"], "EC stripe 1 is not an erasure set size"),
+])
+def test_cli_ec_stripe_is_a_set_minio_builds(argv: list[str], message: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, --ec-stripe was any positive integer: `--ec-parity 4 --ec-stripe 24` planned
+    20/24 = 83 % usable on sets MinIO never builds (its sets are 2 to 16 drives), and a stripe
+    without parity was not checked at all (`--ec-stripe 5` on 24 drives planned, ignoring it).
+    Now both exit 2 naming the rule; EC:0 on a stripe that fits still plans (usable = raw)."""
+    assert main(["plan", *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert main(["plan", "--json", "--ec-stripe", "12"]) == 0
+    assert json.loads(capsys.readouterr().out)["usable_fraction"] == 1.0

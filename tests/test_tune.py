@@ -3,7 +3,11 @@ recommendation must follow from its own table; ``--write-config`` loads with Set
 
 from __future__ import annotations
 
+import http.client
+import http.server
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +96,99 @@ def test_tune_against_s3_server(s3_server: MotoServer, bucket: str, s3_client: A
     assert s3_client.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
     uploads = s3_client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
     assert uploads == []
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--tolerance", "-0.1"], "--tolerance must be at least 0 and below 1"),
+    (["--tolerance", "nan"], "--tolerance must be at least 0 and below 1"),
+    (["--ttfb-factor", "0.5", "--ttfb-slack-ms", "-20"], "--ttfb-factor must be at least 1"),
+    (["--ttfb-slack-ms", "-20"], "--ttfb-slack-ms must be at least 0"),
+])
+def test_rule_flags_out_of_range_are_refused_before_the_run(
+        flags: list[str], message: str, s3_server: MotoServer, s3_client: Any,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, the rule's flags were taken as they came and a whole run was measured first:
+    with a negative or NaN --tolerance, or a TTFB bound under the lowest TTFB (--ttfb-factor
+    0.5 --ttfb-slack-ms -20), no layout was eligible and `recommend` died on min() of nothing
+    (ValueError, a traceback after the run); a negative --ttfb-slack-ms alone ran and was
+    silently meaningless. Now each is refused first (exit 2): nothing is written."""
+    argv = ["tune", "--endpoint", s3_server.endpoint, "--bucket", "tune-refused", "--budget", "3",
+            "--segment-sizes", "5MiB", "--part-sizes", "5MiB", "--concurrency", "1",
+            "--block-size", "256KiB", "--json", *flags]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("s3kv tune: error:") and message in err, err
+    names = [b["Name"] for b in s3_client.list_buckets()["Buckets"]]
+    assert "tune-refused" not in names  # refused before the bucket was created
+
+
+class _PartCounter(http.server.BaseHTTPRequestHandler):
+    """A pass-through HTTP proxy to the S3 server that counts UploadPart requests in flight
+    (each held 0.3 s before it is forwarded, so that those sent together overlap)."""
+
+    protocol_version = "HTTP/1.1"
+    upstream: tuple[str, int] = ("127.0.0.1", 0)
+    lock = threading.Lock()
+    now = 0
+    peak = 0
+
+    def _forward(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        part = self.command == "PUT" and "partNumber=" in self.path
+        if part:
+            with self.lock:
+                type(self).now += 1
+                type(self).peak = max(type(self).peak, type(self).now)
+            time.sleep(0.3)
+        try:
+            conn = http.client.HTTPConnection(*self.upstream, timeout=60)
+            conn.request(self.command, self.path, body=body, headers=dict(self.headers.items()))
+            resp = conn.getresponse()
+            data = resp.read()
+            conn.close()
+        finally:
+            if part:
+                with self.lock:
+                    type(self).now -= 1
+        self.send_response(resp.status)
+        for name, value in resp.getheaders():
+            if name.lower() not in ("content-length", "transfer-encoding", "connection"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_put_phase_keeps_c_parts_in_flight_in_total(s3_server: MotoServer, bucket: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The PUT phase has C part uploads in flight in total (the setting it recommends,
+    max_parts_in_flight, is that total). Before, objects of fewer parts than C ran
+    ceil(C / parts) uploads of min(parts, C) parts each: 15 MiB objects of 5 MiB parts at
+    C = 4 were 2 uploads x 3 = 6 parts in flight, measured at 6 and recommended as 4. Counted
+    by a proxy in front of the real S3 server."""
+    host, port = s3_server.endpoint.split("//")[1].split(":")
+    _PartCounter.upstream = (host, int(port))
+    _PartCounter.now = _PartCounter.peak = 0
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _PartCounter)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        code = main(["tune", "--endpoint", f"http://127.0.0.1:{proxy.server_port}",
+                     "--bucket", bucket, "--budget", "3", "--segment-sizes", "15MiB",
+                     "--part-sizes", "5MiB", "--concurrency", "4", "--block-size", "1MiB",
+                     "--json"])
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+        thread.join()
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0, doc
+    assert doc["recommended"]["concurrency"] == 4
+    assert _PartCounter.peak == 4

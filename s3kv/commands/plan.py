@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from typing import Any, TextIO
 
@@ -145,17 +144,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-_NUMBER = re.compile(r"^\s*\d+(\.\d+)?\s*$")
-
-
 def _drive_size(text: str) -> float:
-    """A plain number is decimal TB; a number with a unit is a size (30.72TB, 60TiB)."""
-    if _NUMBER.match(text):
+    """A plain number is decimal TB (checked as one by PlanInputs: positive, finite); a number
+    with a unit is a size (30.72TB, 60TiB)."""
+    try:
         return float(text)
+    except ValueError:
+        pass
     try:
         return parse_size(text) / TB
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    except ConfigError:
+        raise argparse.ArgumentTypeError(
+            f"invalid drive size {text!r}: write decimal TB (122.88) or a size with a unit "
+            "(30.72TB, 60TiB)") from None
 
 
 def _n(x: float, digits: int = 2) -> str:

@@ -64,11 +64,12 @@ def register(subparsers: Any) -> None:
                    help="ranged-GET size: the KV block size (default 2MiB: llama3.1-8b x 16 "
                         "tokens)")
     p.add_argument("--tolerance", type=float, default=0.05, metavar="X",
-                   help="score tolerance of the rule (default 0.05)")
+                   help="score tolerance of the rule: a layout qualifies within this share of the "
+                        "best score, 0 <= X < 1 (default 0.05)")
     p.add_argument("--ttfb-factor", type=float, default=2.0, metavar="X",
-                   help="TTFB p99 bound: X times the lowest (default 2)")
+                   help="TTFB p99 bound: X (>= 1) times the lowest (default 2)")
     p.add_argument("--ttfb-slack-ms", type=float, default=10.0, metavar="MS",
-                   help="... or the lowest plus MS, whichever is larger (default 10)")
+                   help="... or the lowest plus MS (>= 0), whichever is larger (default 10)")
     p.add_argument("--prefix", default="s3kv-tune", help="key prefix (default s3kv-tune)")
     p.add_argument("--region", default="", help="SigV4 region (default AWS_REGION/us-east-1)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

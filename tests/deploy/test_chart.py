@@ -285,3 +285,15 @@ def test_notes_show_the_endpoint_and_a_first_put_get() -> None:
     assert "http://rel-s3kv.kv.svc:9470" in text
     assert "s3 cp block.bin s3://demo/block-0" in text
     assert "helm test rel" in text
+
+
+def test_notes_warn_of_a_memory_autoscaling_target() -> None:
+    """A gateway's memory is no load signal: its resident set stays at its high-water mark
+    (s3kv/gateway/heap.py keeps freed buffers for reuse; docs/operations.md) and its DRAM tier
+    stays full, so an HPA memory target passed once scales up and never down. Before, the chart
+    rendered one without a word (ci/everything-on-values.yaml sets 80 %); now NOTES.txt warns."""
+    on = {"autoscaling": {"enabled": True, "targetMemoryUtilizationPercentage": 80}}
+    assert "WARNING: autoscaling.targetMemoryUtilizationPercentage" in notes(on)
+    cpu_only = {"autoscaling": {"enabled": True}}
+    assert "targetMemoryUtilizationPercentage" not in notes(cpu_only)
+    assert "targetMemoryUtilizationPercentage" not in notes()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +131,59 @@ def test_configmap_keys_are_settings_the_gateway_reads(values_file: Path | None)
     # secrets never land in the ConfigMap
     assert "S3KV_SECRET_KEY" not in data and "S3KV_ACCESS_KEY" not in data
 
+
+
+def test_grace_period_rule_covers_the_gateways_drain() -> None:
+    """After SIGTERM the gateway gives requests in flight SHUTDOWN_GRACE, aiohttp then waits
+    SHUTDOWN_TIMEOUT, and only then seals, where one upload request may take backend_timeout.
+    Before, the chart took any grace period of preStop.sleepSeconds + 30 s, 20 s short of that
+    with the default backend_timeout (30 s): a pod rendered with 40 s could be SIGKILLed while
+    it sealed, losing acknowledged write-back blocks. Now it refuses less than the sum."""
+    from s3kv.gateway.server import SHUTDOWN_GRACE, SHUTDOWN_TIMEOUT
+
+    drain = math.ceil(SHUTDOWN_GRACE + SHUTDOWN_TIMEOUT)
+    for timeout in (Settings().backend_timeout, 120.0, 30.5):
+        values: dict[str, Any] = {"preStop": {"sleepSeconds": 10},
+                                  "config": {"backend_timeout": timeout}}
+        needed = 10 + drain + math.ceil(timeout)
+        render({**values, "terminationGracePeriodSeconds": needed})
+        with pytest.raises(helm.HelmError, match=f"at least {needed}"):
+            render({**values, "terminationGracePeriodSeconds": needed - 1})
+    # the default values and every ci file fit
+    for values_file in CI_FILES:
+        render(load_values(values_file))
+    render(None)
+
+
+@pytest.mark.parametrize("config", [
+    {},
+    {"dram_cache": "4GiB"},
+    {"segment_size": 268435456, "max_open_segments": 4, "dram_cache": "10GB"},
+    {"segment_size": "128MiB", "max_request_memory": "1GiB", "max_read_memory": "2GiB"},
+], ids=["defaults", "dram-4GiB", "bytes-and-GB", "memory-settings"])
+def test_memory_limit_must_hold_the_settings_bound(config: dict[str, Any]) -> None:
+    """The gateway bounds its memory by its settings (docs/operations.md, "Gateway memory"):
+    max_open_segments x segment_size + max_request_memory + max_read_memory + dram_cache +
+    ~256 MiB for the process, before the index. Before, the chart rendered any limit: the
+    default 2Gi with `config.dram_cache: 4GiB` (as ci/everything-on-values.yaml had it) is an
+    OOM kill once the DRAM tier fills, losing the open segments' write-back blocks. Now a limit
+    under the sum fails, naming it; the sum is worked out here from the settings the ConfigMap
+    gives the gateway (Settings.load), so the chart's defaults are s3kv/config.py's."""
+    data = next(d for d in by_kind(render({"config": config, "resources": {"limits": None}}),
+                                     "ConfigMap")
+                if d["__template__"].endswith("/configmap.yaml"))["data"]
+    s = Settings.load(env=data)
+    needed = (s.max_open_segments * s.segment_size + s.max_request_memory + s.max_read_memory
+              + s.dram_cache + 256 * 2**20)
+    mib = -(-needed // 2**20)
+    render({"config": config, "resources": {"limits": {"memory": needed}}})
+    render({"config": config, "resources": {"limits": {"memory": f"{mib}Mi"}}})
+    with pytest.raises(helm.HelmError, match=f"below the gateway's own memory bound.*= {mib}Mi"):
+        render({"config": config, "resources": {"limits": {"memory": f"{mib - 1}Mi"}}})
+    with pytest.raises(helm.HelmError, match="below the gateway's own memory bound"):
+        render({"config": config, "resources": {"limits": {"memory": needed - 1}}})
+    # no limit: nothing to check
+    render({"config": config, "resources": {"limits": None}})
+    # a setting unset with null (the ConfigMap leaves it out) counts at the gateway's default
+    with pytest.raises(helm.HelmError, match=r"2 x 256Mi\) .* = 1792Mi"):
+        render({"config": {"segment_size": None}, "resources": {"limits": {"memory": "1791Mi"}}})

@@ -249,3 +249,66 @@ def test_compose_wires_minio_gateway_and_prometheus() -> None:
                for t in sc["targets"]}
     assert f"gateway:{port}" in targets
     assert {"minio1:9000", "minio4:9000"} <= targets
+
+
+def test_compose_prometheus_loads_the_alert_rules(tmp_path: Path) -> None:
+    """Before, compose's Prometheus mounted prometheus.yml alone and it named no rule_files:
+    the stack never evaluated deploy/prometheus/s3kv-alerts.yml. Now every rule file it names
+    is mounted where the container's Prometheus resolves it (beside its config), and promtool
+    checks the config with its rules laid out as in the container."""
+    import shutil
+
+    services = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())["services"]
+    mounts = {}
+    for volume in services["prometheus"]["volumes"]:
+        source, _, target = volume.partition(":")
+        if source.startswith("./"):
+            mounts[target.split(":")[0]] = ROOT / "deploy" / source
+    config_path = "/etc/prometheus/prometheus.yml"
+    assert services["prometheus"]["command"][0] == f"--config.file={config_path}"
+    config = yaml.safe_load(mounts[config_path].read_text())
+    rule_files = config.get("rule_files", [])
+    assert rule_files, "compose's Prometheus loads no alert rules"
+    container_dir = Path(config_path).parent
+    for name in rule_files:
+        mounted = mounts.get(str(container_dir / name))
+        assert mounted is not None, f"{name} is not mounted beside {config_path}"
+        assert mounted.resolve() == (ROOT / "deploy" / "prometheus" / "s3kv-alerts.yml")
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian package prometheus)")
+    for target, source in mounts.items():  # the container's /etc/prometheus, here
+        (tmp_path / Path(target).name).write_bytes(source.read_bytes())
+    out = subprocess.run([promtool, "check", "config", str(tmp_path / "prometheus.yml")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "6 rules found" in out.stdout + out.stderr
+
+
+def _minio_set_size(nodes: int, drives_per_node: int) -> int:
+    """MinIO's choice for `http://host{1...N}/drive{1...D}` (cmd/endpoint-ellipses.go,
+    getSetIndexes): the set sizes 2..16 dividing the drive count, kept if symmetric with the
+    ellipsis patterns (the loop's last assignment wins, and the host pattern, leftmost, is the
+    last one FindEllipsesPatterns returns), then commonSetDriveCount's largest."""
+    total = nodes * drives_per_node
+    sizes = [s for s in range(2, 17) if total % s == 0]
+    symmetric = [s for s in sizes if (nodes % s == 0 if nodes > s else s % nodes == 0)]
+    return total if total < symmetric[-1] else symmetric[-1]
+
+
+def test_set_size_table_is_minios_rule() -> None:
+    """Before, the README said 24-drive nodes get sets of 16 "when the node count is even" and
+    of 12 "when it is odd": wrong for 5 to 7 and 9 to 15 nodes (6 nodes: 12; 7: 14; 9: 9), and
+    so was the parity that survives a node there. Now it tabulates MinIO's rule per node count."""
+    readme = (MINIO / "README.md").read_text()
+    rows = {m.group(1): [int(x) for x in m.group(2).split("|") if x.strip()]
+            for m in re.finditer(r"^\| (nodes|drives per set|a node's drives in each set) \|"
+                                 r"([\d| ]+)\|$", readme, re.M)}
+    assert rows["nodes"] == list(range(1, 17))
+    for nodes, size, per_node in zip(rows["nodes"], rows["drives per set"],
+                                     rows["a node's drives in each set"], strict=True):
+        assert size == _minio_set_size(nodes, 24), nodes
+        assert per_node == size // nodes if size >= nodes else per_node == 1
+    assert "node count is even" not in readme + (MINIO / "minio.env").read_text()
+    # the parity table's 16-drive sets are the 8 nodes of minio.env
+    assert _minio_set_size(8, 24) == 16

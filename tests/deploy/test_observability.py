@@ -100,7 +100,7 @@ def test_every_expression_uses_exported_metrics(source: str, exported: set[str])
 def test_alert_rules_say_what_to_do() -> None:
     rules = _alert_rules()
     assert {r["alert"] for r in rules} >= {"S3KVBackendDown", "S3KVSustained503",
-                                           "S3KVChecksumFailures", "S3KVCapacityAbove90Percent"}
+                                           "S3KVChecksumFailures", "S3KVOverCapacity"}
     for r in rules:
         assert r["labels"]["severity"] in ("warning", "critical")
         assert r["annotations"]["summary"] and r["annotations"]["description"]
@@ -131,3 +131,30 @@ def test_promtool_parses_every_panel_expression(tmp_path: Path) -> None:
     out = subprocess.run([_promtool(), "check", "rules", str(path)], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+BYTE_UNITS = {"bytes", "decbytes", "binBps", "Bps", "decBps"}
+
+
+def test_byte_series_and_counts_do_not_share_an_axis() -> None:
+    """A panel drawing bytes (or bytes/s) beside a count draws them on one axis in one unit,
+    where the count is a flat line at 0 next to millions of bytes. Before, "Evictions"
+    (segments/s beside bytes/s) and "Blocks in the index" (blocks beside index bytes) did so,
+    both in the unit "short"; now the byte series has its own unit (and axis) by override."""
+    doc = json.loads(DASHBOARD.read_text())
+    for panel in doc["panels"]:
+        if panel["type"] != "timeseries":
+            continue
+        config = panel["fieldConfig"]
+        default = config["defaults"].get("unit")
+        by_name = {o["matcher"]["options"]: p["value"] for o in config.get("overrides", [])
+                   if o["matcher"]["id"] == "byName" for p in o["properties"]
+                   if p["id"] == "unit"}
+        units: dict[bool, set[str | None]] = {True: set(), False: set()}
+        for target in panel["targets"]:
+            is_bytes = "_bytes" in target["expr"]
+            unit = by_name.get(target["legendFormat"], default)
+            units[is_bytes].add(unit)
+            if is_bytes and "/ 1073741824" not in target["expr"]:
+                assert unit in BYTE_UNITS, (panel["title"], target["legendFormat"], unit)
+        assert not (units[True] & units[False]), (panel["title"], units)

@@ -129,13 +129,22 @@ its own writes at once (another replica sees them after seal plus replica sync).
 
 {{/* Checks across values that the JSON schema cannot express. */}}
 {{- define "s3kv.validate" -}}
+{{- include "s3kv.checkMemory" . }}
 {{- if and .Values.autoscaling.enabled (ne .Values.mode "deployment") }}
 {{- fail "autoscaling.enabled needs mode: deployment (a DaemonSet runs one gateway per node)" }}
 {{- end }}
 {{- if and .Values.sweep.enabled (not .Values.sweep.endpoint) }}
 {{- fail "sweep.enabled needs sweep.endpoint: the MinIO endpoint(s) to sweep, URL[,URL...]" }}
 {{- end }}
-{{- if lt (int .Values.terminationGracePeriodSeconds) (add (int .Values.preStop.sleepSeconds) 30) }}
-{{- fail "terminationGracePeriodSeconds must exceed preStop.sleepSeconds by at least 30s to seal open segments" }}
+{{- /* SIGTERM: 20 s for requests in flight (s3kv/gateway/server.py: SHUTDOWN_GRACE 15 s, then
+     SHUTDOWN_TIMEOUT 5 s), then the seal's uploads, one request of which may take
+     backend_timeout (default 30 s) */}}
+{{- $backendTimeout := 30.0 }}
+{{- if not (kindIs "invalid" .Values.config.backend_timeout) }}
+{{- $backendTimeout = .Values.config.backend_timeout }}
+{{- end }}
+{{- $needed := add (int .Values.preStop.sleepSeconds) 20 (int (ceil $backendTimeout)) }}
+{{- if lt (int .Values.terminationGracePeriodSeconds) (int $needed) }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must cover preStop.sleepSeconds (%d) + the gateway's drain of requests in flight (20 s) + config.backend_timeout (%v s, a seal upload's request) to seal open segments: at least %d" (int .Values.terminationGracePeriodSeconds) (int .Values.preStop.sleepSeconds) $backendTimeout (int $needed)) }}
 {{- end }}
 {{- end }}
