@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from s3kv.argtypes import listen_address
 from s3kv.backends.file import FileBackend
 from s3kv.cli import main
 from s3kv.errors import BackendError, ConfigError
@@ -119,6 +120,32 @@ def test_an_agent_on_a_taken_port_says_so(capsys: pytest.CaptureFixture[str]) ->
 def test_an_agent_port_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["agent", "--listen", "127.0.0.1:99999"]) == 2
     assert "port from 1 to 65535" in capsys.readouterr().err
+
+
+def test_the_gateway_and_the_agent_read_listen_addresses_alike() -> None:
+    assert listen_address("[::1]:7761") == ("::1", 7761)
+    assert listen_address(":7761") == ("0.0.0.0", 7761)
+    with pytest.raises(ConfigError, match="port from 1 to 65535"):
+        listen_address("127.0.0.1")
+
+
+def test_an_agent_listens_on_an_ipv6_address() -> None:
+    """``[::1]:PORT`` as the gateway takes it: the agent's own reading kept the brackets."""
+    with socket.socket(socket.AF_INET6) as probe:
+        probe.bind(("::1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "s3kv.cli", "agent", "--listen",
+                             f"[::1]:{port}"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "listening" in line, line + proc.stdout.read()
+        with socket.create_connection(("::1", port), timeout=5):
+            pass
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_serve_without_backend_credentials_says_which_to_set(tmp_path: Path) -> None:

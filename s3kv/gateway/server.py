@@ -17,6 +17,7 @@ import sys
 from aiohttp import web
 from threadpoolctl import threadpool_limits
 
+from s3kv.argtypes import listen_address
 from s3kv.config import Settings
 from s3kv.errors import ConfigError
 from s3kv.gateway.access import credential_table
@@ -39,13 +40,6 @@ SHUTDOWN_GRACE = 15.0
 SHUTDOWN_TIMEOUT = 5.0
 #: tracked allocations (net) between generation-0 collections (CPython's default: 700)
 GC_THRESHOLD = 50_000
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"invalid --listen {listen!r}: use HOST:PORT, e.g. 127.0.0.1:9470")
-    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 def is_loopback(host: str) -> bool:
@@ -121,7 +115,7 @@ async def start_front(store: BlockStore, settings: Settings, *,
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     asyncio.get_running_loop().set_exception_handler(loop_exception_handler)
     check_settings(settings)
-    host, port = parse_listen(settings.listen)
+    host, port = listen_address(settings.listen)
     check_exposure(settings, host)
     raise_open_files()  # before the store maps its files and clients connect (fdlimit.py)
     if not (settings.access_key or settings.credentials_file):
