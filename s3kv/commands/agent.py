@@ -17,8 +17,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
                     "can make this host send load to an S3 endpoint: bind to a private network "
                     "and set a token.")
     p.add_argument("--listen", default="127.0.0.1:7761", metavar="HOST:PORT",
-                   help="address to listen on (default 127.0.0.1:7761; [::1]:7761 for IPv6; 0.0.0.0:7761 to "
-                        "accept remote coordinators)")
+                   help="address to listen on (default 127.0.0.1:7761; [::1]:7761 for IPv6; "
+                        "0.0.0.0:7761 to accept remote coordinators)")
     p.add_argument("--token", default=os.environ.get("S3KV_AGENT_TOKEN", ""), metavar="TOKEN",
                    help="require this bearer token from coordinators [env S3KV_AGENT_TOKEN]")
     p.set_defaults(func=run)
