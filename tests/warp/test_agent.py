@@ -106,6 +106,8 @@ def test_records_of_an_agent_with_a_skewed_clock_are_put_on_the_coordinators_clo
         assert abs(firsts[0] - firsts[1]) < 0.5e9
         assert abs(lasts[0] - lasts[1]) < 0.5e9
         assert max(lasts) - min(firsts) < 4e9  # one 2 s phase, not two 20 s apart
+        ends = [r.end_ns for r in records]
+        assert ends == sorted(ends)  # docs/warp-records.md: one line per operation, completed
     finally:
         for agent in agents:
             agent.terminate()
