@@ -74,6 +74,8 @@ def setting(default: Any, help: str, kind: str = "str", *, choices: tuple[str, .
 
 #: the largest block by default, when half the segment size is more
 MAX_BLOCK_SIZE = 64 * MiB
+#: seconds a ranged read of the backend may go without a byte (``--read-stall``'s default)
+READ_STALL = 5.0
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,7 @@ class Settings:
                            "unfinished uploads at once", metavar="ID")
     backend_timeout: float = setting(30.0, "seconds before one backend request is abandoned",
                                      "float", metavar="SECONDS")
-    read_stall: float = setting(5.0, "seconds a ranged read of the backend may go without a "
+    read_stall: float = setting(READ_STALL, "seconds a ranged read of the backend may go without a "
                                 "byte before it is given up as a miss (not retried): a hung S3 "
                                 "server costs a restore this long, not --backend-timeout; 0: "
                                 "off", "float", metavar="SECONDS")
