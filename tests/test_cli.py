@@ -69,7 +69,7 @@ def test_an_unwritable_sweep_out_is_an_error(tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     out = _unwritable(tmp_path)
     code = main(["sweep", "--out", str(out), "--endpoint", "http://127.0.0.1:1",
-                 "--clients", "1", "--ops", "put", "--duration", "1s"])
+                 "--clients", "1", "--ops", "put", "--duration", "1s", "--trim", "0"])
     assert code == 2
     err = capsys.readouterr().err
     assert f"s3kv sweep: error: --out {out}: cannot create the directory" in err, err
@@ -221,6 +221,28 @@ def test_a_run_that_would_measure_nothing_is_refused(argv: list[str], message: s
                 if argv[0] == "sweep" else [*argv, "--endpoint", "http://127.0.0.1:1"])
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["sweep", "--clients", "1", "--duration", "0"], "--duration must be positive"),
+    (["sweep", "--clients", "1", "--trim", "99"], "leaves less than one 1 s bucket"),
+    (["bench", "get", "--objects", "0"], "--objects, --batch and parts in flight"),
+])
+def test_bad_flags_are_refused_before_a_local_server_starts(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "started a local S3 server" not in err
+
+
+def test_a_trim_that_leaves_no_bucket_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """Warp's default trim (2 s at each end) on a 4 s phase measured nothing: a table of "-"."""
+    code = main(["sweep", "--clients", "1", "--endpoint", "http://127.0.0.1:1", "--duration",
+                 "4s"])
+    assert code == 2
+    assert ("--trim 2s at each end of a 4 s phase leaves less than one 1 s bucket to measure"
+            in capsys.readouterr().err)
 
 
 def test_tune_names_an_endpoint_without_a_scheme(capsys: pytest.CaptureFixture[str]) -> None:

@@ -46,7 +46,7 @@ def test_sweep_on_an_agent(s3_server: Any, bucket: str, tmp_path: Path) -> None:
         wrong = subprocess.run(
             [sys.executable, "-m", "s3kv.cli", "sweep", "--clients", "1", "--ops", "put",
              "--agents", f"127.0.0.1:{port}", "--agent-token", "nope", "--endpoint",
-             s3_server.endpoint, "--bucket", bucket, "--duration", "1", "--out",
+             s3_server.endpoint, "--bucket", bucket, "--duration", "1", "--trim", "0", "--out",
              str(tmp_path / "w")], capture_output=True, text=True, timeout=60)
         assert wrong.returncode != 0 and "token" in wrong.stderr
     finally:

@@ -63,6 +63,11 @@ class SweepConfig:
                               f"{', '.join(bad)} (use `s3kv bench` for the others)")
         if not self.clients:
             raise ConfigError("--clients names no client count")
+        bucket = AnalysisOptions().bucket_s
+        if self.template.duration - 2 * self.trim < bucket:
+            raise ConfigError(f"--trim {self.trim:g}s at each end of a {self.template.duration:g}"
+                              f" s phase leaves less than one {bucket:g} s bucket to measure: "
+                              "give a longer --duration or a shorter --trim")
 
 
 @dataclass
