@@ -217,6 +217,8 @@ def _lines(path: Path) -> Iterator[str]:
 def read_records(path: str | Path) -> list[Record]:
     """Read a record file: ours, or any Warp ``.csv``/``.csv.zst`` (columns found by name)."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory: name its record files ({path}/*.csv.zst)")
     if not path.is_file():
         raise ConfigError(f"no such record file: {path}")
     lines = _lines(path)

@@ -64,6 +64,11 @@ def test_a_line_that_is_no_record_names_its_line(tmp_path: Path) -> None:
         read_records(path)
 
 
+def test_a_directory_is_named_as_one(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"is a directory: name its record files"):
+        read_records(tmp_path)
+
+
 def _text(path: Path) -> str:
     import zstandard
 
