@@ -251,6 +251,8 @@ class Settings:
         """What can be checked without knowing the store or the gateway; the settings they
         own (the default codec, the credentials) are checked by them at start-up
         (:func:`s3kv.gateway.server.check_settings`)."""
+        if self.segment_size < 1:
+            raise ConfigError("segment_size must be positive")
         if self.part_size < 1 or self.segment_size % self.part_size:
             raise ConfigError(
                 f"segment_size ({self.segment_size}) must be a multiple of part_size "
@@ -272,6 +274,12 @@ class Settings:
                 f"block and the four read-ahead windows a walk may keep: at least "
                 f"{format_size(max(4 * self.read_ahead, self.max_block_size))} (or lower "
                 "--read-ahead)")
+        if self.max_request_memory < self.max_block_size:
+            raise ConfigError(
+                f"max_request_memory ({format_size(self.max_request_memory)}) must hold the "
+                f"largest block, max_block_size ({format_size(self.max_block_size)}): every "
+                "larger write would be answered 503 SlowDown for ever; raise "
+                "--max-request-memory or lower --max-block-size")
         if self.idle_timeout <= 0:
             raise ConfigError("idle_timeout must be positive (seconds)")
         if self.max_open_segments < 1 or self.max_parts_in_flight < 1:
@@ -291,6 +299,13 @@ class Settings:
             raise ConfigError(
                 f"capacity ({self.capacity}) must hold at least two segments "
                 f"({2 * self.segment_size} bytes) or be 0 for unlimited")
+
+    @property
+    def held_memory(self) -> int:
+        """Bytes these settings let a gateway hold under load: request bodies, blocks read,
+        the DRAM tier and the open segments (docs/operations.md, sizing)."""
+        return (self.max_request_memory + self.max_read_memory + self.dram_cache
+                + self.max_open_segments * self.segment_size)
 
     @property
     def replica_lag(self) -> float:

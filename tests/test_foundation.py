@@ -10,6 +10,7 @@ import pytest
 from s3kv import __version__
 from s3kv.config import Settings
 from s3kv.errors import ConfigError
+from s3kv.gateway.memlimit import check_memory
 from s3kv.gateway.server import check_settings
 from s3kv.sizes import GiB, KiB, MiB, format_size, parse_size
 
@@ -64,6 +65,36 @@ def test_settings_validation() -> None:
     for bad in ("-1", "604801"):
         with pytest.raises(ConfigError, match="direct_reads"):
             Settings.load({"direct_reads": bad}, env={})
+
+
+def test_settings_a_gateway_could_not_serve_with_are_refused(tmp_path: Path) -> None:
+    """A segment of 0 bytes, a request memory smaller than one block (every larger write was
+    503 SlowDown for ever, CreateBucket too), parts below S3's 5 MiB minimum on an S3 store
+    (every segment upload failed at its completion), and settings that let the gateway hold
+    more memory than the machine has: each started before, and is refused now."""
+    with pytest.raises(ConfigError, match="segment_size must be positive"):
+        Settings.load({"segment_size": "0"}, env={})
+    with pytest.raises(ConfigError, match=r"max_request_memory \(1KiB\) must hold the largest "
+                                          r"block, max_block_size \(64MiB\)"):
+        Settings.load({"max_request_memory": "1KiB"}, env={})
+    s3 = {"store": "s3://b/p?endpoint=http://127.0.0.1:1", "segment_size": "4MiB"}
+    with pytest.raises(ConfigError, match=r"below S3's 5MiB minimum part"):
+        check_settings(Settings.load({**s3, "part_size": "1MiB", "max_block_size": "1MiB"},
+                                     env={}))
+    check_settings(Settings.load({**s3, "part_size": "4MiB"}, env={}))  # one PUT a segment
+    check_settings(Settings.load({"part_size": "1MiB", "max_block_size": "1MiB"}, env={}))
+    held = Settings.load({"dram_cache": "1GiB"}, env={}).held_memory
+    assert held == 1024 * MiB + 512 * MiB + 512 * MiB + 2 * 256 * MiB
+    with pytest.raises(ConfigError, match=r"hold 2.50GiB, more than the 2GiB of memory"):
+        check_memory(Settings.load({"dram_cache": "1GiB"}, env={}), limit=2048 * MiB)
+    check_memory(Settings.load({"dram_cache": "1GiB"}, env={}), limit=4096 * MiB)
+    # and against this machine's own memory, as `s3kv serve` checks it
+    proc = subprocess.run([sys.executable, "-m", "s3kv.cli", "serve", "--store",
+                           f"file://{tmp_path}/data", "--listen", "127.0.0.1:1",
+                           "--dram-cache", "100TiB"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "of memory it may use" in proc.stderr and "--dram-cache 100TiB" in proc.stderr
+    assert not (tmp_path / "data").exists()
 
 
 def test_unknown_s3kv_variables_are_named() -> None:
