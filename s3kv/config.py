@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -52,6 +53,10 @@ def _parse_int(text: str) -> int:
     except ValueError:
         raise ConfigError(f"invalid integer {text!r}") from None
 
+
+#: the values a config file (or a caller) may give a setting of each kind besides a string
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "str": str, "size": int, "int": int, "float": (int, float), "bool": bool}
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "str": str,
@@ -205,6 +210,9 @@ class Settings:
                 value = _PARSERS[kind](raw)
             except ConfigError as exc:
                 raise ConfigError(f"{name}: {exc}") from None
+        elif isinstance(raw, bool) != (kind == "bool") or not isinstance(raw, _TYPES[kind]):
+            # a config file's value of another type (a list, a table, true for a number)
+            raise ConfigError(f"{name}: {raw!r} is no {kind} (write it as in --help)")
         elif kind == "size" and isinstance(raw, int):
             value = parse_size(raw)
         elif kind == "float" and isinstance(raw, (int, float)):
@@ -251,8 +259,14 @@ class Settings:
         """What can be checked without knowing the store or the gateway; the settings they
         own (the default codec, the credentials) are checked by them at start-up
         (:func:`s3kv.gateway.server.check_settings`)."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.metadata["kind"] == "float" and not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{f.name} must be a finite number, 0 or more: not {value!r}")
         if self.segment_size < 1:
             raise ConfigError("segment_size must be positive")
+        if self.backend_timeout <= 0:
+            raise ConfigError("backend_timeout must be positive (seconds)")
         if self.part_size < 1 or self.segment_size % self.part_size:
             raise ConfigError(
                 f"segment_size ({self.segment_size}) must be a multiple of part_size "

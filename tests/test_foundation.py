@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,6 +96,28 @@ def test_settings_a_gateway_could_not_serve_with_are_refused(tmp_path: Path) -> 
     assert proc.returncode == 2, proc.stderr
     assert "of memory it may use" in proc.stderr and "--dram-cache 100TiB" in proc.stderr
     assert not (tmp_path / "data").exists()
+
+
+def test_a_config_file_value_of_another_type_or_out_of_range_is_named(tmp_path: Path) -> None:
+    """A TOML list for a size was a TypeError traceback; true for seconds, and seconds that are
+    negative, infinite or NaN (from a file, the environment or a flag), started a gateway."""
+    for text, message in (("segment_size = [1, 2]", "segment_size: [1, 2] is no size"),
+                          ("seal_after = true", "seal_after: True is no float"),
+                          ("node_id = 7", "node_id: 7 is no str"),
+                          ("seal_after = inf", "seal_after must be a finite number"),
+                          ("seal_after = nan", "seal_after must be a finite number")):
+        path = tmp_path / "s3kv.toml"
+        path.write_text(text + "\n")
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            Settings.load(config_file=path, env={})
+    for name, value in (("sync_interval", "-5"), ("read_stall", "nan"), ("ttl", "inf"),
+                        ("backend_timeout", "-1")):
+        with pytest.raises(ConfigError, match=f"{name} must be a finite number, 0 or more"):
+            Settings.load({name: value}, env={})
+        with pytest.raises(ConfigError, match=f"{name} must be a finite number, 0 or more"):
+            Settings.load(env={Settings.env_name(name): value})
+    with pytest.raises(ConfigError, match="backend_timeout must be positive"):
+        Settings.load({"backend_timeout": "0"}, env={})
 
 
 def test_unknown_s3kv_variables_are_named() -> None:
