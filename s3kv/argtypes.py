@@ -29,3 +29,15 @@ def arg_type(parse: Callable[[str], T]) -> Callable[[str], T]:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     return convert
+
+
+def listen_address(text: str, flag: str = "--listen") -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; an empty host is every address) as (host, port).
+
+    The gateway's ``--listen`` and the load generator's agent's share this reading.
+    """
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"invalid {flag} {text!r}: write HOST:PORT with a port from 1 to 65535, "
+                          "e.g. 127.0.0.1:9470, [::1]:9470 or 0.0.0.0:9470 for every address")
+    return host.strip("[]") or "0.0.0.0", int(port)

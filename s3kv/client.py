@@ -12,9 +12,8 @@ concurrently. A gateway that cannot be reached is skipped for ``down_for`` secon
 gets count its keys as misses, puts go to each key's next choice.
 
 Errors from the gateway become s3kv.errors: Backpressure (503 SlowDown, with retry_after; from
-put_many also ``stored``, the leading blocks that were stored, so a retry sends the rest),
-NamespaceNotFound, TooLarge, InvalidInput, RequestError for the rest, and BackendUnavailable when
-no gateway can be reached.
+put_many also ``stored``, the leading blocks stored, so a retry sends the rest), NamespaceNotFound,
+TooLarge, InvalidInput, RequestError, and BackendUnavailable when no gateway can be reached.
 """
 
 from __future__ import annotations
@@ -175,11 +174,13 @@ class S3KVClient:
             raise errors[0]
 
     # ---- gets ------------------------------------------------------------------------------
-    async def fetch(self, namespace: str, keys: Sequence[str], sink: Sink) -> list[bool]:
-        """Stream the blocks of ``keys`` into ``sink`` as they arrive (several gateways at
-        once); which positions were delivered whole (False: a miss, or the stream broke)."""
+    async def fetch(self, namespace: str, keys: Sequence[str], sink: Sink,
+                    done: list[bool] | None = None) -> list[bool]:
+        """Stream the blocks of ``keys`` into ``sink`` as they arrive; which were delivered
+        whole (False: a miss, or the stream broke), also in ``done`` as each arrives (a list of
+        len(keys) Falses: it keeps what came before an error the fetch raises)."""
         keys = list(keys)
-        done = [False] * len(keys)
+        done = [False] * len(keys) if done is None else done
 
         async def one(gateway: str, where: list[int]) -> None:
             for part in request_parts(where, lambda _i: 0, 1):
@@ -200,8 +201,7 @@ class S3KVClient:
 
     async def _fetch_part(self, gateway: str, namespace: str, want: list[str],
                           where: list[int], sink: Sink, done: list[bool]) -> None:
-        """One batch get, its stream received straight into the sink's buffers
-        (client_stream.py); what the sink raises comes out as it is."""
+        """One batch get into the sink's buffers (client_stream.py); sink errors pass as is."""
         self._require_open()
         limit = asyncio.timeout(self._timeout.total)
         try:

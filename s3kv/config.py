@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -53,6 +54,10 @@ def _parse_int(text: str) -> int:
         raise ConfigError(f"invalid integer {text!r}") from None
 
 
+#: the values a config file (or a caller) may give a setting of each kind besides a string
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "str": str, "size": int, "int": int, "float": (int, float), "bool": bool}
+
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "str": str,
     "size": parse_size,
@@ -74,6 +79,8 @@ def setting(default: Any, help: str, kind: str = "str", *, choices: tuple[str, .
 
 #: the largest block by default, when half the segment size is more
 MAX_BLOCK_SIZE = 64 * MiB
+#: seconds a ranged read of the backend may go without a byte (``--read-stall``'s default)
+READ_STALL = 5.0
 
 
 @dataclass(frozen=True)
@@ -147,7 +154,7 @@ class Settings:
                            "unfinished uploads at once", metavar="ID")
     backend_timeout: float = setting(30.0, "seconds before one backend request is abandoned",
                                      "float", metavar="SECONDS")
-    read_stall: float = setting(5.0, "seconds a ranged read of the backend may go without a "
+    read_stall: float = setting(READ_STALL, "seconds a ranged read of the backend may go without a "
                                 "byte before it is given up as a miss (not retried): a hung S3 "
                                 "server costs a restore this long, not --backend-timeout; 0: "
                                 "off", "float", metavar="SECONDS")
@@ -203,6 +210,9 @@ class Settings:
                 value = _PARSERS[kind](raw)
             except ConfigError as exc:
                 raise ConfigError(f"{name}: {exc}") from None
+        elif isinstance(raw, bool) != (kind == "bool") or not isinstance(raw, _TYPES[kind]):
+            # a config file's value of another type (a list, a table, true for a number)
+            raise ConfigError(f"{name}: {raw!r} is no {kind} (write it as in --help)")
         elif kind == "size" and isinstance(raw, int):
             value = parse_size(raw)
         elif kind == "float" and isinstance(raw, (int, float)):
@@ -249,6 +259,14 @@ class Settings:
         """What can be checked without knowing the store or the gateway; the settings they
         own (the default codec, the credentials) are checked by them at start-up
         (:func:`s3kv.gateway.server.check_settings`)."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.metadata["kind"] == "float" and not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{f.name} must be a finite number, 0 or more: not {value!r}")
+        if self.segment_size < 1:
+            raise ConfigError("segment_size must be positive")
+        if self.backend_timeout <= 0:
+            raise ConfigError("backend_timeout must be positive (seconds)")
         if self.part_size < 1 or self.segment_size % self.part_size:
             raise ConfigError(
                 f"segment_size ({self.segment_size}) must be a multiple of part_size "
@@ -270,6 +288,12 @@ class Settings:
                 f"block and the four read-ahead windows a walk may keep: at least "
                 f"{format_size(max(4 * self.read_ahead, self.max_block_size))} (or lower "
                 "--read-ahead)")
+        if self.max_request_memory < self.max_block_size:
+            raise ConfigError(
+                f"max_request_memory ({format_size(self.max_request_memory)}) must hold the "
+                f"largest block, max_block_size ({format_size(self.max_block_size)}): every "
+                "larger write would be answered 503 SlowDown for ever; raise "
+                "--max-request-memory or lower --max-block-size")
         if self.idle_timeout <= 0:
             raise ConfigError("idle_timeout must be positive (seconds)")
         if self.max_open_segments < 1 or self.max_parts_in_flight < 1:
@@ -289,6 +313,13 @@ class Settings:
             raise ConfigError(
                 f"capacity ({self.capacity}) must hold at least two segments "
                 f"({2 * self.segment_size} bytes) or be 0 for unlimited")
+
+    @property
+    def held_memory(self) -> int:
+        """Bytes these settings let a gateway hold under load: request bodies, blocks read,
+        the DRAM tier and the open segments (docs/operations.md, sizing)."""
+        return (self.max_request_memory + self.max_read_memory + self.dram_cache
+                + self.max_open_segments * self.segment_size)
 
     @property
     def replica_lag(self) -> float:

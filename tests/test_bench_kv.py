@@ -172,8 +172,25 @@ def test_s3_target_per_block_objects(s3_server: MotoServer, bucket: str, s3_clie
     assert s3_client.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
 
 
-def test_bad_flags() -> None:
+def test_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "kv", "--target", "ftp://x"]) == 2
     assert main(["bench", "kv", "--target", "s3://b/p?endpoint=http://127.0.0.1:1",
                  "--tier", "storage+dram"]) == 2
     assert main(["bench", "kv", "--model", "llama3.1-8b", "--tp", "3"]) == 2
+    capsys.readouterr()
+    for flags, message in ((["--duration", "0"], "--duration must be positive"),
+                           (["--batch-size", "0"], "--batch-size must be at least 1 byte"),
+                           (["--token", "abc"], "--token must be ACCESS:SECRET")):
+        # refused before the gateway is asked anything (none listens on port 1)
+        assert main(["bench", "kv", "--target", "http://127.0.0.1:1", *flags]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_an_error_answer_is_shown_as_text(s3_server: MotoServer,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The gateway's XML error message with its entities made characters again."""
+    with running_gateway(backend_store(s3_server), SMALL) as gw:
+        code = main(["bench", "kv", "--target", gw.endpoint, "--token", TOKEN, "--namespace",
+                     "Bad_NS", "--duration", "1s"])
+    assert code == 2
+    assert "invalid namespace (bucket) name 'Bad_NS'" in capsys.readouterr().err

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from s3kv.argtypes import listen_address
 from s3kv.backends.file import FileBackend
 from s3kv.cli import main
 from s3kv.errors import BackendError, ConfigError
@@ -68,7 +69,7 @@ def test_an_unwritable_sweep_out_is_an_error(tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     out = _unwritable(tmp_path)
     code = main(["sweep", "--out", str(out), "--endpoint", "http://127.0.0.1:1",
-                 "--clients", "1", "--ops", "put", "--duration", "1s"])
+                 "--clients", "1", "--ops", "put", "--duration", "1s", "--trim", "0"])
     assert code == 2
     err = capsys.readouterr().err
     assert f"s3kv sweep: error: --out {out}: cannot create the directory" in err, err
@@ -119,6 +120,32 @@ def test_an_agent_on_a_taken_port_says_so(capsys: pytest.CaptureFixture[str]) ->
 def test_an_agent_port_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["agent", "--listen", "127.0.0.1:99999"]) == 2
     assert "port from 1 to 65535" in capsys.readouterr().err
+
+
+def test_the_gateway_and_the_agent_read_listen_addresses_alike() -> None:
+    assert listen_address("[::1]:7761") == ("::1", 7761)
+    assert listen_address(":7761") == ("0.0.0.0", 7761)
+    with pytest.raises(ConfigError, match="port from 1 to 65535"):
+        listen_address("127.0.0.1")
+
+
+def test_an_agent_listens_on_an_ipv6_address() -> None:
+    """``[::1]:PORT`` as the gateway takes it: the agent's own reading kept the brackets."""
+    with socket.socket(socket.AF_INET6) as probe:
+        probe.bind(("::1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "s3kv.cli", "agent", "--listen",
+                             f"[::1]:{port}"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "listening" in line, line + proc.stdout.read()
+        with socket.create_connection(("::1", port), timeout=5):
+            pass
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_serve_without_backend_credentials_says_which_to_set(tmp_path: Path) -> None:
@@ -194,6 +221,28 @@ def test_a_run_that_would_measure_nothing_is_refused(argv: list[str], message: s
                 if argv[0] == "sweep" else [*argv, "--endpoint", "http://127.0.0.1:1"])
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["sweep", "--clients", "1", "--duration", "0"], "--duration must be positive"),
+    (["sweep", "--clients", "1", "--trim", "99"], "leaves less than one 1 s bucket"),
+    (["bench", "get", "--objects", "0"], "--objects, --batch and parts in flight"),
+])
+def test_bad_flags_are_refused_before_a_local_server_starts(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "started a local S3 server" not in err
+
+
+def test_a_trim_that_leaves_no_bucket_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """Warp's default trim (2 s at each end) on a 4 s phase measured nothing: a table of "-"."""
+    code = main(["sweep", "--clients", "1", "--endpoint", "http://127.0.0.1:1", "--duration",
+                 "4s"])
+    assert code == 2
+    assert ("--trim 2s at each end of a 4 s phase leaves less than one 1 s bucket to measure"
+            in capsys.readouterr().err)
 
 
 def test_tune_names_an_endpoint_without_a_scheme(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 from s3kv import __version__
 from s3kv.config import Settings
 from s3kv.errors import ConfigError
+from s3kv.gateway.memlimit import check_memory
 from s3kv.gateway.server import check_settings
 from s3kv.sizes import GiB, KiB, MiB, format_size, parse_size
 
@@ -64,6 +66,58 @@ def test_settings_validation() -> None:
     for bad in ("-1", "604801"):
         with pytest.raises(ConfigError, match="direct_reads"):
             Settings.load({"direct_reads": bad}, env={})
+
+
+def test_settings_a_gateway_could_not_serve_with_are_refused(tmp_path: Path) -> None:
+    """A segment of 0 bytes, a request memory smaller than one block (every larger write was
+    503 SlowDown for ever, CreateBucket too), parts below S3's 5 MiB minimum on an S3 store
+    (every segment upload failed at its completion), and settings that let the gateway hold
+    more memory than the machine has: each started before, and is refused now."""
+    with pytest.raises(ConfigError, match="segment_size must be positive"):
+        Settings.load({"segment_size": "0"}, env={})
+    with pytest.raises(ConfigError, match=r"max_request_memory \(1KiB\) must hold the largest "
+                                          r"block, max_block_size \(64MiB\)"):
+        Settings.load({"max_request_memory": "1KiB"}, env={})
+    s3 = {"store": "s3://b/p?endpoint=http://127.0.0.1:1", "segment_size": "4MiB"}
+    with pytest.raises(ConfigError, match=r"below S3's 5MiB minimum part"):
+        check_settings(Settings.load({**s3, "part_size": "1MiB", "max_block_size": "1MiB"},
+                                     env={}))
+    check_settings(Settings.load({**s3, "part_size": "4MiB"}, env={}))  # one PUT a segment
+    check_settings(Settings.load({"part_size": "1MiB", "max_block_size": "1MiB"}, env={}))
+    held = Settings.load({"dram_cache": "1GiB"}, env={}).held_memory
+    assert held == 1024 * MiB + 512 * MiB + 512 * MiB + 2 * 256 * MiB
+    with pytest.raises(ConfigError, match=r"hold 2.50GiB, more than the 2GiB of memory"):
+        check_memory(Settings.load({"dram_cache": "1GiB"}, env={}), limit=2048 * MiB)
+    check_memory(Settings.load({"dram_cache": "1GiB"}, env={}), limit=4096 * MiB)
+    # and against this machine's own memory, as `s3kv serve` checks it
+    proc = subprocess.run([sys.executable, "-m", "s3kv.cli", "serve", "--store",
+                           f"file://{tmp_path}/data", "--listen", "127.0.0.1:1",
+                           "--dram-cache", "100TiB"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "of memory it may use" in proc.stderr and "--dram-cache 100TiB" in proc.stderr
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_config_file_value_of_another_type_or_out_of_range_is_named(tmp_path: Path) -> None:
+    """A TOML list for a size was a TypeError traceback; true for seconds, and seconds that are
+    negative, infinite or NaN (from a file, the environment or a flag), started a gateway."""
+    for text, message in (("segment_size = [1, 2]", "segment_size: [1, 2] is no size"),
+                          ("seal_after = true", "seal_after: True is no float"),
+                          ("node_id = 7", "node_id: 7 is no str"),
+                          ("seal_after = inf", "seal_after must be a finite number"),
+                          ("seal_after = nan", "seal_after must be a finite number")):
+        path = tmp_path / "s3kv.toml"
+        path.write_text(text + "\n")
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            Settings.load(config_file=path, env={})
+    for name, value in (("sync_interval", "-5"), ("read_stall", "nan"), ("ttl", "inf"),
+                        ("backend_timeout", "-1")):
+        with pytest.raises(ConfigError, match=f"{name} must be a finite number, 0 or more"):
+            Settings.load({name: value}, env={})
+        with pytest.raises(ConfigError, match=f"{name} must be a finite number, 0 or more"):
+            Settings.load(env={Settings.env_name(name): value})
+    with pytest.raises(ConfigError, match="backend_timeout must be positive"):
+        Settings.load({"backend_timeout": "0"}, env={})
 
 
 def test_unknown_s3kv_variables_are_named() -> None:

@@ -45,6 +45,7 @@ def run_bench(args: argparse.Namespace, op: str) -> int:
     endpoints = endpoints_of(args)
     server: LocalS3Server | None = None
     if not endpoints:
+        config_from_args(args, op, ("http://127.0.0.1:1",))  # flags checked before the start
         server = LocalS3Server()
         endpoints = (server.start(),)
         print(f"no --endpoint: started a local S3 server at {endpoints[0]} (short local "

@@ -5,6 +5,7 @@ counts them.
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import dataclass, field
 
@@ -28,14 +29,19 @@ class OpResult:
     retry_after: float = 0.0
 
 
+def xml_text(raw: bytes) -> str:
+    """An S3 XML element's text, its entities (``&apos;``, ``&#13;``) made characters again."""
+    return html.unescape(raw.decode(errors="replace"))
+
+
 def error_text(status: int, body: bytes) -> str:
     code = _CODE_RE.search(body)
     msg = _MSG_RE.search(body)
     text = f"HTTP {status}"
     if code:
-        text += f" {code.group(1).decode(errors='replace')}"
+        text += f" {xml_text(code.group(1))}"
     if msg:
-        text += f": {msg.group(1).decode(errors='replace')[:200]}"
+        text += f": {xml_text(msg.group(1))[:200]}"
     return text
 
 

@@ -12,10 +12,10 @@ almost everything it measured.
 from __future__ import annotations
 
 import calendar
-import io
+import codecs
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
@@ -171,36 +171,54 @@ def write_records(path: str | Path, records: Iterable[Record], comment: str = ""
 
 
 # ---- reading ------------------------------------------------------------------------------
-def _open_text(path: Path) -> io.TextIOWrapper:
-    fh = open(path, "rb")  # noqa: SIM115 - owned by the returned wrapper
-    if fh.read(4) == _ZSTD_MAGIC:
-        fh.seek(0)
-        raw: IO[bytes] = zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True,
-                                                                     closefd=True)
-    else:
-        fh.seek(0)
-        raw = fh
-    return io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
+_READ = 1 << 20
+
+
+def _bytes(path: Path) -> Iterator[bytes]:
+    """The file's bytes, decompressed when it is zstd (frames one after another). A frame cut
+    short, by a writer that was killed, ends with its last whole block."""
+    with open(path, "rb") as fh:
+        data = fh.read(_READ)
+        if not data.startswith(_ZSTD_MAGIC):
+            while data:
+                yield data
+                data = fh.read(_READ)
+            return
+        d = zstandard.ZstdDecompressor().decompressobj()
+        while data:
+            try:
+                out = d.decompress(data)
+            except zstandard.ZstdError:
+                return  # damaged past this point: keep what came before
+            if out:
+                yield out
+            if d.eof:  # the frame ended; what follows it is the next one's
+                data, d = d.unused_data, zstandard.ZstdDecompressor().decompressobj()
+                if data:
+                    continue
+            data = fh.read(_READ)
 
 
 def _lines(path: Path) -> Iterator[str]:
-    text = _open_text(path)
+    """The file's lines; the last one without its newline if the writer stopped mid-line."""
+    text = codecs.getincrementaldecoder("utf-8")()
+    tail = ""
     try:
-        while True:
-            try:
-                line = text.readline()
-            except zstandard.ZstdError:
-                return  # truncated (the writer was killed): keep what was complete
-            if not line:
-                return
-            yield line
-    finally:
-        text.close()
+        for data in _bytes(path):
+            lines = (tail + text.decode(data)).split("\n")
+            tail = lines.pop()
+            yield from (line + "\n" for line in lines)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a Warp record file (not UTF-8 text)") from None
+    if tail:
+        yield tail
 
 
 def read_records(path: str | Path) -> list[Record]:
     """Read a record file: ours, or any Warp ``.csv``/``.csv.zst`` (columns found by name)."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory: name its record files ({path}/*.csv.zst)")
     if not path.is_file():
         raise ConfigError(f"no such record file: {path}")
     lines = _lines(path)
@@ -215,21 +233,28 @@ def read_records(path: str | Path) -> list[Record]:
         return values[i] if i is not None and i < len(values) else ""
 
     out: list[Record] = []
-    for line in lines:
+    for n, line in enumerate(lines, start=2):
         if line.startswith("#") or not line.endswith("\n"):
             continue  # comments, and a last line cut short by an interrupted writer
         v = line.rstrip("\n").split("\t")
         if len(v) < len(header):
             continue
-        fb = opt(v, "first_byte")
-        out.append(Record(
-            op=v[col["op"]], thread=int(v[col["thread"]]), client_id=opt(v, "client_id"),
-            endpoint=opt(v, "endpoint"), file=opt(v, "file"), size=int(v[col["bytes"]]),
-            start_ns=parse_time(v[col["start"]]), end_ns=parse_time(v[col["end"]]),
-            first_byte_ns=parse_time(fb) if fb else 0, error=v[col["error"]],
-            http_status=int(opt(v, "http_status") or 0), retries=int(opt(v, "retries") or 0),
-            n_objects=int(opt(v, "n_objects") or 1), cat=int(opt(v, "cat") or 0)))
+        try:
+            out.append(_record(v, opt, col))
+        except ValueError as exc:
+            raise ConfigError(f"{path}: line {n} is no record ({exc})") from None
     return out
+
+
+def _record(v: list[str], opt: Callable[[list[str], str], str], col: dict[str, int]) -> Record:
+    fb = opt(v, "first_byte")
+    return Record(
+        op=v[col["op"]], thread=int(v[col["thread"]]), client_id=opt(v, "client_id"),
+        endpoint=opt(v, "endpoint"), file=opt(v, "file"), size=int(v[col["bytes"]]),
+        start_ns=parse_time(v[col["start"]]), end_ns=parse_time(v[col["end"]]),
+        first_byte_ns=parse_time(fb) if fb else 0, error=v[col["error"]],
+        http_status=int(opt(v, "http_status") or 0), retries=int(opt(v, "retries") or 0),
+        n_objects=int(opt(v, "n_objects") or 1), cat=int(opt(v, "cat") or 0))
 
 
 def read_comments(path: str | Path) -> list[str]:

@@ -25,7 +25,7 @@ from s3kv.clock import now_ns
 from s3kv.wire.body import Buffer, SlicedBody, size_of
 from s3kv.wire.fastget import GetPool, ProtocolError
 from s3kv.wire.sigv4 import UNSIGNED, Credentials, Signer, canonical_query, quote_path
-from warp.opresult import OpResult, drop, error_text, failed, retry_after_seconds
+from warp.opresult import OpResult, drop, error_text, failed, retry_after_seconds, xml_text
 from warp.payload import Expected, Hasher, PayloadSource
 from warp.records import VERIFY_PREFIX
 
@@ -332,11 +332,11 @@ class S3Client:
             keys = re.findall(rb"<Key>([^<]*)</Key>", page[0])
             total.count += len(keys)
             if keep_keys:
-                total.keys.extend(_xml_unescape(k.decode()) for k in keys)
+                total.keys.extend(xml_text(k) for k in keys)
             m = re.search(rb"<NextContinuationToken>([^<]+)</NextContinuationToken>", page[0])
             if not m or b"<IsTruncated>true</IsTruncated>" not in page[0]:
                 break
-            token = _xml_unescape(m.group(1).decode())
+            token = xml_text(m.group(1))
         assert total is not None
         return total
 
@@ -374,9 +374,4 @@ async def _complete_reader(resp: aiohttp.ClientResponse, res: OpResult) -> str:
 def _xml_escape(text: str) -> str:
     return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
             .replace('"', "&quot;").replace("'", "&apos;"))
-
-
-def _xml_unescape(text: str) -> str:
-    return (text.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"')
-            .replace("&apos;", "'").replace("&amp;", "&"))
 

@@ -7,7 +7,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from s3kv.backends.base import Backend, ObjectInfo, UploadInfo
 from s3kv.backends.file import FileBackend
-from s3kv.backends.s3 import READ_STALL, S3Backend, S3Location
+from s3kv.backends.s3 import S3Backend, S3Location
+from s3kv.config import READ_STALL
 from s3kv.errors import ConfigError
 
 DEFAULT_LOCAL_DIR = "s3kv-data"

@@ -31,15 +31,13 @@ from botocore.httpsession import get_cert_path
 
 from s3kv.backends.base import ObjectInfo, Pieces, Sink, UploadInfo, feed_whole_range
 from s3kv.backends.ranged import RangedReader
+from s3kv.config import READ_STALL
 from s3kv.errors import BackendError, BackendFull, BackendUnavailable, ObjectMissing
 from s3kv.wire.body import SLICE, SlicedBody, joined, pieces_of, size_of
 from s3kv.wire.sigv4 import Credentials
 
 T = TypeVar("T")
 
-#: seconds a ranged read may go without a byte before it is given up (RangedReader; the
-#: gateway's --read-stall, whose default this is)
-READ_STALL = 5.0
 _MISSING_CODES = {"NoSuchKey", "NoSuchUpload", "404", "NotFound"}
 _TRANSIENT_CODES = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout",
                     "XMinioServerNotInitialized"}

@@ -17,8 +17,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
                     "can make this host send load to an S3 endpoint: bind to a private network "
                     "and set a token.")
     p.add_argument("--listen", default="127.0.0.1:7761", metavar="HOST:PORT",
-                   help="address to listen on (default 127.0.0.1:7761; use 0.0.0.0:7761 to "
-                        "accept remote coordinators)")
+                   help="address to listen on (default 127.0.0.1:7761; [::1]:7761 for IPv6; "
+                        "0.0.0.0:7761 to accept remote coordinators)")
     p.add_argument("--token", default=os.environ.get("S3KV_AGENT_TOKEN", ""), metavar="TOKEN",
                    help="require this bearer token from coordinators [env S3KV_AGENT_TOKEN]")
     p.set_defaults(func=run)
@@ -27,12 +27,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from s3kv.errors import ConfigError
+    from s3kv.argtypes import listen_address
     from warp.sweep.agent import serve
 
-    host, _, port = args.listen.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"--listen {args.listen!r}: write HOST:PORT with a port from 1 to "
-                          "65535, e.g. 127.0.0.1:7761")
-    asyncio.run(serve(host, int(port), args.token))
+    asyncio.run(serve(*listen_address(args.listen), args.token))
     return 0

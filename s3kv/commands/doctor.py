@@ -24,7 +24,8 @@ from s3kv.doctor import (
     setup,
     split_endpoint,
 )
-from s3kv.errors import ConfigError
+from s3kv.errors import ConfigError, InvalidNamespace
+from s3kv.store.catalog import validate_namespace
 
 
 def register(subparsers: Any) -> None:
@@ -97,6 +98,12 @@ def target_from_args(args: argparse.Namespace, env: dict[str, str] | None = None
                           "endpoint=URL, or set S3KV_STORE)")
     if not bucket:
         raise ConfigError("no bucket: pass --bucket NAME (or a --store URL)")
+    try:
+        validate_namespace(bucket)  # S3's bucket naming rules, which the S3 SDK checks
+    except InvalidNamespace:
+        raise ConfigError(f"bucket {bucket!r} is no valid S3 bucket name: 3-63 lowercase "
+                          "letters, digits, dots and hyphens, starting and ending with a letter "
+                          "or digit") from None
     for e in endpoints:
         split_endpoint(e)  # validates
     if args.expire_days < 0 or args.abort_days < 1:

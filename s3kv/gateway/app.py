@@ -24,9 +24,9 @@ from s3kv.gateway.classify import (
     Level,
     check_headers,
     classify,
-    form_upload_refusal,
     hoisted,
     level_of,
+    refused_before_auth,
 )
 from s3kv.gateway.metrics import GatewayMetrics
 from s3kv.gateway.reqkeys import AUTH, OP, REQUEST_ID
@@ -159,7 +159,7 @@ def _client_gone(request: web.Request) -> bool:
 async def s3_dispatch(request: web.Request) -> web.StreamResponse:
     st = state_of(request)
     target = parse_target(request, st.settings.domain)
-    refusal = form_upload_refusal(request.method, level_of(target.bucket, target.key),
+    refusal = refused_before_auth(request.method, level_of(target.bucket, target.key),
                                   request.headers)
     if refusal is not None:
         request[OP] = "Unsupported"

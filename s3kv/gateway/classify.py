@@ -170,16 +170,30 @@ def level_of(bucket: str, key: str) -> Level:
     return Level.OBJECT if key else Level.BUCKET if bucket else Level.SERVICE
 
 
-def form_upload_refusal(method: str, level: Level, headers: Mapping[str, str]
+def refused_before_auth(method: str, level: Level, headers: Mapping[str, str]
                         ) -> RequestError | None:
-    """The 501 for PostObject, a browser form upload (``POST /B``, ``multipart/form-data``),
-    which carries its signature in the form, which the gateway never reads: refused before
-    authentication, which would take it for an anonymous request (403); it says nothing of
-    the bucket. None for any other request."""
+    """The answer to a request no credential could change, given before authentication (which
+    would take it for an anonymous request: 403 AccessDenied); it says nothing of the bucket.
+    None for every other request.
+
+    - PostObject, a browser form upload (``POST /B``, ``multipart/form-data``), carries its
+      signature in the form, which the gateway never reads: 501.
+    - A CORS preflight (``OPTIONS``, never signed): S3 answers one by the bucket's CORS rules,
+      403 where it has none, and the gateway keeps none (GetBucketCors: 404, PutBucketCors:
+      501); without its Origin or Access-Control-Request-Method header, 400 as S3.
+    """
     if method == "POST" and level is Level.BUCKET and headers.get("Content-Type", "").lower() \
             .startswith("multipart/form-data"):
         return _not_implemented("s3kv does not implement PostObject (browser form uploads): "
                                 "nothing was stored; upload with a signed PutObject.")
+    if method == "OPTIONS":
+        if not headers.get("Origin"):
+            return RequestError("BadRequest", "Insufficient information. Origin request "
+                                "header needed.")
+        if not headers.get("Access-Control-Request-Method"):
+            return RequestError("BadRequest", "Invalid Access-Control-Request-Method: null")
+        return RequestError("AccessForbidden", "CORSResponse: CORS is not enabled for this "
+                            "bucket (s3kv keeps no CORS configuration).", 403)
     return None
 
 

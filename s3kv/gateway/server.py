@@ -17,17 +17,20 @@ import sys
 from aiohttp import web
 from threadpoolctl import threadpool_limits
 
+from s3kv.argtypes import listen_address
 from s3kv.config import Settings
 from s3kv.errors import ConfigError
 from s3kv.gateway.access import credential_table
 from s3kv.gateway.app import make_app
 from s3kv.gateway.fdlimit import raise_open_files
 from s3kv.gateway.heap import keep_freed_memory
+from s3kv.gateway.memlimit import check_memory
 from s3kv.gateway.plainlane import PlainLane
 from s3kv.gateway.protocol import front_runner
 from s3kv.gateway.state import STATE
 from s3kv.gateway.uploads import UPLOADS, Uploads
 from s3kv.log import get_logger, loop_exception_handler
+from s3kv.sizes import format_size
 from s3kv.store.codecs.spec import check_default_codec
 from s3kv.store.store import BlockStore
 
@@ -39,13 +42,6 @@ SHUTDOWN_GRACE = 15.0
 SHUTDOWN_TIMEOUT = 5.0
 #: tracked allocations (net) between generation-0 collections (CPython's default: 700)
 GC_THRESHOLD = 50_000
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"invalid --listen {listen!r}: use HOST:PORT, e.g. 127.0.0.1:9470")
-    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 def is_loopback(host: str) -> bool:
@@ -66,10 +62,21 @@ def check_exposure(settings: Settings, host: str) -> None:
             "S3KV_SECRET_KEY (clients sign with them), or listen on 127.0.0.1")
 
 
+#: the smallest part S3 takes in a multipart upload but for the last (EntityTooSmall)
+S3_MIN_PART = 5 * 1024 * 1024
+
+
 def check_settings(settings: Settings) -> None:
     """The settings the store and the gateway own, checked before anything starts (config.py
-    checks the rest on load): the default codec, the front credentials."""
+    checks the rest on load): the default codec, the front credentials, an S3 store's parts."""
     check_default_codec(settings.default_codec)
+    if (settings.store.startswith("s3://") and settings.part_size < S3_MIN_PART
+            and settings.part_size < settings.segment_size):
+        raise ConfigError(
+            f"part_size ({format_size(settings.part_size)}) is below S3's 5MiB minimum part: "
+            "every segment upload of an S3 store would fail at its completion "
+            "(EntityTooSmall); raise --part-size to 5MiB or more, or to --segment-size (one "
+            "PUT per segment)")
     if settings.credentials_file or settings.access_key:
         credential_table(settings.access_key, settings.secret_key, settings.credentials_file)
 
@@ -89,8 +96,7 @@ def tune_process(settings: Settings) -> None:
     settings let the gateway hold (request bodies, blocks read, the DRAM tier, the open
     segments)."""
     tune_gc()
-    keep_freed_memory(settings.max_request_memory + settings.max_read_memory
-                      + settings.dram_cache + settings.max_open_segments * settings.segment_size)
+    keep_freed_memory(settings.held_memory)
 
 
 async def start_front(store: BlockStore, settings: Settings, *,
@@ -121,7 +127,8 @@ async def start_front(store: BlockStore, settings: Settings, *,
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     asyncio.get_running_loop().set_exception_handler(loop_exception_handler)
     check_settings(settings)
-    host, port = parse_listen(settings.listen)
+    check_memory(settings)  # this machine's: not in check_settings, which tests run anywhere
+    host, port = listen_address(settings.listen)
     check_exposure(settings, host)
     raise_open_files()  # before the store maps its files and clients connect (fdlimit.py)
     if not (settings.access_key or settings.credentials_file):

@@ -204,10 +204,10 @@ class S3KVConnector(RemoteConnector):
                 except ValueError as exc:
                     log.warning("lmcache.s3kv.bad_block", error=str(exc))
 
-        done: list[bool] = [False] * len(keys)
+        done = [False] * len(keys)  # filled in as blocks arrive: a broken stream keeps those
         try:
             kv = await self._kv()
-            done = await kv.fetch(self.namespace, self._keys(keys), sink)
+            await kv.fetch(self.namespace, self._keys(keys), sink, done)
         except S3KVError as exc:
             log.warning("lmcache.s3kv.get_failed", keys=len(keys), error=str(exc))
         finally:  # also on cancellation: nothing half-filled leaks out of the allocator

@@ -122,6 +122,12 @@ def run(args: argparse.Namespace) -> int:
     for name in ("users", "ranks", "turns", "passes", "inflight"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name} must be at least 1")
+    if args.duration <= 0:
+        raise ConfigError("--duration must be positive: a fresh pass of 0 s measures nothing")
+    if args.batch_size < 1:
+        raise ConfigError("--batch-size must be at least 1 byte")
+    if args.token and not args.token.partition(":")[2]:
+        raise ConfigError("--token must be ACCESS:SECRET, the gateway's front credentials")
     label, per_token, block = block_geometry(args)
     run_id = uuid.uuid4().hex[:8]
     token = args.token or (f"{os.environ['S3KV_ACCESS_KEY']}:{os.environ['S3KV_SECRET_KEY']}"

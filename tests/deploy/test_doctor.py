@@ -136,6 +136,9 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str],
     assert main(["doctor", "--endpoint", "http://h:9000/path", "--bucket", "bbb"]) == 2
     assert "no path" in capsys.readouterr().err
     assert main(["doctor", "--store", "file:///tmp/x"]) == 2
+    for bad in ("kv", "Upper-Case", "a..b"):  # the S3 SDK raised ValueError: a traceback
+        assert main(["doctor", "--endpoint", "http://127.0.0.1:1", "--bucket", bad]) == 2
+        assert "is no valid S3 bucket name" in capsys.readouterr().err
 
 
 def test_clock_skew_fails_beyond_the_limit(s3_server: MotoServer, bucket: str) -> None:

@@ -212,6 +212,44 @@ async def test_a_gateway_lost_mid_stream_is_unavailable(stall: bool,
         await runner.cleanup()
 
 
+async def test_blocks_delivered_before_a_stream_breaks_are_marked_done(
+        unused_tcp_port: int) -> None:
+    """The caller's ``done`` holds the blocks that arrived whole before the gateway was lost:
+    the fetch raises, and a connector keeps those (the LMCache plugin's leading chunks)."""
+    blocks = [os.urandom(40 * KiB) for _ in range(4)]
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": STREAM})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for i in range(2):
+            await resp.write(block_record(str(i), len(blocks[i])) + blocks[i])
+        await resp.write(block_record("2", len(blocks[2])) + blocks[2][:1000])
+        await asyncio.sleep(0.2)
+        assert request.transport is not None
+        request.transport.close()
+        return resp
+
+    got: dict[int, bytes] = {}
+
+    async def sink(i: int, body: BlockBody | None) -> None:
+        assert body is not None
+        buf = bytearray(body.length)
+        await body.readinto(memoryview(buf))
+        got[i] = bytes(buf)
+
+    runner = await _serve(handler, unused_tcp_port)
+    try:
+        async with S3KVClient(f"http://127.0.0.1:{unused_tcp_port}", timeout=5.0) as kv:
+            done = [False] * 4
+            with pytest.raises(BackendUnavailable):
+                await kv.fetch("ns", ["0", "1", "2", "3"], sink, done)
+        assert done == [True, True, False, False]
+        assert [got[0], got[1]] == blocks[:2]
+    finally:
+        await runner.cleanup()
+
+
 async def test_a_connection_paused_for_a_reader_is_not_reused_paused(
         unused_tcp_port: int) -> None:
     """A stream of small blocks can be all in while its reader is still behind (the connection

@@ -247,9 +247,9 @@ def test_bucket_versioning_is_never_enabled(gw_s3: Any, gw_bucket: str) -> None:
 
 @pytest.fixture(scope="module")
 def tight_gateway(s3_server: MotoServer) -> Iterator[Gateway]:
-    """Request memory for 4 MiB of bodies and staged parts at once."""
-    with running_gateway(backend_store(s3_server), [*SMALL, "--max-request-memory", "4MiB"]) \
-            as gw:
+    """Request memory for 4 MiB of bodies and staged parts at once (the largest block too)."""
+    with running_gateway(backend_store(s3_server), [*SMALL, "--max-request-memory", "4MiB",
+                                                    "--max-block-size", "4MiB"]) as gw:
         yield gw
 
 

@@ -34,7 +34,8 @@ BUDGET = 24 * MiB
 async def port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[int]:
     monkeypatch.setattr(uploads, "UPLOAD_GRACE", GRACE)
     settings = Settings.load({"store": f"file://{tmp_path}/store", "sync_interval": 0,
-                              "node_id": "idle", "max_request_memory": BUDGET})
+                              "node_id": "idle", "max_request_memory": BUDGET,
+                              "max_block_size": BUDGET})
     async with front_on(settings, NS) as (port, _):
         yield port
 

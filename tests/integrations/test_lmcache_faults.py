@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from aiohttp import web
 
 if os.environ.get("S3KV_REQUIRE_LMCACHE"):
     import lmcache  # noqa: F401  (the LMCache CI run: no LMCache is a failure)
@@ -199,3 +201,74 @@ def test_lookups_find_a_connection_while_puts_crawl(gateway: Gateway, engine_for
         assert e.backend.batched_contains([e.key(200 + i) for i in range(8)]) == 8
     finally:
         link.close()
+
+
+class _CuttingProxy:
+    """A loopback HTTP proxy to the gateway, in its own thread: requests pass whole, except
+    that a batch get's answer is cut after ``keep`` of its bytes (the connection closed, as a
+    gateway that dies mid-stream)."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.keep: float = 1.0  # share of a batch get's answer let through
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.port = 0
+
+    def __enter__(self) -> _CuttingProxy:
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        asyncio.run_coroutine_threadsafe(self.session.close(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+    async def _start(self) -> None:
+        self.session = aiohttp.ClientSession(auto_decompress=False)
+        app = web.Application(client_max_size=1 << 30)
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self.runner.addresses[0][1]
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
+        async with self.session.request(request.method, self.upstream + request.path_qs,
+                                        headers=headers, data=await request.read()) as up:
+            body = await up.read()
+            if not request.path.endswith("/batch-get"):
+                return web.Response(status=up.status, body=body, headers={
+                    k: v for k, v in up.headers.items()
+                    if k.lower() not in ("content-length", "transfer-encoding")})
+        resp = web.StreamResponse(status=up.status,
+                                  headers={"Content-Type": up.headers["Content-Type"]})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        await resp.write(body[:int(len(body) * self.keep)])
+        await asyncio.sleep(0.1)
+        assert request.transport is not None
+        request.transport.close()
+        return resp
+
+
+def test_chunks_read_whole_before_a_stream_breaks_are_kept(gateway: Gateway,
+                                                           engine_for: Any) -> None:
+    """A gateway lost in the middle of a batch get (here a proxy closes the connection 60% into
+    its answer of four chunks): the two chunks that arrived whole and checked are hits, the
+    rest misses; before, the error dropped them all and LMCache recomputed the whole prefix."""
+    with _CuttingProxy(gateway.endpoint) as proxy:
+        e = engine_for(gateway, url=f"http://127.0.0.1:{proxy.port}")
+        keys = [e.key(i) for i in range(4)]
+        objs = [e.chunk() for _ in keys]
+        e.store(keys, objs)
+        proxy.keep = 0.6
+        got = e.backend.batched_get_blocking(keys)
+        assert got[2] is None and got[3] is None
+        for i in (0, 1):
+            assert got[i] is not None and same_bytes(got[i], objs[i])
+            got[i].ref_count_down()

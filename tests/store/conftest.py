@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from s3kv.backends import Backend, FileBackend, S3Backend, S3Location
-from s3kv.backends.s3 import READ_STALL
+from s3kv.config import READ_STALL
 from tests.conftest import s3_server_for
 from tests.support.s3server import MotoServer
 

@@ -46,7 +46,7 @@ def test_sweep_on_an_agent(s3_server: Any, bucket: str, tmp_path: Path) -> None:
         wrong = subprocess.run(
             [sys.executable, "-m", "s3kv.cli", "sweep", "--clients", "1", "--ops", "put",
              "--agents", f"127.0.0.1:{port}", "--agent-token", "nope", "--endpoint",
-             s3_server.endpoint, "--bucket", bucket, "--duration", "1", "--out",
+             s3_server.endpoint, "--bucket", bucket, "--duration", "1", "--trim", "0", "--out",
              str(tmp_path / "w")], capture_output=True, text=True, timeout=60)
         assert wrong.returncode != 0 and "token" in wrong.stderr
     finally:
@@ -106,6 +106,8 @@ def test_records_of_an_agent_with_a_skewed_clock_are_put_on_the_coordinators_clo
         assert abs(firsts[0] - firsts[1]) < 0.5e9
         assert abs(lasts[0] - lasts[1]) < 0.5e9
         assert max(lasts) - min(firsts) < 4e9  # one 2 s phase, not two 20 s apart
+        ends = [r.end_ns for r in records]
+        assert ends == sorted(ends)  # docs/warp-records.md: one line per operation, completed
     finally:
         for agent in agents:
             agent.terminate()

@@ -63,6 +63,11 @@ class SweepConfig:
                               f"{', '.join(bad)} (use `s3kv bench` for the others)")
         if not self.clients:
             raise ConfigError("--clients names no client count")
+        bucket = AnalysisOptions().bucket_s
+        if self.template.duration - 2 * self.trim < bucket:
+            raise ConfigError(f"--trim {self.trim:g}s at each end of a {self.template.duration:g}"
+                              f" s phase leaves less than one {bucket:g} s bucket to measure: "
+                              "give a longer --duration or a shorter --trim")
 
 
 @dataclass
@@ -195,12 +200,13 @@ class Sweep:
 
     @staticmethod
     def _merge(parts: list[Path], dest: Path, comment: str, offsets_ns: list[int]) -> None:
-        """Each client's records moved onto our clock (``offsets_ns``: its clock - ours)."""
+        """Each client's records moved onto our clock (``offsets_ns``: its clock - ours), in
+        completion order as every record file (docs/warp-records.md)."""
         records = []
         for p, offset in zip(parts, offsets_ns, strict=True):
             if p.exists():
                 records.extend([r.shifted(-offset) for r in read_records(p)])
-        records.sort(key=lambda r: r.start_ns)
+        records.sort(key=lambda r: r.end_ns)
         write_records(dest, records, comment)
         for p in parts:
             p.unlink(missing_ok=True)

@@ -134,9 +134,14 @@ def run(codecs: Sequence[str], sources: Sequence[tuple[str, list[F32]]], dtype: 
 
 def load_npy(path: Path, head_dim: int | None, block_vectors: int) -> list[F32]:
     """Any .npy array of floats; its last axis is head_dim unless given. Split into blocks."""
+    with open(path, "rb") as fh:
+        if fh.read(6) != b"\x93NUMPY":
+            raise ValueError(f"{path} is no .npy file (numpy.save's format)")
     arr = np.load(path, allow_pickle=False)
     if arr.dtype.kind not in "fiu" and arr.dtype != np.float16:
         raise ValueError(f"{path}: dtype {arr.dtype} is not numeric")
+    if arr.size == 0 or arr.ndim == 0:
+        raise ValueError(f"{path}: an array of shape {arr.shape} holds no vectors")
     d = head_dim or int(arr.shape[-1])
     flat = np.asarray(arr, dtype=np.float32).reshape(-1)
     if flat.size % d:
