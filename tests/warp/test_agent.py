@@ -112,3 +112,37 @@ def test_records_of_an_agent_with_a_skewed_clock_are_put_on_the_coordinators_clo
         for agent in agents:
             agent.terminate()
             agent.wait(timeout=10)
+
+
+def test_a_request_the_agent_cannot_use_is_a_400_and_an_unknown_job_a_404() -> None:
+    """Bad JSON, a job without its fields, settings a run refuses: 400 with the reason (was 500,
+    or 404 "no such job" for a missing field); a job id it does not hold: 404."""
+    import urllib.error
+    import urllib.request
+
+    port = _free_port()
+    agent = _agent(port)
+    base = f"http://127.0.0.1:{port}/v1/jobs"
+
+    def call(method: str, url: str, body: bytes = b"") -> tuple[int, str]:
+        req = urllib.request.Request(url, data=body or None, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    try:
+        for body in (b"not json", b"[1, 2]", b'{"records": "x"}',
+                     json.dumps({"config": {"op": "put", "endpoints": ["ftp://x"]},
+                                 "records": "r"}).encode()):
+            status, text = call("POST", base, body)
+            assert status == 400 and "bad request" in text, (body, status, text)
+        for method, path in (("POST", "/nope/start"), ("GET", "/nope/events"),
+                             ("POST", "/nope/stop"), ("GET", "/nope/records"),
+                             ("DELETE", "/nope")):
+            status, text = call(method, base + path, b"{}" if method == "POST" else b"")
+            assert (status, json.loads(text)) == (404, {"error": "no such job"}), (path, text)
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)

@@ -65,16 +65,29 @@ class Agent:
             return web.json_response({"error": "bad or missing token"}, status=401)
         try:
             return await handler(request)
-        except KeyError:
-            return web.json_response({"error": "no such job"}, status=404)
+        except web.HTTPException:
+            raise
+        except (ValueError, TypeError, KeyError, ConfigError) as exc:  # the request's
+            return web.json_response({"error": f"bad request: {type(exc).__name__}: {exc}"},
+                                     status=400)
         except Exception as exc:  # reported to the coordinator, not fatal to the agent
             return web.json_response({"error": f"{type(exc).__name__}: {exc}"}, status=500)
+
+    def _entry(self, request: web.Request) -> _Entry:
+        entry = self.jobs.get(request.match_info["id"])
+        if entry is None:
+            raise web.HTTPNotFound(text=json.dumps({"error": "no such job"}),
+                                   content_type="application/json")
+        return entry
 
     async def time(self, request: web.Request) -> web.Response:
         return web.json_response({"time": now_s()})
 
     async def create(self, request: web.Request) -> web.Response:
-        job = Job.from_dict(await request.json())
+        doc = await request.json()
+        if not isinstance(doc, dict):
+            raise TypeError("a job is a JSON object")
+        job = Job.from_dict(doc)
         job_id = secrets.token_hex(6)
         jobdir = self.workdir / job_id
         jobdir.mkdir(parents=True)
@@ -86,13 +99,13 @@ class Agent:
         return web.json_response({"id": job_id})
 
     async def start(self, request: web.Request) -> web.Response:
-        entry = self.jobs[request.match_info["id"]]
+        entry = self._entry(request)
         body = await request.json()
         await entry.client.start(float(body["start_at"]))
         return web.json_response({"ok": True})
 
     async def events(self, request: web.Request) -> web.StreamResponse:
-        entry = self.jobs[request.match_info["id"]]
+        entry = self._entry(request)
         resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await resp.prepare(request)
         try:
@@ -108,19 +121,21 @@ class Agent:
         return resp
 
     async def stop(self, request: web.Request) -> web.Response:
-        await self.jobs[request.match_info["id"]].client.stop()
+        await self._entry(request).client.stop()
         return web.json_response({"ok": True})
 
     async def records(self, request: web.Request) -> web.StreamResponse:
-        entry = self.jobs[request.match_info["id"]]
+        entry = self._entry(request)
         if entry.exit is None:
             entry.exit = await entry.client.finish(entry.records)
             await entry.client.close()
         return web.FileResponse(entry.records)
 
     async def delete(self, request: web.Request) -> web.Response:
+        entry = self._entry(request)
         job_id = request.match_info["id"]
-        await self.jobs.pop(job_id).client.close()
+        del self.jobs[job_id]
+        await entry.client.close()
         shutil.rmtree(self.workdir / job_id, ignore_errors=True)
         return web.json_response({"ok": True})
 
