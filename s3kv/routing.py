@@ -41,8 +41,12 @@ def split_urls(urls: str | Sequence[str]) -> list[str]:
     if not out:
         raise ConfigError("no gateway URL given (expected http://HOST:PORT[,http://HOST:PORT...])")
     for u in out:
-        parts = urlsplit(u)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            parts = urlsplit(u)
+            port = parts.port  # ValueError when it is no port number (0-65535)
+        except ValueError:
+            parts, port = urlsplit(""), 0
+        if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
             raise ConfigError(f"gateway URL {u!r} is not http(s)://HOST:PORT")
     return out
 

@@ -221,6 +221,16 @@ async def test_no_gateway_at_all_is_an_error_for_the_client() -> None:
             await kv.lookup("x", ["a"])
 
 
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999", "http://[::1:1", "http://h:0",
+                                 "gw:9470", "http://"])
+def test_a_gateway_url_that_names_no_port_or_host_is_a_config_error(url: str) -> None:
+    """A port out of range was an unreachable gateway at the first request; a broken IPv6
+    literal a raw ValueError."""
+    from s3kv.errors import ConfigError
+    with pytest.raises(ConfigError, match="is not http\\(s\\)://HOST:PORT"):
+        S3KVClient(url)
+
+
 def test_batches_are_cut_into_requests_the_gateway_takes() -> None:
     from s3kv.client_io import request_parts
 
