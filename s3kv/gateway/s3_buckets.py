@@ -35,6 +35,7 @@ from s3kv.gateway.s3xml import (
 from s3kv.gateway.s3xml_parse import parse_create_bucket_configuration, parse_delete
 from s3kv.gateway.state import GatewayState
 from s3kv.gateway.translate import to_request_error
+from s3kv.gateway.uploads import uploads_of
 from s3kv.store.codecs import HEADER_CODEC
 
 __all__ = ["dispatch", "list_buckets"]
@@ -54,7 +55,8 @@ async def _head(request: web.Request, st: GatewayState, t: Target) -> web.Stream
 
 
 async def _delete(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
-    await st.store.delete_namespace(t.bucket)
+    await st.store.delete_namespace(t.bucket)  # uploads in progress do not keep it (S3's rule)
+    uploads_of(request).drop_bucket(t.bucket, st)
     return web.Response(status=204)
 
 

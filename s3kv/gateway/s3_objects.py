@@ -38,6 +38,8 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
     if m == "POST" and "uploads" in q:
         request[OP] = "CreateMultipartUpload"
         return await multipart.create(request, st, t)
+    if "uploadId" in q:
+        st.store.ns_id(t.bucket)  # an upload's bucket first: NoSuchBucket, as on S3
     if "uploadId" in q and m == "GET":
         request[OP] = "ListParts"
         return await multipart_listing.list_parts_handler(request, st, t)
