@@ -41,6 +41,10 @@ from s3kv.store.codecs import HEADER_CODEC
 __all__ = ["dispatch", "list_buckets"]
 
 RESERVED = {"healthz", "readyz", "metrics"}
+#: what S3's bucket naming rules reserve: punycode labels, its own prefixes, and the suffixes of
+#: access point, Object Lambda and Multi-Region Access Point aliases, directory and table buckets
+S3_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+S3_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 BucketHandler = Callable[[web.Request, GatewayState, Target], Awaitable[web.StreamResponse]]
 
 
@@ -82,6 +86,9 @@ async def create_bucket(request: web.Request, st: GatewayState, t: Target) -> we
     if is_ip_address(t.bucket):
         raise RequestError("InvalidBucketName", f"{t.bucket!r} is formatted as an IP address; "
                            "bucket names must not be.")
+    if t.bucket.startswith(S3_RESERVED_PREFIXES) or t.bucket.endswith(S3_RESERVED_SUFFIXES):
+        raise RequestError("InvalidBucketName", f"{t.bucket!r} has a prefix or suffix S3's "
+                           "bucket naming rules reserve.")
     if t.bucket in RESERVED:
         raise RequestError("InvalidBucketName", f"{t.bucket!r} is reserved by the gateway's "
                            "operations endpoints.")
