@@ -172,3 +172,18 @@ def test_a_signed_header_that_is_no_utf8(gateway: Gateway, gw_bucket: str, value
             assert _xml_error(r) == "SignatureDoesNotMatch"
     h = rawhttp.sign("GET", target, _host(gateway), GW_ACCESS, GW_SECRET)
     assert rawhttp.send(gateway.port, "GET", target, h).body == b"v"
+
+
+def test_an_error_naming_bytes_that_are_no_utf8(gateway: Gateway, gw_s3: Any,
+                                                gw_bucket: str) -> None:
+    """An error whose message repeats a header's bytes that are no UTF-8
+    (``x-amz-object-attributes: ETag,\\xff``: "Invalid attribute name specified: \\xff") is
+    its 400 InvalidArgument, the byte written as ``\\xff``; the error document was encoded as
+    strict UTF-8 (UnicodeEncodeError: a 500 with no S3 error of its own)."""
+    gw_s3.put_object(Bucket=gw_bucket, Key="k", Body=b"v")
+    target = f"/{gw_bucket}/k?attributes"
+    headers = rawhttp.sign("GET", target, _host(gateway), GW_ACCESS, GW_SECRET)
+    headers["x-amz-object-attributes"] = "ETag,\udcff"  # not signed: the byte as sent
+    r = rawhttp.send(gateway.port, "GET", target, headers)
+    assert (r.status, _xml_error(r)) == (400, "InvalidArgument"), r.body
+    assert "\\xff" in (ET.fromstring(r.body).findtext("Message") or "")
