@@ -28,6 +28,7 @@ from email.utils import parsedate_to_datetime
 from urllib.parse import quote, unquote
 
 from s3kv.errors import RequestError
+from s3kv.wire.headers import is_decimal
 
 MAX_SKEW_SECONDS = 15 * 60
 MAX_PRESIGN_EXPIRES = 7 * 24 * 3600
@@ -201,7 +202,7 @@ class SigV2Verifier:
 
         access_key, signature, raw_expires = one("AWSAccessKeyId"), one("Signature"), \
             one("Expires")
-        if not raw_expires.isdigit():
+        if not is_decimal(raw_expires):
             raise _bad("AuthorizationQueryParametersError", "Expires must be a number of "
                        "seconds since the epoch.")
         expires = int(raw_expires)
