@@ -179,7 +179,7 @@ class SigV2Verifier:
         raw = (amz_date or date or [""])[0].strip()
         try:
             when = parsedate_to_datetime(raw).astimezone(UTC).timestamp()
-        except (TypeError, ValueError, IndexError):
+        except (TypeError, ValueError, IndexError, OverflowError):  # Overflow: past year 9999
             raise _bad("AccessDenied", "AWS authentication requires a valid Date or x-amz-date "
                        "header", 403) from None
         if abs(now - when) > MAX_SKEW_SECONDS:
