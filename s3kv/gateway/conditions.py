@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
 from s3kv.errors import RequestError
+from s3kv.wire.headers import is_decimal
 
 NOT_MODIFIED = 304
 
@@ -152,7 +153,7 @@ class Demands:
                 except ValueError:
                     raise ValueError("time") from None
                 seconds = int(when.replace(tzinfo=when.tzinfo or UTC).timestamp())
-        if size is not None and not size.strip().isdigit():
+        if size is not None and not is_decimal(size.strip()):
             raise ValueError("size")
         return cls(etag.strip() if etag and etag.strip() else None, seconds,
                    None if size is None else int(size))

@@ -50,7 +50,7 @@ from s3kv.gateway.state import GatewayState
 from s3kv.gateway.translate import unread
 from s3kv.store.blocks import as_block
 from s3kv.store.store import BlockMeta
-from s3kv.wire.headers import index_headers
+from s3kv.wire.headers import index_headers, is_decimal
 
 SOURCE_HEADER = "x-amz-copy-source"
 #: the source's conditions, as the read conditions they are (conditions.check_read)
@@ -216,7 +216,7 @@ def source_range(request: web.Request, size: int) -> tuple[int, int]:
         return 0, size
     unit, _, span = raw.strip().partition("=")
     first, dash, last = span.partition("-")
-    if unit != "bytes" or not dash or not first.isdigit() or not last.isdigit() \
+    if unit != "bytes" or not dash or not is_decimal(first) or not is_decimal(last) \
             or int(first) > int(last):
         raise RequestError("InvalidArgument", "The x-amz-copy-source-range value must be of the "
                            "form bytes=first-last where first and last are the zero-based "

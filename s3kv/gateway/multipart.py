@@ -41,7 +41,7 @@ from s3kv.gateway.s3xml import (
 from s3kv.gateway.s3xml_parse import parse_complete_multipart_upload
 from s3kv.gateway.state import GatewayState
 from s3kv.gateway.uploads import Completed, Part, Upload, Uploads, uploads_of
-from s3kv.wire.headers import HeaderValues, index_headers
+from s3kv.wire.headers import HeaderValues, index_headers, is_decimal
 
 MIN_PART = 5 * 1024 * 1024
 _CRCS = ("crc32", "crc32c", "crc64nvme")
@@ -109,7 +109,7 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
 
 def _part_number(t: Target) -> int:
     raw = t.query["partNumber"]
-    if not raw.isdigit() or not 1 <= int(raw) <= 10000:
+    if not is_decimal(raw) or not 1 <= int(raw) <= 10000:
         raise RequestError("InvalidArgument", "Part number must be an integer between 1 and "
                            "10000, inclusive.")
     return int(raw)

@@ -35,6 +35,7 @@ from s3kv.store.landing import LAND_MIN, Landing
 from s3kv.store.layout import checksum
 from s3kv.store.store import BlockMeta
 from s3kv.wire.body import Buffer, Pieces, views_of
+from s3kv.wire.headers import is_decimal
 
 #: the headers a plain request may carry (lowercase); any other sends it to the S3 handlers
 ALLOWED = frozenset({"host", "content-length", "authorization", "x-amz-date",
@@ -126,7 +127,7 @@ def plain_request(st: GatewayState, head: bytes) -> Plain | None:
         return None
     length = headers.get("content-length", "0")
     sha = headers.get("x-amz-content-sha256", UNSIGNED)
-    if not length.isdigit() or not length.isascii():
+    if not is_decimal(length):
         return None
     size = int(length)
     if (size == 0 or sha != UNSIGNED) if method == "PUT" \

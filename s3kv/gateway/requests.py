@@ -12,7 +12,7 @@ from aiohttp import web
 
 from s3kv.errors import RequestError
 from s3kv.store.codecs import CODEC_HEADERS, CodecSpec, codec_from_headers
-from s3kv.wire.headers import HeaderValues, last_of
+from s3kv.wire.headers import HeaderValues, is_decimal, last_of
 
 MAX_KEY_BYTES = 1024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -130,10 +130,9 @@ def max_keys(query: Mapping[str, str], name: str = "max-keys") -> int:
     """A listing's page size (``max-keys``, ``max-parts``, ``max-uploads``; the query's or,
     as GetObjectAttributes' ``x-amz-max-parts``, the headers'): 0 to 1000."""
     raw = query.get(name, "1000")
-    try:
-        value = int(raw)
-    except ValueError:
-        raise RequestError("InvalidArgument", f"{name} must be an integer") from None
+    if not is_decimal(raw.removeprefix("-")):
+        raise RequestError("InvalidArgument", f"{name} must be an integer")
+    value = int(raw)
     if value < 0:
         raise RequestError("InvalidArgument", f"{name} must not be negative")
     return min(value, 1000)
@@ -143,6 +142,6 @@ def part_number_marker(values: Mapping[str, str], name: str = "part-number-marke
     """The part after which a listing of parts starts (ListParts' query parameter,
     GetObjectAttributes' ``x-amz-part-number-marker`` header): 0 if absent."""
     raw = values.get(name, "0")
-    if not raw.isdigit():
+    if not is_decimal(raw):
         raise RequestError("InvalidArgument", f"{name} must be a non-negative integer.")
     return int(raw)

@@ -35,11 +35,16 @@ from s3kv.gateway.s3xml import (
 from s3kv.gateway.s3xml_parse import parse_create_bucket_configuration, parse_delete
 from s3kv.gateway.state import GatewayState
 from s3kv.gateway.translate import to_request_error
+from s3kv.gateway.uploads import uploads_of
 from s3kv.store.codecs import HEADER_CODEC
 
 __all__ = ["dispatch", "list_buckets"]
 
 RESERVED = {"healthz", "readyz", "metrics"}
+#: what S3's bucket naming rules reserve: punycode labels, its own prefixes, and the suffixes of
+#: access point, Object Lambda and Multi-Region Access Point aliases, directory and table buckets
+S3_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+S3_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 BucketHandler = Callable[[web.Request, GatewayState, Target], Awaitable[web.StreamResponse]]
 
 
@@ -54,7 +59,8 @@ async def _head(request: web.Request, st: GatewayState, t: Target) -> web.Stream
 
 
 async def _delete(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
-    await st.store.delete_namespace(t.bucket)
+    await st.store.delete_namespace(t.bucket)  # uploads in progress do not keep it (S3's rule)
+    uploads_of(request).drop_bucket(t.bucket, st)
     return web.Response(status=204)
 
 
@@ -80,6 +86,9 @@ async def create_bucket(request: web.Request, st: GatewayState, t: Target) -> we
     if is_ip_address(t.bucket):
         raise RequestError("InvalidBucketName", f"{t.bucket!r} is formatted as an IP address; "
                            "bucket names must not be.")
+    if t.bucket.startswith(S3_RESERVED_PREFIXES) or t.bucket.endswith(S3_RESERVED_SUFFIXES):
+        raise RequestError("InvalidBucketName", f"{t.bucket!r} has a prefix or suffix S3's "
+                           "bucket naming rules reserve.")
     if t.bucket in RESERVED:
         raise RequestError("InvalidBucketName", f"{t.bucket!r} is reserved by the gateway's "
                            "operations endpoints.")

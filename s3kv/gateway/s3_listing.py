@@ -36,6 +36,7 @@ from s3kv.gateway.s3xml import (
 from s3kv.gateway.s3xml import list_buckets as render_buckets
 from s3kv.gateway.state import GatewayState
 from s3kv.store.store import BlockMeta
+from s3kv.wire.headers import is_decimal
 
 #: every namespace is in the gateway's one region
 REGION = "us-east-1"
@@ -169,7 +170,7 @@ async def list_object_versions_handler(request: web.Request, st: GatewayState,
 async def list_buckets(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
     q = t.query
     raw = q.get("max-buckets", str(MAX_BUCKETS))
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_BUCKETS:
+    if not is_decimal(raw) or not 1 <= int(raw) <= MAX_BUCKETS:
         raise RequestError("InvalidArgument", f"max-buckets must be an integer from 1 to "
                            f"{MAX_BUCKETS}.")
     limit = int(raw)

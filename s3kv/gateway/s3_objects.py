@@ -29,7 +29,7 @@ from s3kv.gateway.translate import unread
 from s3kv.store import layout
 from s3kv.store.landing import Landing
 from s3kv.wire.body import pieces_of, views_of
-from s3kv.wire.headers import index_headers
+from s3kv.wire.headers import index_headers, is_decimal
 
 
 async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.StreamResponse:
@@ -38,6 +38,8 @@ async def dispatch(request: web.Request, st: GatewayState, t: Target) -> web.Str
     if m == "POST" and "uploads" in q:
         request[OP] = "CreateMultipartUpload"
         return await multipart.create(request, st, t)
+    if "uploadId" in q:
+        st.store.ns_id(t.bucket)  # an upload's bucket first: NoSuchBucket, as on S3
     if "uploadId" in q and m == "GET":
         request[OP] = "ListParts"
         return await multipart_listing.list_parts_handler(request, st, t)
@@ -154,7 +156,7 @@ def _part_number(t: Target) -> int | None:
     raw = t.query.get("partNumber")
     if raw is None:
         return None
-    if not raw.isdigit() or not 1 <= int(raw) <= 10000:
+    if not is_decimal(raw) or not 1 <= int(raw) <= 10000:
         raise RequestError("InvalidArgument", "Part number must be an integer between 1 and "
                            "10000, inclusive.")
     return int(raw)

@@ -42,19 +42,19 @@ def iso8601(ts: float | datetime) -> str:
 
 # -- responses -------------------------------------------------------------------------------------
 
-#: characters XML 1.0 cannot carry at all, not even as character references
-_XML10_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+#: characters XML 1.0 cannot carry at all, not even as character references, surrogates
+#: included: a request's byte that was no UTF-8 (0xFF, kept as "\udcff") is that byte again
+_XML10_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+_BYTES = range(0xDC80, 0xDD00)
 
 
 def _printable(text: str) -> str:
-    """Characters XML 1.0 cannot carry written as ``\\xNN``.
-
-    Listings keep S3's ``&#xN;`` references (clients that need exact keys ask for
-    ``EncodingType=url``), but an error document must parse in every client: botocore's expat
-    refuses ``&#x1;``, and a key with a control character would turn a clear 400 into an
-    unparseable one.
-    """
-    return _XML10_ILLEGAL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """Characters XML 1.0 cannot carry written as ``\\xNN``. Listings keep S3's ``&#xN;``
+    references (clients that need exact keys ask for ``EncodingType=url``), but an error
+    document must parse in every client: botocore's expat refuses ``&#x1;``, and a key with a
+    control character would turn a clear 400 into an unparseable one (a surrogate: a 500)."""
+    return _XML10_ILLEGAL.sub(
+        lambda m: f"\\x{n & 0xFF if (n := ord(m.group())) in _BYTES else n:02x}", text)
 
 
 def error_document(code: str, message: str, resource: str = "", request_id: str = "",

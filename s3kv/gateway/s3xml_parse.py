@@ -13,6 +13,7 @@ from itertools import pairwise
 from s3kv.errors import RequestError
 from s3kv.gateway.conditions import Demands
 from s3kv.gateway.s3xml import ObjectVersion
+from s3kv.wire.headers import is_decimal
 
 MAX_XML_BYTES = 2 * 1024 * 1024  # DeleteObjects with 1000 long keys stays well below this
 MAX_DELETE_KEYS = 1000
@@ -78,7 +79,7 @@ def parse_complete_multipart_upload(data: bytes) -> list[CompletedPart]:
     parts: list[CompletedPart] = []
     for el in _children(root, "Part"):
         raw = (_text(el, "PartNumber") or "").strip()
-        if not raw.isdigit() or not 1 <= int(raw) <= MAX_PART_NUMBER:
+        if not is_decimal(raw) or not 1 <= int(raw) <= MAX_PART_NUMBER:
             raise RequestError("InvalidArgument", "Part number must be an integer between 1 and "
                                f"{MAX_PART_NUMBER}, inclusive")
         etag = (_text(el, "ETag") or "").strip()

@@ -114,6 +114,14 @@ class Uploads:
         st.budget.release(held)
         return held
 
+    def drop_bucket(self, bucket: str, st: GatewayState) -> None:
+        """The bucket is deleted: its uploads go with it (as on S3), and so do the remembered
+        answers of its completed ones, so that a bucket created again under the name has none."""
+        for uid in [u for u, up in self.active.items() if up.bucket == bucket]:
+            self.drop(uid, st)
+        for uid in [u for u, done in self.completed.items() if done.bucket == bucket]:
+            del self.completed[uid]
+
     def expire(self, st: GatewayState) -> None:
         now = time.monotonic()
         for uid in [u for u, up in self.active.items()

@@ -14,6 +14,13 @@ from collections.abc import Iterable, Mapping
 HeaderValues = dict[str, list[str]]
 
 
+def is_decimal(text: str) -> bool:
+    """``text`` is ASCII digits, one at least: how a number in a request is written. (Not
+    ``str.isdigit()``, which takes other Unicode digits too: ``int()`` refuses ``²`` and reads
+    ``\\u0661`` as 1.)"""
+    return text.isascii() and text.isdigit()
+
+
 def index_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> HeaderValues:
     """The headers by lowercase name (a multidict's repeated headers included)."""
     # not isinstance(headers, Mapping): multidict's proxies are Mappings by registration,

@@ -28,6 +28,7 @@ from email.utils import parsedate_to_datetime
 from urllib.parse import quote, unquote
 
 from s3kv.errors import RequestError
+from s3kv.wire.headers import is_decimal
 
 MAX_SKEW_SECONDS = 15 * 60
 MAX_PRESIGN_EXPIRES = 7 * 24 * 3600
@@ -178,7 +179,7 @@ class SigV2Verifier:
         raw = (amz_date or date or [""])[0].strip()
         try:
             when = parsedate_to_datetime(raw).astimezone(UTC).timestamp()
-        except (TypeError, ValueError, IndexError):
+        except (TypeError, ValueError, IndexError, OverflowError):  # Overflow: past year 9999
             raise _bad("AccessDenied", "AWS authentication requires a valid Date or x-amz-date "
                        "header", 403) from None
         if abs(now - when) > MAX_SKEW_SECONDS:
@@ -201,7 +202,7 @@ class SigV2Verifier:
 
         access_key, signature, raw_expires = one("AWSAccessKeyId"), one("Signature"), \
             one("Expires")
-        if not raw_expires.isdigit():
+        if not is_decimal(raw_expires):
             raise _bad("AuthorizationQueryParametersError", "Expires must be a number of "
                        "seconds since the epoch.")
         expires = int(raw_expires)

@@ -133,7 +133,11 @@ def credential_scope(date: str, region: str, service: str = "s3") -> str:
 
 
 def string_to_sign(amz_date: str, scope: str, canonical: str) -> str:
-    return "\n".join([ALGORITHM, amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    """``canonical`` hashed as the bytes it came from: a header's byte that is no UTF-8, which
+    the HTTP parser kept as a surrogate (``\udce9``), is that byte again, as the client signed
+    it (strict UTF-8 raised UnicodeEncodeError: a 500 for a Latin-1 header value)."""
+    digest = hashlib.sha256(canonical.encode("utf-8", "surrogateescape")).hexdigest()
+    return "\n".join([ALGORITHM, amz_date, scope, digest])
 
 
 def chunk_string_to_sign(kind: str, amz_date: str, scope: str, previous: str,

@@ -26,6 +26,7 @@ from typing import NamedTuple
 from urllib.parse import unquote
 
 from s3kv.errors import RequestError
+from s3kv.wire.headers import is_decimal
 from s3kv.wire.sigv4 import (
     ALGORITHM,
     AMZ_DATE_FMT,
@@ -308,7 +309,7 @@ class SigV4Verifier:
             raise _bad(code, f"the credential {credential!r} is malformed; expecting "
                        "\"<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request\"")
         access_key, date, region, service, terminator = parts
-        if not (len(date) == 8 and date.isdigit()):
+        if not (len(date) == 8 and is_decimal(date)):
             raise _bad(code, f"invalid credential date {date!r}; expecting YYYYMMDD")
         if service != "s3":
             raise _bad(code, f"incorrect service {service!r}; this endpoint belongs to 's3'")

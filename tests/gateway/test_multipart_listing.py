@@ -109,3 +109,31 @@ def test_list_uploads_encodes_keys_on_request(gw_s3: Any, gw_bucket: str) -> Non
     with pytest.raises(ClientError) as exc:
         gw_s3.list_multipart_uploads(Bucket=gw_bucket, MaxUploads=-1)
     assert error_of(exc) == (400, "InvalidArgument")
+
+
+def test_deleting_a_bucket_takes_its_uploads(gw_s3: Any, gw_bucket: str) -> None:
+    """DeleteBucket with an upload in progress (S3 and RGW allow it: an upload is no object)
+    takes the upload with it: its parts, lists and Complete are the bucket's 404 NoSuchBucket,
+    and a bucket created again under that name has no uploads. Before, the upload outlived its
+    bucket in the gateway's memory: ListParts and UploadPart answered 200 on the deleted bucket,
+    and in the new bucket ListMultipartUploads listed it and its Complete stored the object."""
+    b, key = gw_bucket, "k"
+    uid = gw_s3.create_multipart_upload(Bucket=b, Key=key)["UploadId"]
+    etag = gw_s3.upload_part(Bucket=b, Key=key, UploadId=uid, PartNumber=1, Body=b"p")["ETag"]
+    parts = {"Parts": [{"PartNumber": 1, "ETag": etag}]}
+    gw_s3.delete_bucket(Bucket=b)
+    calls = [lambda: gw_s3.list_parts(Bucket=b, Key=key, UploadId=uid),
+             lambda: gw_s3.upload_part(Bucket=b, Key=key, UploadId=uid, PartNumber=2, Body=b"q"),
+             lambda: gw_s3.abort_multipart_upload(Bucket=b, Key=key, UploadId=uid),
+             lambda: gw_s3.complete_multipart_upload(Bucket=b, Key=key, UploadId=uid,
+                                                     MultipartUpload=parts)]
+    for call in calls:
+        with pytest.raises(ClientError) as info:
+            call()
+        assert error_of(info) == (404, "NoSuchBucket")
+    gw_s3.create_bucket(Bucket=b)
+    assert "Uploads" not in gw_s3.list_multipart_uploads(Bucket=b)
+    with pytest.raises(ClientError) as info:
+        gw_s3.complete_multipart_upload(Bucket=b, Key=key, UploadId=uid, MultipartUpload=parts)
+    assert error_of(info) == (404, "NoSuchUpload")
+    assert "Contents" not in gw_s3.list_objects_v2(Bucket=b)

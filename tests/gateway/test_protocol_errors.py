@@ -154,3 +154,36 @@ def test_a_content_length_repeated_with_one_value(gateway: Gateway, gw_bucket: s
     assert r.status == 400 and _xml_error(r) in ("InvalidArgument", "InvalidRequest")
     h = rawhttp.sign("HEAD", target, _host(gateway), GW_ACCESS, GW_SECRET)
     assert rawhttp.send(gateway.port, "HEAD", target, h).status == 404
+
+
+@pytest.mark.parametrize("value", ["caf\udce9", "\udcff\udcfe"])
+def test_a_signed_header_that_is_no_utf8(gateway: Gateway, gw_bucket: str, value: str) -> None:
+    """A signed header whose value has bytes that are no UTF-8 (``x-amz-meta-m: caf\\xe9``, a
+    Latin-1 client's metadata; ``\\udcXX`` is byte XX as sent): signed over the bytes as sent it
+    is stored (200), with the wrong secret it is 403 SignatureDoesNotMatch, never a 500 (the
+    canonical request was encoded as strict UTF-8: UnicodeEncodeError, 500 InternalError)."""
+    target = f"/{gw_bucket}/latin1-{abs(hash(value))}"
+    for secret, status in ((GW_SECRET + "x", 403), (GW_SECRET, 200)):
+        headers = rawhttp.sign("PUT", target, _host(gateway), GW_ACCESS, secret, body=b"v",
+                               headers={"x-amz-meta-m": value})
+        r = rawhttp.send(gateway.port, "PUT", target, headers, b"v")
+        assert r.status == status, (r.status, r.body)
+        if status == 403:
+            assert _xml_error(r) == "SignatureDoesNotMatch"
+    h = rawhttp.sign("GET", target, _host(gateway), GW_ACCESS, GW_SECRET)
+    assert rawhttp.send(gateway.port, "GET", target, h).body == b"v"
+
+
+def test_an_error_naming_bytes_that_are_no_utf8(gateway: Gateway, gw_s3: Any,
+                                                gw_bucket: str) -> None:
+    """An error whose message repeats a header's bytes that are no UTF-8
+    (``x-amz-object-attributes: ETag,\\xff``: "Invalid attribute name specified: \\xff") is
+    its 400 InvalidArgument, the byte written as ``\\xff``; the error document was encoded as
+    strict UTF-8 (UnicodeEncodeError: a 500 with no S3 error of its own)."""
+    gw_s3.put_object(Bucket=gw_bucket, Key="k", Body=b"v")
+    target = f"/{gw_bucket}/k?attributes"
+    headers = rawhttp.sign("GET", target, _host(gateway), GW_ACCESS, GW_SECRET)
+    headers["x-amz-object-attributes"] = "ETag,\udcff"  # not signed: the byte as sent
+    r = rawhttp.send(gateway.port, "GET", target, headers)
+    assert (r.status, _xml_error(r)) == (400, "InvalidArgument"), r.body
+    assert "\\xff" in (ET.fromstring(r.body).findtext("Message") or "")

@@ -234,6 +234,16 @@ def test_v2_header_auth_errors(gateway: Gateway, bucket: str) -> None:
     assert v2_signed("GET", url).status == 404  # nothing was stored
 
 
+def test_v2_date_past_the_calendar(gateway: Gateway, bucket: str) -> None:
+    """A Date whose offset puts it past year 9999 in UTC (``Tue, 31 Dec 9999 23:59:59 -2359``:
+    parsed, then OverflowError) is no valid date, 403 AccessDenied; it was a 500."""
+    url = f"{gateway.endpoint}/{bucket}/e"
+    r = send("PUT", url, body=b"x", headers={"Authorization": f"AWS {GW_ACCESS}:c2ln",
+                                              "Date": "Tue, 31 Dec 9999 23:59:59 -2359"})
+    assert (r.status, r.code) == (403, "AccessDenied"), r.body
+    assert v2_signed("GET", url).status == 404  # nothing was stored
+
+
 def test_v2_namespace_restrictions(gateway: Gateway, bucket: str) -> None:
     """A restricted credential signing SigV2 gets the same 403 as with SigV4 outside its
     namespaces, whether the bucket exists or not; inside them it works."""

@@ -53,8 +53,10 @@ def _string_to_sign(method: str, path: str, cquery: str, headers: dict[str, str]
     cheaders = "".join(f"{n}:{lower[n]}\n" for n in names)
     signed = ";".join(names)
     creq = "\n".join([method, path, cquery, cheaders, signed, payload])
+    # the bytes as send() puts them on the wire: a header's byte that is no UTF-8 ("\udcfc")
+    # is signed as that byte
     sts = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope,
-                     hashlib.sha256(creq.encode()).hexdigest()])
+                     hashlib.sha256(creq.encode("utf-8", "surrogateescape")).hexdigest()])
     return sts, signed
 
 
