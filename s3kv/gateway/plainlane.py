@@ -153,6 +153,11 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         if not (self._busy or self._gone) and transport is not None:
             transport.close()
 
+    def abort(self) -> None:
+        transport = self._transport
+        if not self._gone and transport is not None:
+            transport.abort()
+
     # -- requests ----------------------------------------------------------------------------
 
     def _next(self) -> None:

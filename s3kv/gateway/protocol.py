@@ -236,6 +236,10 @@ class Lane(asyncio.BaseProtocol):
         """Close the connection unless a request on it is being answered."""
         raise NotImplementedError
 
+    def abort(self) -> None:
+        """Close the connection now, whatever is under way on it."""
+        raise NotImplementedError
+
 
 class S3Server(web.Server):
     """aiohttp's low-level server making :class:`S3RequestHandler` connections, for the
@@ -265,6 +269,14 @@ class S3Server(web.Server):
         for lane in list(self._lanes):
             lane.close()
         super().pre_shutdown()
+
+    def cut(self) -> None:
+        """Close every connection now, requests in flight on it included (what they had not
+        answered is never answered): the end of a shutdown's wait for them."""
+        for lane in list(self._lanes):
+            lane.abort()
+        for conn in self.connections:
+            conn.force_close()
 
 
 def front_runner(app_runner: web.AppRunner, *, shutdown_timeout: float,
