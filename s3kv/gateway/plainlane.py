@@ -44,7 +44,7 @@ from collections.abc import Callable
 
 from s3kv.gateway import headbufs
 from s3kv.gateway.app import CLIENT_CLOSED
-from s3kv.gateway.bodies import BODY_IDLE_TIMEOUT
+from s3kv.gateway.bodies import BODY_IDLE_TIMEOUT, CONTINUE
 from s3kv.gateway.chunked import SEND_IDLE_TIMEOUT, send_vectors, vector_groups
 from s3kv.gateway.plainops import (
     Plain,
@@ -70,7 +70,6 @@ log = get_logger(__name__)
 #: seconds between the checks of a connection's one timer (none is made per request)
 TICK = BODY_IDLE_TIMEOUT / 4
 _END = b"\r\n\r\n"
-CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 class PlainLane(asyncio.BufferedProtocol, Lane):
