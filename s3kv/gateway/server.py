@@ -180,6 +180,9 @@ async def shut_down(store: BlockStore, runner: web.AppRunner, front: web.ServerR
     # a pod's default grace period is 30 s). New requests on kept-alive connections get
     # 503 ServiceUnavailable with Connection: close (see app.gateway_middleware).
     await site.stop()
+    server = front.server
+    if isinstance(server, S3Server):
+        server.stop_lingering()  # a 503's connection is closed, not read until its body ends
     left = await signals.unless_another(1, state.drain(SHUTDOWN_GRACE))
     seen = signals.count  # a signal from here on stops the seal
     if left is None or left:
@@ -187,7 +190,6 @@ async def shut_down(store: BlockStore, runner: web.AppRunner, front: web.ServerR
         # another SHUTDOWN_TIMEOUT before it cancels it
         log.warning("gateway.drain_timeout" if left else "gateway.drain_cut",
                     requests=state.inflight, grace=SHUTDOWN_GRACE)
-        server = front.server
         if isinstance(server, S3Server):
             server.cut()
     await front.cleanup()

@@ -155,3 +155,45 @@ def test_a_signal_during_the_seal_stops_it(private_s3_server: MotoServer,
     assert code == 1, gw.log_text()[-2000:]
     assert took < 5, f"exited {took:.1f} s after the second signal"
     assert "gateway.stop_forced" in gw.log_text()
+
+
+def test_a_request_refused_while_stopping_does_not_hold_the_shutdown(
+        s3_server: MotoServer, gateways: list[Gateway]) -> None:
+    """A PUT that arrives on a kept-alive connection while the gateway drains gets 503 with
+    its body unread; its connection is closed at once. Before, aiohttp kept reading and
+    dropping the body (its lingering close), and the shutdown waited for that connection its
+    own timeout (5 s) after the last request in flight had finished."""
+    store = backend_store(s3_server)
+    gw = started(gateways, store, ARGS)
+    blocks = acknowledged(gw, "refused-stop", 3)
+    kept = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+    kept.sendall(f"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1:{gw.port}\r\n\r\n".encode())
+    assert kept.recv(4096).startswith(b"HTTP/1.1 200 ")  # aiohttp's connection, kept alive
+    body = b"u" * 100_000
+    url = f"{gw.endpoint}/refused-stop/late"
+    hdrs = signed_headers("PUT", url, body=body, headers={"Content-Length": str(len(body)),
+                                                          "x-amz-meta-a": "b"})
+    late = f"PUT /refused-stop/late HTTP/1.1\r\nHost: 127.0.0.1:{gw.port}\r\n"
+    late += "".join(f"{k}: {v}\r\n" for k, v in hdrs.items() if k.lower() != "host") + "\r\n"
+    with trickling_upload(gw, "refused-stop") as inflight, kept:
+        time.sleep(0.3)
+        assert gw.proc is not None
+        gw.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        kept.sendall(late.encode() + body[:1000])
+        answer = kept.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 503 "), answer[:300]
+        with contextlib.suppress(OSError):
+            kept.sendall(body[1000:2000])  # the client goes on sending its body
+        inflight.sendall(b"t" * (100_000 - 10))  # the upload in flight ends: 200
+        assert inflight.recv(4096).startswith(b"HTTP/1.1 200 ")
+        t0 = time.monotonic()
+        code = gw.proc.wait(timeout=30)
+        took = time.monotonic() - t0
+        gw.proc = None
+    assert code == 0, gw.log_text()[-2000:]
+    assert took < 3, f"exited {took:.1f} s after the last request in flight"
+    gw2 = started(gateways, store, ARGS)
+    s3 = gateway_client(gw2.endpoint)
+    for key, data in {**blocks, "slow": b"t" * 100_000}.items():
+        assert s3.get_object(Bucket="refused-stop", Key=key)["Body"].read() == data, key
