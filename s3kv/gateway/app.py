@@ -218,7 +218,7 @@ def make_app(store: BlockStore, settings: Settings) -> web.Application:
     creds = credential_table(settings.access_key, settings.secret_key, settings.credentials_file)
     secrets = {k: c.secret_key for k, c in creds.items()}
     state = GatewayState(
-        store=store, settings=settings, metrics=GatewayMetrics(store.summary),
+        store=store, settings=settings, metrics=GatewayMetrics(lambda: state.summary()),
         verifier=SigV4Verifier(secrets) if creds else None,
         budget=MemoryBudget(settings.max_request_memory), credentials=creds,
         verifier_v2=SigV2Verifier(secrets) if creds else None,
