@@ -38,5 +38,4 @@ def run(args: argparse.Namespace) -> int:
         get_logger(__name__).warning(
             "config.unknown_env", variables=unknown,
             hint="not a setting: see `s3kv serve --help` for the S3KV_<NAME> of each flag")
-    asyncio.run(serve(settings))
-    return 0
+    return asyncio.run(serve(settings))

@@ -29,7 +29,7 @@ from s3kv.gateway.classify import (
     refused_before_auth,
 )
 from s3kv.gateway.metrics import GatewayMetrics
-from s3kv.gateway.reqkeys import AUTH, OP, REQUEST_ID
+from s3kv.gateway.reqkeys import AUTH, EXPECTING, OP, REQUEST_ID
 from s3kv.gateway.requests import parse_target
 from s3kv.gateway.s3xml import XML, error_document
 from s3kv.gateway.state import STATE, GatewayState, MemoryBudget, state_of
@@ -82,6 +82,8 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         st.leave()
     if st.shutting_down and not resp.prepared:
         resp.force_close()  # draining: no further requests on this connection
+    elif request.get(EXPECTING) and not resp.prepared and not request.content.is_eof():
+        resp.force_close()  # answered before the client was asked for its body (RFC 9110 10.1.1)
     return resp
 
 
@@ -185,15 +187,16 @@ async def s3_dispatch(request: web.Request) -> web.StreamResponse:
 
 
 async def expect_continue(request: web.Request) -> None:
-    """``Expect: 100-continue`` as aiohttp answers it; any other expectation is ignored.
-
-    aiohttp's default answers an unknown ``Expect`` with a plain-text 417 before any middleware
-    runs, so it never became an S3 error document; the request is now handled as if the
-    header were absent (clients only ever send 100-continue)."""
+    """``Expect: 100-continue``: the client is asked for its body once the body is admitted
+    (``bodies.read_body``: authenticated, checked, its memory reserved), not before anything
+    is checked, as aiohttp's default does: a request refused first (403, 404, 503 SlowDown when
+    the budget is full) gets its answer and the connection is closed (the middleware), its
+    body never sent. Any other expectation is ignored: aiohttp's default answers it with a
+    plain-text 417 before any middleware runs, never an S3 error document; the request is
+    handled as if the header were absent (clients only ever send 100-continue)."""
     expect = request.headers.get("Expect", "")
     if request.version == HttpVersion11 and expect.lower() == "100-continue":
-        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        request.writer.output_size = 0
+        request[EXPECTING] = True
 
 
 async def _stamp_request_id(request: web.Request, response: web.StreamResponse) -> None:
@@ -215,7 +218,7 @@ def make_app(store: BlockStore, settings: Settings) -> web.Application:
     creds = credential_table(settings.access_key, settings.secret_key, settings.credentials_file)
     secrets = {k: c.secret_key for k, c in creds.items()}
     state = GatewayState(
-        store=store, settings=settings, metrics=GatewayMetrics(store.summary),
+        store=store, settings=settings, metrics=GatewayMetrics(lambda: state.summary()),
         verifier=SigV4Verifier(secrets) if creds else None,
         budget=MemoryBudget(settings.max_request_memory), credentials=creds,
         verifier_v2=SigV2Verifier(secrets) if creds else None,

@@ -19,7 +19,7 @@ from aiohttp import web
 from s3kv.errors import RequestError
 from s3kv.gateway.payload import BodyReader, BodyResult
 from s3kv.gateway.protocol import S3RequestHandler
-from s3kv.gateway.reqkeys import AUTH
+from s3kv.gateway.reqkeys import AUTH, EXPECTING
 from s3kv.gateway.s3xml_parse import MAX_XML_BYTES
 from s3kv.gateway.state import GatewayState
 from s3kv.gateway.takeover import BodyLanding, BodyTake, Sums
@@ -31,6 +31,8 @@ from s3kv.wire.reads import larger_reads
 
 #: a body that delivers no byte for this long is abandoned (its memory reservation freed)
 BODY_IDLE_TIMEOUT = 20.0
+#: the interim answer to ``Expect: 100-continue``
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 @dataclass
@@ -85,6 +87,7 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
     reserved = st.budget.reserve(declared if declared is not None else limit)
     take: BodyTake | None = None
     try:
+        await invite(request)
         try:
             take = await _take_body(request, reader, heads, land, idle,
                                       None if land is None else st.receiver)
@@ -107,6 +110,14 @@ async def read_body(request: web.Request, st: GatewayState, limit: int, *,
             take.drop()
         st.budget.release(reserved)
         raise
+
+
+async def invite(request: web.Request) -> None:
+    """Ask a client that sent ``Expect: 100-continue`` for its body (once it is admitted)."""
+    if request.get(EXPECTING):
+        request[EXPECTING] = False
+        await request.writer.write(CONTINUE)
+        request.writer.output_size = 0  # an interim answer: the response is still to come
 
 
 async def _take_body(request: web.Request, reader: BodyReader, heads: HeaderValues,

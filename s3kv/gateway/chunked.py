@@ -108,7 +108,8 @@ class ChunkSender(BodySender):
                 heads = heads or [b"%x\r\n" % (len(r) + len(v)) + r
                                   for r, v in zip(records, views, strict=True)]
                 done = compiled.send(self._fd, heads[i:], views[i:], crcs[i:], CRLF)
-                if done.error:
+                if done.error:  # reset, broken pipe: the connection is gone, as the
+                    transport.abort()  # middleware then sees (a client gone, not a fault)
                     raise ConnectionResetError(os.strerror(done.error))
                 whole = sum(map(len, views[i:i + done.blocks]))
                 sent += whole

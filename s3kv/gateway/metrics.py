@@ -65,6 +65,8 @@ _GAUGES = {
     "dram_bytes": ("s3kv_dram_bytes", "Bytes held by the DRAM tier"),
     "read_memory": ("s3kv_read_memory_bytes", "Bytes read from the backend or decoded, held now "
                     "(in flight or waiting for their client; reads wait at max_read_memory)"),
+    "request_memory": ("s3kv_request_memory_bytes", "Bytes of request bodies and staged "
+                       "multipart parts held now (writes get SlowDown at max_request_memory)"),
     "shared_read_bytes": ("s3kv_shared_read_bytes",
                           "Bytes of blocks kept briefly for the ranged GETs that follow"),
     "write_amplification": ("s3kv_write_amplification",

@@ -309,7 +309,7 @@ async def flush(request: web.Request) -> web.StreamResponse:
 async def stats(request: web.Request) -> web.StreamResponse:
     request[OP] = "NativeStats"
     st = _auth(request)
-    return web.json_response(st.store.summary())
+    return web.json_response(st.summary())
 
 
 def add_routes(app: web.Application, expect_handler: Any = None) -> None:

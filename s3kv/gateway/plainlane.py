@@ -42,8 +42,9 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from s3kv.gateway import headbufs
 from s3kv.gateway.app import CLIENT_CLOSED
-from s3kv.gateway.bodies import BODY_IDLE_TIMEOUT
+from s3kv.gateway.bodies import BODY_IDLE_TIMEOUT, CONTINUE
 from s3kv.gateway.chunked import SEND_IDLE_TIMEOUT, send_vectors, vector_groups
 from s3kv.gateway.plainops import (
     Plain,
@@ -66,12 +67,9 @@ from s3kv.wire.body import SLICE, Buffer
 
 log = get_logger(__name__)
 
-#: the longest request head the lane reads; a longer one goes to aiohttp (which refuses it)
-HEAD_LIMIT = 16 * 1024
 #: seconds between the checks of a connection's one timer (none is made per request)
 TICK = BODY_IDLE_TIMEOUT / 4
 _END = b"\r\n\r\n"
-CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 class PlainLane(asyncio.BufferedProtocol, Lane):
@@ -82,7 +80,7 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         self._handler = handler
         self._transport: asyncio.Transport | None = None
         self._fd = -1  # the socket's
-        self._head = bytearray(HEAD_LIMIT)
+        self._head = headbufs.NO_HEAD  # a buffer while a request is read or served
         self._n = 0  # bytes in _head
         self._used = 0  # bytes of _head the current request took (its head, its body's start)
         self._plain: Plain | None = None
@@ -117,6 +115,8 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._body is not None:
             return self._body[self._got:]
+        if not self._head:
+            self._head = headbufs.take()
         return memoryview(self._head)[self._n:]
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -152,6 +152,11 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         transport = self._transport
         if not (self._busy or self._gone) and transport is not None:
             transport.close()
+
+    def abort(self) -> None:
+        transport = self._transport
+        if not self._gone and transport is not None:
+            transport.abort()
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -312,6 +317,8 @@ class PlainLane(asyncio.BufferedProtocol, Lane):
         used, rest = self._used, self._n - self._used
         self._head[:rest] = self._head[used:self._n]
         self._n = rest
+        if not rest:  # nothing more of the client's: the buffer waits for the next request
+            self._head = headbufs.give(self._head)
         transport.resume_reading()
         self._idle_since = asyncio.get_running_loop().time()
         if rest:

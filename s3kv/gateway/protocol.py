@@ -200,6 +200,12 @@ class S3RequestHandler(RequestHandler):
         if rest:
             super().data_received(rest)
 
+    def stop_lingering(self) -> None:
+        """Answers from now on close the connection at once when their request's body was not
+        read, instead of reading and dropping it (aiohttp's lingering close, up to 10 s):
+        while the gateway stops, a request answered 503 would hold its shutdown that long."""
+        self._lingering_time = 0.0
+
     def connection_lost(self, exc: BaseException | None) -> None:
         take, self._take = self._take, None
         if take is not None:
@@ -236,6 +242,10 @@ class Lane(asyncio.BaseProtocol):
         """Close the connection unless a request on it is being answered."""
         raise NotImplementedError
 
+    def abort(self) -> None:
+        """Close the connection now, whatever is under way on it."""
+        raise NotImplementedError
+
 
 class S3Server(web.Server):
     """aiohttp's low-level server making :class:`S3RequestHandler` connections, for the
@@ -265,6 +275,21 @@ class S3Server(web.Server):
         for lane in list(self._lanes):
             lane.close()
         super().pre_shutdown()
+
+    def stop_lingering(self) -> None:
+        """:meth:`S3RequestHandler.stop_lingering` on every connection, now and to come."""
+        self._kwargs["lingering_time"] = 0.0
+        for conn in self.connections:
+            if isinstance(conn, S3RequestHandler):
+                conn.stop_lingering()
+
+    def cut(self) -> None:
+        """Close every connection now, requests in flight on it included (what they had not
+        answered is never answered): the end of a shutdown's wait for them."""
+        for lane in list(self._lanes):
+            lane.abort()
+        for conn in self.connections:
+            conn.force_close()
 
 
 def front_runner(app_runner: web.AppRunner, *, shutdown_timeout: float,

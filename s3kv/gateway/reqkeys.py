@@ -13,3 +13,5 @@ OP: web.RequestKey[str] = web.RequestKey("s3kv_op", str)
 REQUEST_ID: web.RequestKey[str] = web.RequestKey("s3kv_request_id", str)
 AUTH: web.RequestKey[AuthContext | None] = web.RequestKey("s3kv_auth")
 CALLER: web.RequestKey[Credential] = web.RequestKey("s3kv_caller", Credential)
+#: the client sent ``Expect: 100-continue`` and has not been asked for its body yet
+EXPECTING: web.RequestKey[bool] = web.RequestKey("s3kv_expecting", bool)

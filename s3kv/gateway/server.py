@@ -1,18 +1,22 @@
 """Running the gateway: open the store, serve HTTP, shut down gracefully on SIGTERM/SIGINT.
 
 Shutdown: stop accepting, let requests in flight finish (at most ``SHUTDOWN_GRACE`` seconds),
-seal open segments and complete their uploads, then exit 0. Nothing acknowledged is lost by a
-SIGTERM.
+cut those left, seal open segments and complete their uploads, then exit 0. Nothing
+acknowledged is lost by a SIGTERM. A second signal ends the wait for requests in flight at
+once; one during the seal stops it (exit 1: what was not sealed is lost, as with a kill).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import ipaddress
 import signal
 import sys
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from aiohttp import web
 from threadpoolctl import threadpool_limits
@@ -26,7 +30,7 @@ from s3kv.gateway.fdlimit import raise_open_files
 from s3kv.gateway.heap import keep_freed_memory
 from s3kv.gateway.memlimit import check_memory
 from s3kv.gateway.plainlane import PlainLane
-from s3kv.gateway.protocol import front_runner
+from s3kv.gateway.protocol import S3Server, front_runner
 from s3kv.gateway.state import STATE
 from s3kv.gateway.uploads import UPLOADS, Uploads
 from s3kv.log import get_logger, loop_exception_handler
@@ -35,6 +39,7 @@ from s3kv.store.codecs.spec import check_default_codec
 from s3kv.store.store import BlockStore
 
 log = get_logger(__name__)
+T = TypeVar("T")
 
 #: seconds requests in flight get to finish after SIGTERM (what is cut off was never answered)
 SHUTDOWN_GRACE = 15.0
@@ -124,7 +129,9 @@ async def start_front(store: BlockStore, settings: Settings, *,
     return runner, front
 
 
-async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
+async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
+    """Serve until SIGTERM or SIGINT, then shut down (:func:`shut_down`): the exit code, 0 when
+    everything was sealed, 1 when a signal stopped the seal."""
     asyncio.get_running_loop().set_exception_handler(loop_exception_handler)
     check_settings(settings)
     check_memory(settings)  # this machine's: not in check_settings, which tests run anywhere
@@ -139,7 +146,6 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     threadpool_limits(1)
     store = await BlockStore.open(settings)
     runner, front = await start_front(store, settings)
-    app = runner.app
     try:
         site = web.TCPSite(front, host, port, backlog=1024, reuse_address=True)
         await site.start()
@@ -149,10 +155,10 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
         await store.close()
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     tune_process(settings)
-    stop = asyncio.Event()
+    signals = Signals()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, signals.received)
     log.info("gateway.listening", url=f"http://{host}:{port}", store=store.backend.description,
              blocks=len(store.index))
     print(f"s3kv gateway listening on http://{host}:{port} "
@@ -160,22 +166,83 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     if ready is not None:
         ready.set()
     try:
-        await stop.wait()
+        await signals.after(0)
     finally:
-        log.info("gateway.stopping")
-        state = app[STATE]
-        state.shutting_down = True
-        # Stop accepting first, then let requests in flight finish while their connections are
-        # still read from. aiohttp's runner.cleanup() closes every connection *before* waiting
-        # for handlers, and a closed connection drops incoming bytes: an upload in progress then
-        # waits for a body that never arrives until the shutdown timeout (30 s of nothing, and
-        # a pod's default grace period is 30 s). New requests on kept-alive connections get
-        # 503 ServiceUnavailable with Connection: close (see app.gateway_middleware).
-        await site.stop()
-        left = await state.drain(SHUTDOWN_GRACE)
-        if left:
-            log.warning("gateway.drain_timeout", requests=left, grace=SHUTDOWN_GRACE)
-        await front.cleanup()
-        await runner.cleanup()
-        await store.close()
-        log.info("gateway.stopped", sealed=store.stats.segments_sealed)
+        sealed = await shut_down(store, runner, front, site, signals)
+    return 0 if sealed else 1
+
+
+async def shut_down(store: BlockStore, runner: web.AppRunner, front: web.ServerRunner,
+                    site: web.BaseSite, signals: Signals) -> bool:
+    """Stop accepting, let requests in flight finish (at most ``SHUTDOWN_GRACE`` seconds, or
+    until a second signal), cut what is left, seal the open segments (until a third signal:
+    what is not sealed then is lost, as with a kill). Whether the seal completed."""
+    log.info("gateway.stopping")
+    state = runner.app[STATE]
+    state.shutting_down = True
+    # Stop accepting first, then let requests in flight finish while their connections are
+    # still read from. aiohttp's runner.cleanup() closes every connection *before* waiting
+    # for handlers, and a closed connection drops incoming bytes: an upload in progress then
+    # waits for a body that never arrives until the shutdown timeout (30 s of nothing, and
+    # a pod's default grace period is 30 s). New requests on kept-alive connections get
+    # 503 ServiceUnavailable with Connection: close (see app.gateway_middleware).
+    await site.stop()
+    server = front.server
+    if isinstance(server, S3Server):
+        server.stop_lingering()  # a 503's connection is closed, not read until its body ends
+    left = await signals.unless_another(1, state.drain(SHUTDOWN_GRACE))
+    seen = signals.count  # a signal from here on stops the seal
+    if left is None or left:
+        # what did not finish is cut now: aiohttp would otherwise wait for each request
+        # another SHUTDOWN_TIMEOUT before it cancels it
+        log.warning("gateway.drain_timeout" if left else "gateway.drain_cut",
+                    requests=state.inflight, grace=SHUTDOWN_GRACE)
+        if isinstance(server, S3Server):
+            server.cut()
+    await front.cleanup()
+    await runner.cleanup()
+    if await signals.unless_another(seen, _closed(store)) is None:
+        log.warning("gateway.stop_forced", open_segment_bytes=store.writer.memory_bytes(),
+                    detail="a signal during the seal: blocks not sealed yet are lost")
+        return False
+    log.info("gateway.stopped", sealed=store.stats.segments_sealed)
+    return True
+
+
+async def _closed(store: BlockStore) -> bool:
+    await store.close()
+    return True
+
+
+class Signals:
+    """SIGTERM and SIGINT as they arrive: the first starts the shutdown, each one after it ends
+    the step of the shutdown under way (the wait for requests in flight, then the seal)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._arrived = asyncio.Event()
+
+    def received(self) -> None:
+        self.count += 1
+        self._arrived.set()
+
+    async def after(self, seen: int) -> None:
+        """Wait for a signal after the first ``seen``."""
+        while self.count <= seen:
+            self._arrived.clear()
+            await self._arrived.wait()
+
+    async def unless_another(self, seen: int, step: Coroutine[Any, Any, T]) -> T | None:
+        """``step``'s result, or None once a signal after the first ``seen`` cancelled it."""
+        task = asyncio.ensure_future(step)
+        signal_task = asyncio.ensure_future(self.after(seen))
+        try:
+            await asyncio.wait([task, signal_task], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            signal_task.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return None

@@ -75,6 +75,13 @@ class GatewayState:
     #: set when the last request in flight leaves; exists only while drain() waits for it
     _idle: asyncio.Event | None = field(default=None, repr=False)
 
+    def summary(self) -> dict[str, float]:
+        """The store's counters and gauges (``BlockStore.summary``), with the bytes of request
+        bodies and staged parts the front holds now (its memory budget's use)."""
+        out = self.store.summary()
+        out["request_memory"] = float(self.budget.used)
+        return out
+
     def enter(self) -> None:
         self.inflight += 1
 

@@ -218,7 +218,7 @@ class SegmentWriter:
         """Seal the open segment now, wait until every segment in memory is on the backend."""
         async with self._lock:
             seg = self._current
-            if seg is not None and (seg.entries or seg.landing):
+            if seg is not None and (seg.entries or seg.landing or seg.first_at):  # or room given up
                 self._seal_soon(seg, "flush")
         pending = [s.on_backend() for s in self._in_memory.values()]
         results = await asyncio.gather(*pending, return_exceptions=True)
