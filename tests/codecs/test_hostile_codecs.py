@@ -3,6 +3,8 @@ block says it decodes to is checked before a byte is decoded."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import zlib
 
 import pytest
@@ -10,8 +12,9 @@ import zstandard
 
 from s3kv.errors import IntegrityError
 from s3kv.store.codecs import KVQ_ID, NONE_ID, ZSTD_ID, decode_any
+from s3kv.store.codecs.kvq_format import Segment
 from tests.codecs.kvq_cases import encoded_blocks
-from tests.store.test_hostile_blocks import zstd_block
+from tests.store.test_hostile_blocks import kvq_with_segment_channels, zstd_block
 
 pytestmark = pytest.mark.usefixtures("kvq_path")
 
@@ -61,3 +64,20 @@ def test_none_block_other_than_the_entry_is_corrupt() -> None:
     assert decode_any(NONE_ID, b"abc", 3) == b"abc"
     with pytest.raises(IntegrityError):
         decode_any(NONE_ID, b"abc", 4)
+
+
+@pytest.mark.parametrize("channels", [12, 4, 129, 65535])
+def test_kvq_segment_table_of_channels_not_a_multiple_of_8_is_corrupt(channels: int) -> None:
+    """Before: the decoder's search for the segment's rotation blocks (sizes a multiple of 8)
+    never ended. Run in a process of its own so that a hang fails the test, not the run."""
+    _, enc = encoded_blocks()[2]  # 2.5 bits: two segments, the channels permuted
+    bad = kvq_with_segment_channels(enc, channels)
+    code = ("import sys; from s3kv.errors import IntegrityError; "
+            "from s3kv.store.codecs import decode_any, KVQ_ID\n"
+            "try: decode_any(KVQ_ID, sys.stdin.buffer.read())\n"
+            "except IntegrityError as exc: print(exc)")
+    done = subprocess.run([sys.executable, "-c", code], input=bad, capture_output=True,
+                          timeout=60, check=True)
+    assert b"bad segment table" in done.stdout
+    with pytest.raises(ValueError, match="channels"):
+        Segment(channels, 3).blocks  # noqa: B018

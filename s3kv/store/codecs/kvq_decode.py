@@ -139,7 +139,7 @@ def _static(head: bytes, d: int, n_seg: int, seed: int) -> tuple[tuple[_Block, .
         ch, bits, blocks = struct.unpack_from("<HBB", head, pos)
         pos += 4
         seg = Segment(ch, bits)
-        if not 1 <= bits <= 8 or ch == 0 or seg.blocks != blocks:
+        if not 1 <= bits <= 8 or ch == 0 or ch % 8 or seg.blocks != blocks:
             raise _corrupt("bad segment table")
         layout.append(seg)
     if sum(g.channels for g in layout) != d:
