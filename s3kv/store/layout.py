@@ -40,6 +40,8 @@ TRAILER_SIZE = TRAILER.size  # 32
 FLAG_TOMBSTONE = 0x01
 #: blocks end below this offset in a segment (the index keeps offsets in 32 bits)
 MAX_OFFSET = 1 << 32
+#: stamps (Unix seconds) are below the year 10000: an HTTP date and ISO 8601 hold them
+MAX_STAMP = 253402300800.0
 
 MAX_KEY_BYTES = 1024
 #: an entry's attributes fit its u16 length field
@@ -186,17 +188,22 @@ def check_manifest(manifest: Manifest, name: str, size: int, length: int) -> Non
     """IntegrityError unless ``manifest`` (``length`` bytes encoded) describes the listed
     segment object ``name`` of ``size`` bytes as the store writes one: its name and length,
     every block within the bytes before the manifest (and within the index's 32-bit offsets),
-    a block stored as is (codec 0) as long as its raw length. A manifest whose checksums match
-    but whose fields do not (another tool's, a copy under another name, a truncated or
-    extended object) would otherwise index blocks that read past the object, read another
-    segment's bytes, or answer with a length their bytes do not have."""
+    a block stored as is (codec 0) as long as its raw length, stamps from 1970 to 9999. A
+    manifest whose checksums match but whose fields do not (another tool's, a copy under
+    another name, a truncated or extended object) would otherwise index blocks that read past
+    the object, read another segment's bytes, answer with a length their bytes do not have,
+    or with a date no HTTP header holds."""
     if manifest.segment != name:
         raise IntegrityError(f"manifest names the segment {manifest.segment[:100]!r}")
     if manifest.segment_length != size:
         raise IntegrityError(f"manifest says the segment is {manifest.segment_length} bytes, "
                              f"the object is {size}")
     end = min(size - TRAILER_SIZE - length, MAX_OFFSET)
+    if not 0.0 <= manifest.created_at < MAX_STAMP:
+        raise IntegrityError(f"manifest sealed at {manifest.created_at}")
     for e in manifest.entries:
+        if not 0.0 <= e.written_at < MAX_STAMP:  # NaN too
+            raise IntegrityError(f"an entry stamped {e.written_at}")
         if e.tombstone:
             continue
         if e.offset + e.length > end:

@@ -57,3 +57,25 @@ def test_restart_over_a_sidecar_that_lies(fresh: tuple[Gateway, Any, str], lie: 
     assert got["ContentLength"] == len(data)
     assert got["Body"].read() == data
     assert "manifest.sidecar_bad" in gw.log_text()
+
+
+@pytest.mark.parametrize("stamp", [1e12, float("nan"), -1e12])
+def test_restart_over_a_sidecar_with_stamps_no_date_holds(fresh: tuple[Gateway, Any, str],
+                                                          stamp: float) -> None:
+    """Before: an entry stamped in the year 33658 (or NaN, or before year 1) was indexed with
+    that stamp: GET, HEAD and ListObjectsV2 answered 500 InternalError (no HTTP date or ISO
+    8601 form holds it), and last writer wins compared NaN. Now the sidecar is bad, the
+    footer's stamps stand."""
+    gw, raw, bucket = fresh
+    s3 = gateway_client(gw.endpoint)
+    s3.create_bucket(Bucket="objs")
+    s3.put_object(Bucket="objs", Key="k", Body=b"hello")
+    store_stats(gw.endpoint, flush=True)
+    gw.stop()
+    rewrite_sidecar(raw, bucket, lambda e: e._replace(written_at=stamp))
+    gw.start()
+    assert s3.get_object(Bucket="objs", Key="k")["Body"].read() == b"hello"
+    assert s3.head_object(Bucket="objs", Key="k")["ContentLength"] == 5
+    listed = s3.list_objects_v2(Bucket="objs")["Contents"]
+    assert [o["Key"] for o in listed] == ["k"]
+    assert 2020 < listed[0]["LastModified"].year < 2100

@@ -56,15 +56,24 @@ def other_length(m: layout.Manifest, size: int) -> None:
     m.segment_length = 1 << 50
 
 
+def stamped_in_33658(m: layout.Manifest, size: int) -> None:
+    m.entries[0] = m.entries[0]._replace(written_at=1e12)
+
+
+def sealed_at_nan(m: layout.Manifest, size: int) -> None:
+    m.created_at = float("nan")
+
+
 @pytest.mark.parametrize("lie", [raw_length, past_the_end, past_four_gib, into_the_manifest,
-                                 other_name, other_length])
+                                 other_name, other_length, stamped_in_33658, sealed_at_nan])
 async def test_a_sidecar_that_lies_gives_way_to_the_footer(
         backend: Backend, lie: Callable[[layout.Manifest, int], None]) -> None:
     """Before: the sidecar's entries were indexed as they were: ``raw_length`` made a block of
     5000 bytes head as 5100 (an S3 GET declared 5100 and sent 5000), ``past_four_gib`` failed
     the start (OverflowError from the index's 32-bit offsets), ``other_name`` indexed the
     blocks in a segment that is not there (misses), ``other_length`` counted 1 PiB against the
-    capacity; the others were misses. Now the sidecar is bad (a warning), the footer is read
+    capacity, ``stamped_in_33658`` a stamp no HTTP date holds (S3 GETs answered 500); the
+    others were misses. Now the sidecar is bad (a warning), the footer is read
     and written as the sidecar again: both blocks come back as written."""
     name, size = await one_segment(backend)
     manifest = layout.Manifest.decode(await backend.get_object(sidecar_key("", name)))
