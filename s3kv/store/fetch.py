@@ -364,7 +364,8 @@ class BlockFetcher:
             problem = "checksum mismatch"
         elif decode and loc.codec != NONE_ID:
             try:
-                data = await asyncio.to_thread(decode_any, loc.codec, memoryview(joined(data)))
+                data = await asyncio.to_thread(decode_any, loc.codec, memoryview(joined(data)),
+                                             loc.raw_length)
             except IntegrityError as exc:
                 problem = f"undecodable: {exc}"
             else:

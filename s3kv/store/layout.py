@@ -38,6 +38,10 @@ TRAILER = struct.Struct("<8sHHIQII")
 TRAILER_SIZE = TRAILER.size  # 32
 
 FLAG_TOMBSTONE = 0x01
+#: blocks end below this offset in a segment (the index keeps offsets in 32 bits)
+MAX_OFFSET = 1 << 32
+#: stamps (Unix seconds) are below the year 10000: an HTTP date and ISO 8601 hold them
+MAX_STAMP = 253402300800.0
 
 MAX_KEY_BYTES = 1024
 #: an entry's attributes fit its u16 length field
@@ -178,6 +182,36 @@ class Manifest:
         if pos != len(body):
             raise IntegrityError("manifest has trailing bytes")
         return cls(name, created, seg_len, entries)
+
+
+def check_manifest(manifest: Manifest, name: str, size: int, length: int) -> None:
+    """IntegrityError unless ``manifest`` (``length`` bytes encoded) describes the listed
+    segment object ``name`` of ``size`` bytes as the store writes one: its name and length,
+    every block within the bytes before the manifest (and within the index's 32-bit offsets),
+    a block stored as is (codec 0) as long as its raw length, stamps from 1970 to 9999. A
+    manifest whose checksums match but whose fields do not (another tool's, a copy under
+    another name, a truncated or extended object) would otherwise index blocks that read past
+    the object, read another segment's bytes, answer with a length their bytes do not have,
+    or with a date no HTTP header holds."""
+    if manifest.segment != name:
+        raise IntegrityError(f"manifest names the segment {manifest.segment[:100]!r}")
+    if manifest.segment_length != size:
+        raise IntegrityError(f"manifest says the segment is {manifest.segment_length} bytes, "
+                             f"the object is {size}")
+    end = min(size - TRAILER_SIZE - length, MAX_OFFSET)
+    if not 0.0 <= manifest.created_at < MAX_STAMP:
+        raise IntegrityError(f"manifest sealed at {manifest.created_at}")
+    for e in manifest.entries:
+        if not 0.0 <= e.written_at < MAX_STAMP:  # NaN too
+            raise IntegrityError(f"an entry stamped {e.written_at}")
+        if e.tombstone:
+            continue
+        if e.offset + e.length > end:
+            raise IntegrityError(f"a block at {e.offset} of {e.length} bytes is past the "
+                                 f"segment's blocks ({end} bytes)")
+        if e.codec == 0 and e.raw_length != e.length:
+            raise IntegrityError(f"a block stored as is of {e.length} bytes says "
+                                 f"{e.raw_length}")
 
 
 def manifest_overhead(segment: str) -> int:

@@ -50,8 +50,10 @@ async def read_manifest(backend: Backend, prefix: str, name: str, size: int,
     IntegrityError if neither can be read, BackendError if the backend cannot be."""
     if has_sidecar:
         try:
-            return layout.Manifest.decode(
-                await backend.get_object(sidecar_key(prefix, name))), None
+            data = await backend.get_object(sidecar_key(prefix, name))
+            manifest = layout.Manifest.decode(data)
+            layout.check_manifest(manifest, name, size, len(data))
+            return manifest, None
         except IntegrityError as exc:
             log.warning("manifest.sidecar_bad", segment=name, error=str(exc))
         except ObjectMissing:  # gone since it was listed: the footer has the same
@@ -61,10 +63,15 @@ async def read_manifest(backend: Backend, prefix: str, name: str, size: int,
         raise IntegrityError("segment shorter than a trailer")
     trailer = await backend.get_range(key, size - layout.TRAILER_SIZE, layout.TRAILER_SIZE)
     moff, mlen, mcrc = layout.decode_trailer(trailer)
+    if moff + mlen + layout.TRAILER_SIZE != size:
+        raise IntegrityError(f"trailer puts the manifest at {moff}, {mlen} bytes, in a segment "
+                             f"of {size}")
     body = bytes(await backend.get_range(key, moff, mlen))  # keys: hashable
     if layout.checksum(body) != mcrc:
         raise IntegrityError("footer manifest checksum mismatch")
-    return layout.Manifest.decode(body), body
+    manifest = layout.Manifest.decode(body)
+    layout.check_manifest(manifest, name, size, mlen)
+    return manifest, body
 
 
 async def load_manifest(backend: Backend, prefix: str, name: str, size: int,

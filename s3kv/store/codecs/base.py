@@ -23,8 +23,9 @@ class Codec(Protocol):
         """Encoded, self-describing bytes. InvalidInput if data does not fit the spec."""
         ...
 
-    def decode(self, data: bytes | memoryview) -> bytes:
-        """The block's bytes back. IntegrityError on corrupt input, never garbage."""
+    def decode(self, data: bytes | memoryview, raw_length: int | None = None) -> bytes:
+        """The block's bytes back. IntegrityError on corrupt input, never garbage, and on a
+        block that would not decode to ``raw_length`` bytes (when given)."""
         ...
 
 
@@ -36,8 +37,8 @@ class NoneCodec:
     def encode(self, data: bytes | memoryview) -> bytes:
         return bytes(data)
 
-    def decode(self, data: bytes | memoryview) -> bytes:
-        return bytes(data)
+    def decode(self, data: bytes | memoryview, raw_length: int | None = None) -> bytes:
+        return decode_any(NONE_ID, data, raw_length)
 
 
 def codec_for(spec: CodecSpec) -> Codec:
@@ -51,12 +52,17 @@ def codec_for(spec: CodecSpec) -> Codec:
     raise InvalidInput(f"unknown codec {spec.name!r}")
 
 
-def decode_any(codec_id: int, data: bytes | memoryview) -> bytes:
-    """Decode a block by the codec id stored beside it; every parameter is in the block."""
+def decode_any(codec_id: int, data: bytes | memoryview, raw_length: int | None = None) -> bytes:
+    """Decode a block by the codec id stored beside it; every parameter is in the block.
+    ``raw_length``: the length its entry gives it (the store's reads pass it): a block whose
+    header claims another is an IntegrityError before anything is decoded, so what a block
+    decodes to (a zstd frame's claimed size above all) is never more than its entry says."""
     if codec_id == NONE_ID:
+        if raw_length is not None and len(data) != raw_length:
+            raise IntegrityError(f"block is {len(data)} bytes, its entry says {raw_length}")
         return bytes(data)
     if codec_id == ZSTD_ID:
-        return zstd.decode(data)
+        return zstd.decode(data, raw_length)
     if codec_id == KVQ_ID:
-        return kvq.decode(data)
+        return kvq.decode(data, raw_length)
     raise IntegrityError(f"unknown codec id {codec_id}")

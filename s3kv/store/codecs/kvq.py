@@ -253,8 +253,8 @@ class KvqCodec:
         return header + struct.pack("<I", checksum(header)) + payload
 
     # -- decode ---------------------------------------------------------------------------
-    def decode(self, data: bytes | memoryview) -> bytes:
-        return decode(data)
+    def decode(self, data: bytes | memoryview, raw_length: int | None = None) -> bytes:
+        return decode(data, raw_length)
 
 
 def _code_gains(gains: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.uint8], float, float]:

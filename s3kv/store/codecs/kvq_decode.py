@@ -90,8 +90,9 @@ def _corrupt(what: str) -> IntegrityError:
     return IntegrityError(f"kvq block is corrupt: {what}")
 
 
-def decode(data: bytes | memoryview) -> bytes:
-    """Decode a kvq block; IntegrityError on anything malformed (never garbage)."""
+def decode(data: bytes | memoryview, raw_length: int | None = None) -> bytes:
+    """Decode a kvq block; IntegrityError on anything malformed (never garbage), or whose
+    header's raw length is not ``raw_length`` (its entry's, when given)."""
     mv = memoryview(data).cast("B")
     if len(mv) < HEADER.size:
         raise _corrupt(f"{len(mv)} bytes is shorter than the {HEADER.size}-byte header")
@@ -104,6 +105,8 @@ def decode(data: bytes | memoryview) -> bytes:
         raise _corrupt("header checksum mismatch")
     if version != VERSION:
         raise _corrupt(f"unknown format version {version}")
+    if raw_length is not None and raw_len != raw_length:
+        raise _corrupt(f"header says {raw_len} bytes, the entry {raw_length}")
     if pay_len != len(mv) - HEADER.size:
         raise _corrupt(f"payload is {len(mv) - HEADER.size} bytes, header says {pay_len}")
     payload = mv[HEADER.size:]
@@ -136,7 +139,7 @@ def _static(head: bytes, d: int, n_seg: int, seed: int) -> tuple[tuple[_Block, .
         ch, bits, blocks = struct.unpack_from("<HBB", head, pos)
         pos += 4
         seg = Segment(ch, bits)
-        if not 1 <= bits <= 8 or ch == 0 or seg.blocks != blocks:
+        if not 1 <= bits <= 8 or ch == 0 or ch % 8 or seg.blocks != blocks:
             raise _corrupt("bad segment table")
         layout.append(seg)
     if sum(g.channels for g in layout) != d:

@@ -45,7 +45,11 @@ class Segment:
 
     @property
     def blocks(self) -> int:
-        """Rotation blocks: the fewest of equal size <= 64 that is a multiple of 8."""
+        """Rotation blocks: the fewest of equal size <= 64 that is a multiple of 8.
+        ValueError for a segment of no such blocks (channels not a positive multiple of 8):
+        the search would never end."""
+        if self.channels <= 0 or self.channels % 8:
+            raise ValueError(f"a segment of {self.channels} channels")
         m = -(-self.channels // MAX_ROTATION)
         while self.channels % (8 * m):
             m += 1

@@ -67,16 +67,21 @@ class ZstdCodec:
         head = head[:-4] + struct.pack("<I", checksum(head[:-4]))
         return head + frame
 
-    def decode(self, data: bytes | memoryview) -> bytes:
-        return decode(data)
+    def decode(self, data: bytes | memoryview, raw_length: int | None = None) -> bytes:
+        return decode(data, raw_length)
 
 
 def _corrupt(what: str) -> IntegrityError:
     return IntegrityError(f"zstd block is corrupt: {what}")
 
 
-def decode(data: bytes | memoryview) -> bytes:
-    """Decode a zstd block; IntegrityError on anything malformed (never garbage)."""
+def decode(data: bytes | memoryview, raw_length: int | None = None) -> bytes:
+    """Decode a zstd block; IntegrityError on anything malformed (never garbage).
+
+    ``raw_length``: the length the block must decode to (its entry's); a header or a frame
+    that claims another is corrupt before a byte is decompressed. zstandard allocates the
+    size a frame's header declares, whatever ``max_output_size`` says: a 64 KiB frame of
+    zeros that declares 2 GiB took 2 GiB of memory to be found wrong."""
     mv = memoryview(data).cast("B")
     if len(mv) < HEADER.size:
         raise _corrupt(f"{len(mv)} bytes is shorter than the {HEADER.size}-byte header")
@@ -87,10 +92,15 @@ def decode(data: bytes | memoryview) -> bytes:
         raise _corrupt("header checksum mismatch")
     if version != VERSION or flags & ~FLAG_SHUFFLE or raw_len > MAX_RAW:
         raise _corrupt("inconsistent header fields")
+    if raw_length is not None and raw_len != raw_length:
+        raise _corrupt(f"header says {raw_len} bytes, the entry {raw_length}")
     frame = mv[HEADER.size:]
     if checksum(frame) != frame_crc:
         raise _corrupt("payload checksum mismatch")
     try:
+        declared = zstandard.frame_content_size(frame)
+        if declared != raw_len and declared >= 0:  # -1: the frame does not say
+            raise _corrupt(f"frame declares {declared} bytes, header says {raw_len}")
         body = zstandard.ZstdDecompressor().decompress(frame, max_output_size=raw_len)
     except zstandard.ZstdError as exc:
         raise _corrupt(f"zstd frame: {exc}") from None
