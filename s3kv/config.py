@@ -79,6 +79,8 @@ def setting(default: Any, help: str, kind: str = "str", *, choices: tuple[str, .
 
 #: the largest block by default, when half the segment size is more
 MAX_BLOCK_SIZE = 64 * MiB
+#: the largest segment: the index keeps a block's offset in its segment in 32 bits
+MAX_SEGMENT_SIZE = 4 * GiB
 #: seconds a ranged read of the backend may go without a byte (``--read-stall``'s default)
 READ_STALL = 5.0
 
@@ -263,8 +265,10 @@ class Settings:
             value = getattr(self, f.name)
             if f.metadata["kind"] == "float" and not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"{f.name} must be a finite number, 0 or more: not {value!r}")
-        if self.segment_size < 1:
-            raise ConfigError("segment_size must be positive")
+        if not 1 <= self.segment_size <= MAX_SEGMENT_SIZE:
+            raise ConfigError(f"segment_size must be positive and at most "
+                              f"{format_size(MAX_SEGMENT_SIZE)} (the index keeps 32-bit offsets "
+                              f"within a segment): not {format_size(self.segment_size)}")
         if self.backend_timeout <= 0:
             raise ConfigError("backend_timeout must be positive (seconds)")
         if self.part_size < 1 or self.segment_size % self.part_size:
