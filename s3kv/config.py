@@ -96,7 +96,7 @@ class Settings:
     domain: str = setting("", "base domain for virtual-hosted-style bucket addressing "
                           "(BUCKET.DOMAIN); empty: path-style only", metavar="DOMAIN")
     segment_size: int = setting(256 * MiB, "size of a full segment object; a multiple of "
-                                "--part-size", "size", metavar="SIZE")
+                                "--part-size, at most 4GiB", "size", metavar="SIZE")
     part_size: int = setting(16 * MiB, "multipart part size for segment uploads (>= 5MiB on S3)",
                              "size", metavar="SIZE")
     block_align: int = setting(4 * KiB, "every block starts at a multiple of this inside its "
