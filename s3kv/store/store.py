@@ -310,11 +310,11 @@ class BlockStore:
 
     async def delete(self, namespace: str, key: bytes) -> bool:
         """Delete a block: its tombstone first (restarts and replicas learn of it), then its
-        index entry unless a write placed after the tombstone replaced it. Raises Backpressure
-        or BackendError (503: retry) if the tombstone cannot be appended (the block stays)."""
+        index entry unless a write placed after the tombstone replaced it; False if this
+        store held no such block (the tombstone is written all the same: another replica's
+        write this one has not synced yet stays deleted). Raises Backpressure or BackendError
+        (503: retry) if the tombstone cannot be appended (the block stays)."""
         nid = self.ns_id(namespace)
-        if self.index.get(nid, key) is None:
-            return False
         placed = (await self.writer.append(layout.tombstone_for(namespace, key), b""))[1]
         self.catalog.deletes.note(namespace, key, placed.written_at)  # for syncs (deletes.py)
         old = self.index.get(nid, key)
