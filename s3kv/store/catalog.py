@@ -17,6 +17,7 @@ from s3kv.store.codecs import CodecSpec
 from s3kv.store.deletes import RecentDeletes
 from s3kv.store.index import MAX_NAMESPACE_ID, BlockIndex, Location
 from s3kv.store.segments import SegmentTable
+from s3kv.store.stamps import Stamps
 
 _NS_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
@@ -42,6 +43,8 @@ class Catalog:
         self.deleted: dict[str, float] = {}
         #: keys deleted lately, by their tombstones' stamps (deletes.py)
         self.deletes = RecentDeletes(deletes_window)
+        #: the stamps of entries, namespace records and deletions (stamps.py)
+        self.stamps = Stamps()
         self._top = 0  # the highest namespace id given out
 
     # ---- namespaces ---------------------------------------------------------------------
@@ -55,6 +58,7 @@ class Catalog:
                            created_at: float = 0.0) -> int:
         """The namespace's id, registering it first if it is new (at start, from its record
         or from the first entry that names it)."""
+        self.stamps.saw(created_at)
         if name not in self.namespaces:
             self.namespaces[name] = nid = self.free_id()
             self._top = max(self._top, nid)
@@ -93,6 +97,7 @@ class Catalog:
     def delete_namespace(self, name: str, stamp: float) -> int | None:
         """A deletion stamped ``stamp`` became known: a namespace created before it goes with
         every block it holds. Returns the id it had (None: nothing went)."""
+        self.stamps.saw(stamp)
         self.deleted[name] = max(stamp, self.deleted.get(name, stamp))
         if name not in self.namespaces or self.namespace_created[name] >= stamp:
             return None
@@ -125,6 +130,8 @@ class Catalog:
         info = self.segments.get(loc.segment)
         if info is not None:
             info.lost(loc.length)
+            if info.dead:  # by stamps: what killed it is stamped no later (eviction.py)
+                info.dead_at = max(info.dead_at, self.stamps.last)
 
     # ---- segments -----------------------------------------------------------------------
     def forget_segment(self, seg_id: int) -> int:

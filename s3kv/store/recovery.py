@@ -130,6 +130,7 @@ class Recovery:
         """Register segments and replay their entries, last writer wins. Returns entries."""
         cat = self.catalog
         stream: list[tuple[float, int, layout.Entry]] = []
+        newest = 0.0
         for m in manifests:
             info = cat.segments.add(m.segment, SegmentState.SEALED, own=False)
             info.length = m.segment_length
@@ -140,8 +141,10 @@ class Recovery:
                 stamps = [e.written_at for e in m.entries]
                 info.saw(min(stamps))
                 info.saw(max(stamps))
+                newest = max(newest, info.newest)
             stream.extend((e.written_at, info.seg_id, e) for e in m.entries)
         stream.sort(key=lambda t: (t[0], t[1]))
+        cat.stamps.saw(newest)  # this store's next writes come after them (stamps.py)
         lost: set[str] = set()
         for _, seg_id, e in stream:
             if cat.hides(e.namespace, e.written_at):  # of a deleted namespace
@@ -170,7 +173,9 @@ class Recovery:
     # ---- start --------------------------------------------------------------------------
     async def rebuild(self) -> None:
         started = time.monotonic()
-        self.catalog.deleted.update(await self.records.deletions())
+        for name, stamp in (await self.records.deletions()).items():
+            self.catalog.deleted[name] = stamp
+            self.catalog.stamps.saw(stamp)
         await self._load_namespaces()
         recorded = set(self.catalog.namespaces)
         # sidecars first: a segment completes before its sidecar is written, so one listed

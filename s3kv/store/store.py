@@ -65,13 +65,13 @@ class BlockStore:
         self.dram = DramCache(settings.dram_cache)
         self.writer = SegmentWriter(
             backend, prefix, settings, self.catalog.segments, self.stats, self._segment_failed,
-            reads_waiting=lambda: self.fetcher.reading)
+            reads_waiting=lambda: self.fetcher.reading, stamps=self.catalog.stamps)
         self.ready = False
         self.fetcher = BlockFetcher(
             backend, prefix, self.catalog.index, self.catalog.segments, self.dram, self.writer,
             self.stats, self.catalog.forget_segment, self.catalog.dead, settings.read_ahead,
             settings.max_read_memory)
-        self._records = NamespaceRecords(backend, prefix, self.writer.retry)
+        self._records = NamespaceRecords(backend, prefix, self.writer.retry, self.catalog.stamps)
         self._recovery = Recovery(backend, prefix, self.catalog, self.writer.node_id,
                                   settings.sync_interval, self._records,
                                   self.dram.invalidate_namespace)
