@@ -45,6 +45,9 @@ class Catalog:
         self.deletes = RecentDeletes(deletes_window)
         #: the stamps of entries, namespace records and deletions (stamps.py)
         self.stamps = Stamps()
+        #: per segment, the (namespace id, key) of its blocks the index forgot as corrupt:
+        #: their entries still hide older ones when it goes (carry.py)
+        self.lost: dict[int, set[tuple[int, bytes]]] = {}
         self._top = 0  # the highest namespace id given out
 
     # ---- namespaces ---------------------------------------------------------------------
@@ -125,6 +128,13 @@ class Catalog:
             self.dead(old)
         return old
 
+    def lose(self, nid: int, key: bytes, loc: Location) -> None:
+        """The block at ``loc`` (the key's now) failed its checksum: the key is dropped, and
+        remembered as its segment's until the segment goes."""
+        if self.index.get(nid, key) == loc:
+            self.remove(nid, key)
+            self.lost.setdefault(loc.segment, set()).add((nid, key))
+
     def dead(self, loc: Location) -> None:
         """The block at ``loc`` is no longer live in its segment."""
         info = self.segments.get(loc.segment)
@@ -139,4 +149,5 @@ class Catalog:
         how many blocks that was."""
         dropped = self.index.drop_segment(seg_id)
         self.segments.remove(seg_id)
+        self.lost.pop(seg_id, None)
         return dropped

@@ -69,7 +69,7 @@ class BlockStore:
         self.ready = False
         self.fetcher = BlockFetcher(
             backend, prefix, self.catalog.index, self.catalog.segments, self.dram, self.writer,
-            self.stats, self.catalog.forget_segment, self.catalog.dead, settings.read_ahead,
+            self.stats, self.catalog.forget_segment, self.catalog.lose, settings.read_ahead,
             settings.max_read_memory)
         self._records = NamespaceRecords(backend, prefix, self.writer.retry, self.catalog.stamps)
         self._recovery = Recovery(backend, prefix, self.catalog, self.writer.node_id,

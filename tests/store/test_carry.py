@@ -191,3 +191,37 @@ async def test_a_segment_dropped_before_its_overwrites_are_sealed_leaves_no_olde
         await store.close()
         if after is not None:
             await after.close()
+
+
+async def test_a_block_that_failed_its_checksum_does_not_uncover_its_older_value(
+        any_backend: Backend) -> None:
+    """k was written twice, in two segments; the newer copy is corrupt on the backend: a read
+    is a miss and the store forgets k, so its segment is dead and goes. Its entry still hid
+    the older copy: a restart misses k (as before the eviction). Before, no tombstone was
+    carried (the index no longer pointed into the segment) and the restart served the older,
+    overwritten value."""
+    backend = any_backend
+    store = await open_store(backend, seal_after=30)
+    try:
+        await store.create_namespace(NS)
+        await store.put(NS, b"k", block(1, 8 * KiB))
+        await store.put(NS, b"keep", block(2, 8 * KiB))  # the first segment stays alive
+        await store.flush()
+        first = set(await segments_on_backend(backend))
+        await store.put(NS, b"k", block(3, 8 * KiB))
+        await store.flush()
+        (second,) = set(await segments_on_backend(backend)) - first
+        loc = store.index.get(store.ns_id(NS), b"k")
+        assert loc is not None
+        raw = bytearray(await backend.get_object(f"segments/{second}.seg"))
+        raw[loc.offset + 9] ^= 0xFF  # a byte of the newer copy, on the backend
+        await backend.put_object(f"segments/{second}.seg", bytes(raw))
+        assert await store.get(NS, b"k") is None
+        assert store.stats.checksum_failures == 1
+        assert await store.evict_now() == 1  # the second segment, dead
+        assert second not in await segments_on_backend(backend)
+        store = await restart(store, backend)
+        assert await store.get(NS, b"k") is None
+        assert store.head(NS, b"k") is None
+    finally:
+        await store.close()
