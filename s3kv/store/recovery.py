@@ -6,7 +6,8 @@ order, last writer wins, tombstones included. Unfinished multipart uploads of th
 crash) and stale ones of any node are aborted; sidecars whose segment is gone are removed.
 
 While running: every ``sync_interval`` seconds, pick up the namespaces other replicas created
-(an empty bucket too, with its codec), pick up segments other replicas sealed, and drop
+(an empty bucket too, with its codec), pick up segments other replicas sealed (and, from their
+footers, those left without a sidecar by a writer that died between the two uploads), and drop
 segments that disappeared (evicted elsewhere).
 """
 
@@ -92,10 +93,13 @@ async def load_manifest(backend: Backend, prefix: str, name: str, size: int,
 class Recovery:
     def __init__(self, backend: Backend, prefix: str, catalog: Catalog, node_id: str,
                  sync_interval: float, records: NamespaceRecords,
-                 on_deleted: Callable[[int], None] = lambda nid: None) -> None:
+                 on_deleted: Callable[[int], None] = lambda nid: None,
+                 bare_after: float = 60.0) -> None:
         """``node_id``: this node's (its unfinished uploads are a crash's); ``sync_interval``:
         seconds between looks at other replicas' segments (0: never); ``on_deleted``: called
-        with the id of a namespace another replica deleted, once it is gone from the catalog."""
+        with the id of a namespace another replica deleted, once it is gone from the catalog;
+        ``bare_after``: seconds a segment listed without its sidecar is given for it before a
+        sync reads its footer (the sidecar's upload rides out an outage that long)."""
         self.backend = backend
         self.prefix = prefix
         self.catalog = catalog
@@ -103,6 +107,8 @@ class Recovery:
         self.sync_interval = sync_interval
         self.records = records
         self.on_deleted = on_deleted
+        self.bare_after = bare_after
+        self._bare: dict[str, float] = {}  # segments listed without a sidecar: first seen
 
     # ---- listing ------------------------------------------------------------------------
     async def _list(self, kind: str) -> dict[str, ObjectInfo]:
@@ -255,8 +261,14 @@ class Recovery:
             if info.name not in segs and info.sealed_at < listed_at:
                 dropped = cat.forget_segment(info.seg_id)
                 log.info("segment.vanished", segment=info.name, blocks=dropped)
-        # only segments whose sidecar exists: a segment without one may still be completing
-        new = sorted(n for n in segs if n not in known and n in sidecars)
+        # segments whose sidecar exists, and those listed without one for ``bare_after``:
+        # their writer died (kill -9) or failed between the segment's upload and the
+        # sidecar's, and no running replica would ever see their blocks, nor evict them
+        now = time.monotonic()
+        self._bare = {n: self._bare.get(n, now) for n in segs
+                      if n not in known and n not in sidecars}
+        new = sorted(n for n in segs if n not in known and (
+            n in sidecars or now - self._bare[n] >= self.bare_after))
         if new:
             self._apply(await self._load_all(new, segs, set(sidecars)))
             log.info("store.synced", segments=len(new))
