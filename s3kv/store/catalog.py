@@ -10,6 +10,7 @@ and the fetcher work on it through these methods and never on the store itself.
 
 from __future__ import annotations
 
+import math
 import re
 
 from s3kv.errors import InvalidNamespace, NamespaceNotFound, TooManyNamespaces
@@ -97,19 +98,27 @@ class Catalog:
         created = self.namespace_created.get(name)
         return created is None or written_at < created
 
-    def delete_namespace(self, name: str, stamp: float) -> int | None:
+    def delete_namespace(self, name: str, stamp: float,
+                         anew: tuple[float, CodecSpec] | None = None) -> int | None:
         """A deletion stamped ``stamp`` became known: a namespace created before it goes with
-        every block it holds. Returns the id it had (None: nothing went)."""
+        every block it holds; if the name was created anew since (``anew``: when, with which
+        codec), the namespace becomes that one, with the blocks stamped after its creation
+        (as every start keeps them: :meth:`hides`). Returns the id it had (None: nothing went)."""
         self.stamps.saw(stamp)
         self.deleted[name] = max(stamp, self.deleted.get(name, stamp))
         if name not in self.namespaces or self.namespace_created[name] >= stamp:
             return None
         nid = self.namespaces[name]
+        since = math.inf if anew is None else anew[0]
         for e in self.index.live_entries(nid):
             held = self.index.entry(int(e))
-            if held is not None:
+            if held is not None and held[2].written_at < since:
                 self.remove(nid, held[1])
-        return self.drop_namespace(name)
+        if anew is None:
+            return self.drop_namespace(name)
+        self.stamps.saw(anew[0])
+        self.namespace_created[name], self.namespace_codecs[name] = anew
+        return nid
 
     # ---- blocks -------------------------------------------------------------------------
     def put(self, nid: int, key: bytes, loc: Location) -> None:

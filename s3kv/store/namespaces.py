@@ -10,8 +10,9 @@ every start. Once a name has a marker, its entries count only if stamped after t
 the namespace that now holds the name: none while it stays deleted, and a namespace created
 anew under the name starts empty, without the old one's blocks or the writes another replica
 took into the old one before it learnt of the deletion (the deletion wins, as one S3
-bucket's would). A record that merely goes missing deletes nothing: a backend that lost its
-data loses every record too (docs/reliability.md).
+bucket's would), but those stamped after the creation anew. A record that merely goes
+missing deletes nothing: a backend that lost its data loses every record too
+(docs/reliability.md).
 """
 
 from __future__ import annotations

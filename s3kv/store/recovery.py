@@ -220,14 +220,20 @@ class Recovery:
                 log.warning("namespace.no_room", namespace=r.name, error=str(exc))
 
     async def _learn_deletions(self) -> None:
-        """Drop the namespaces other replicas deleted (with every block held in them)."""
+        """Drop the namespaces other replicas deleted (with every block held in them), but
+        the blocks stamped after the name's creation anew, if it was (catalog.py)."""
         cat = self.catalog
-        for name, stamp in (await self.records.deletions()).items():
-            if stamp > cat.deleted.get(name, float("-inf")):
-                nid = cat.delete_namespace(name, stamp)
-                if nid is not None:
-                    self.on_deleted(nid)
-                    log.info("namespace.deleted_elsewhere", namespace=name)
+        deletions = await self.records.deletions()
+        learnt = {n: s for n, s in deletions.items() if s > cat.deleted.get(n, float("-inf"))}
+        if not learnt:
+            return
+        anew = {r.name: (r.created_at, r.codec) for r in await self.records.read(
+            set(cat.namespaces) - set(learnt), deletions)}
+        for name, stamp in learnt.items():
+            nid = cat.delete_namespace(name, stamp, anew.get(name))
+            if nid is not None:
+                self.on_deleted(nid)
+                log.info("namespace.deleted_elsewhere", namespace=name, anew=name in anew)
 
     async def _abort_orphans(self) -> None:
         own = f"{self.prefix}segments/{self.node_id}/"
