@@ -1,15 +1,18 @@
 """Two real gateways (``s3kv serve`` processes) on one moto bucket: what a delete through one
 replica leaves on the backend for the other, and for restarts (docs/operations.md, "Several
-gateways"). Neither replica syncs on its timer here (``--sync-interval 3600``): what the other
+gateways"), and what a gateway killed between a segment's upload and its sidecar's leaves.
+With ``ARGS`` neither replica syncs on its timer (``--sync-interval 3600``): what the other
 replica learns, it learns at its start, from the manifests on the backend."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 from botocore.exceptions import ClientError
 
+from tests.conftest import make_s3_client
 from tests.support.gateway import (
     Gateway,
     backend_store,
@@ -59,3 +62,35 @@ def test_a_delete_through_a_replica_that_never_saw_the_block_survives_restarts(
         gw.start()
     assert _status(gateway_client(b.endpoint), "tomb", "k") == 404
     assert _status(gateway_client(a.endpoint), "tomb", "k") == 404
+
+
+def test_a_segment_left_without_its_sidecar_by_a_killed_gateway_reaches_the_other(
+        s3_server: MotoServer) -> None:
+    """A seals a segment, then is killed (kill -9) before its sidecar is written (the sidecar
+    removed from the bucket stands for that moment); B, running, serves A's object once its
+    sync has listed the segment without a sidecar for backend_timeout + sync_interval (2 s
+    here). Before, B's syncs ignored a segment without a sidecar: 404 until B restarted."""
+    fast = [*ARGS[:-1], "0.5", "--backend-timeout", "1.5"]
+    store = backend_store(s3_server)
+    bucket = store.removeprefix("s3://").split("/")[0]
+    with running_gateways(store, [ARGS, fast], log_level="info") as (a, b):
+        ca = gateway_client(a.endpoint)
+        ca.create_bucket(Bucket="bare")
+        cb = gateway_client(b.endpoint)
+        deadline = time.monotonic() + 10
+        while "bare" not in [x["Name"] for x in cb.list_buckets()["Buckets"]]:
+            assert time.monotonic() < deadline, "B never learnt the bucket"
+            time.sleep(0.1)
+        raw = make_s3_client(s3_server.endpoint)
+        before = {o["Key"] for o in raw.list_objects_v2(Bucket=bucket).get("Contents", [])}
+        ca.put_object(Bucket="bare", Key="k", Body=b"v1")
+        store_stats(a.endpoint, flush=True)
+        after = {o["Key"] for o in raw.list_objects_v2(Bucket=bucket).get("Contents", [])}
+        (sidecar,) = [k for k in after - before if k.endswith(".mf")]
+        raw.delete_object(Bucket=bucket, Key=sidecar)
+        a.kill()
+        deadline = time.monotonic() + 15
+        while _status(cb, "bare", "k") != 200:
+            assert time.monotonic() < deadline, "B never served the segment without a sidecar"
+            time.sleep(0.2)
+        assert cb.get_object(Bucket="bare", Key="k")["Body"].read() == b"v1"
