@@ -6,6 +6,7 @@ replica learns, it learns at its start, from the manifests on the backend."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 
@@ -14,6 +15,7 @@ from botocore.exceptions import ClientError
 
 from tests.conftest import make_s3_client
 from tests.support.gateway import (
+    ROOT,
     Gateway,
     backend_store,
     gateway_client,
@@ -94,3 +96,35 @@ def test_a_segment_left_without_its_sidecar_by_a_killed_gateway_reaches_the_othe
             assert time.monotonic() < deadline, "B never served the segment without a sidecar"
             time.sleep(0.2)
         assert cb.get_object(Bucket="bare", Key="k")["Body"].read() == b"v1"
+
+
+def test_a_delete_through_a_gateway_whose_clock_is_behind_deletes(
+        s3_server: MotoServer) -> None:
+    """B's clock is 10 s behind A's (``tests/support/skewed.py``). An object written through A
+    and known to B (B started after it was sealed) is deleted through B: 404 on B at once, and
+    on both after a restart. Before, B's tombstone was stamped before A's write: the DELETE
+    answered 204 and the object stayed, on B and everywhere."""
+    store = backend_store(s3_server)
+    a = Gateway(store, ARGS, log_level="info")
+    b = Gateway(store, ARGS, log_level="info",
+                prefix=(sys.executable, str(ROOT / "tests" / "support" / "skewed.py"), "10"))
+    try:
+        a.start()
+        ca = gateway_client(a.endpoint)
+        ca.create_bucket(Bucket="skew")
+        ca.put_object(Bucket="skew", Key="k", Body=b"v1")
+        store_stats(a.endpoint, flush=True)
+        b.start()  # B replays A's manifest: it sees A's write, and its stamp
+        cb = gateway_client(b.endpoint)
+        assert cb.get_object(Bucket="skew", Key="k")["Body"].read() == b"v1"
+        cb.delete_object(Bucket="skew", Key="k")
+        assert _status(cb, "skew", "k") == 404
+        store_stats(b.endpoint, flush=True)
+        for gw in (a, b):
+            gw.terminate()
+            gw.start()
+        assert _status(gateway_client(a.endpoint), "skew", "k") == 404
+        assert _status(gateway_client(b.endpoint), "skew", "k") == 404
+    finally:
+        a.cleanup()
+        b.cleanup()
