@@ -10,7 +10,8 @@ that may still hide something is written again as a tombstone stamped as it was,
 segment of its own (``SegmentWriter.write_entries``), on the backend before the delete:
 
 - a tombstone, unless a newer put of its key is indexed (that put hides the older ones);
-- a put the index still serves from this segment (evicted live: a miss from now on);
+- a put the index still serves from this segment (evicted live: a miss from now on), or
+  forgot because its block failed its checksum (``lost``: a miss already, not a deletion);
 - any entry of a key written or deleted again in a segment of this store still in memory
   (``unsealed``): a crash loses that write, and without the tombstone the restart served the
   version before this segment's (a mostly dead segment dropped while a block of it was
@@ -65,11 +66,13 @@ class Floor:
 
 def carried(manifest: layout.Manifest, seg_id: int, namespaces: Mapping[str, int],
             index: BlockIndex, floor: float,
-            unsealed: Container[tuple[str, bytes]] = ()) -> list[layout.Entry]:
+            unsealed: Container[tuple[str, bytes]] = (),
+            lost: Container[tuple[int, bytes]] = ()) -> list[layout.Entry]:
     """The tombstones that deleting segment ``seg_id`` (whose manifest this is) must leave:
     one per key whose newest entry in the segment is newer than ``floor`` and still hides
     something (the module's docstring). ``unsealed``: the (namespace, key) of the entries in
-    this store's segments not on the backend yet."""
+    this store's segments not on the backend yet; ``lost``: the (namespace id, key) of the
+    segment's blocks the index forgot as corrupt."""
     newest: dict[tuple[str, bytes], layout.Entry] = {}
     layout.keep_newest((e for e in manifest.entries if e.written_at > floor), newest)
     out: list[layout.Entry] = []
@@ -80,8 +83,10 @@ def carried(manifest: layout.Manifest, seg_id: int, namespaces: Mapping[str, int
             keep = True
         elif e.tombstone:
             keep = current is None or current.written_at < e.written_at
+        elif current is None:  # forgotten as corrupt (else deleted or overwritten elsewhere)
+            keep = (nid, key) in lost
         else:  # evicted live
-            keep = current is not None and current.segment == seg_id
+            keep = current.segment == seg_id
         if keep:
             out.append(layout.tombstone_for(ns, key, e.written_at))
     return out

@@ -10,6 +10,7 @@ and the fetcher work on it through these methods and never on the store itself.
 
 from __future__ import annotations
 
+import math
 import re
 
 from s3kv.errors import InvalidNamespace, NamespaceNotFound, TooManyNamespaces
@@ -17,6 +18,7 @@ from s3kv.store.codecs import CodecSpec
 from s3kv.store.deletes import RecentDeletes
 from s3kv.store.index import MAX_NAMESPACE_ID, BlockIndex, Location
 from s3kv.store.segments import SegmentTable
+from s3kv.store.stamps import Stamps
 
 _NS_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
@@ -42,6 +44,11 @@ class Catalog:
         self.deleted: dict[str, float] = {}
         #: keys deleted lately, by their tombstones' stamps (deletes.py)
         self.deletes = RecentDeletes(deletes_window)
+        #: the stamps of entries, namespace records and deletions (stamps.py)
+        self.stamps = Stamps()
+        #: per segment, the (namespace id, key) of its blocks the index forgot as corrupt:
+        #: their entries still hide older ones when it goes (carry.py)
+        self.lost: dict[int, set[tuple[int, bytes]]] = {}
         self._top = 0  # the highest namespace id given out
 
     # ---- namespaces ---------------------------------------------------------------------
@@ -55,6 +62,7 @@ class Catalog:
                            created_at: float = 0.0) -> int:
         """The namespace's id, registering it first if it is new (at start, from its record
         or from the first entry that names it)."""
+        self.stamps.saw(created_at)
         if name not in self.namespaces:
             self.namespaces[name] = nid = self.free_id()
             self._top = max(self._top, nid)
@@ -90,18 +98,27 @@ class Catalog:
         created = self.namespace_created.get(name)
         return created is None or written_at < created
 
-    def delete_namespace(self, name: str, stamp: float) -> int | None:
+    def delete_namespace(self, name: str, stamp: float,
+                         anew: tuple[float, CodecSpec] | None = None) -> int | None:
         """A deletion stamped ``stamp`` became known: a namespace created before it goes with
-        every block it holds. Returns the id it had (None: nothing went)."""
+        every block it holds; if the name was created anew since (``anew``: when, with which
+        codec), the namespace becomes that one, with the blocks stamped after its creation
+        (as every start keeps them: :meth:`hides`). Returns the id it had (None: nothing went)."""
+        self.stamps.saw(stamp)
         self.deleted[name] = max(stamp, self.deleted.get(name, stamp))
         if name not in self.namespaces or self.namespace_created[name] >= stamp:
             return None
         nid = self.namespaces[name]
+        since = math.inf if anew is None else anew[0]
         for e in self.index.live_entries(nid):
             held = self.index.entry(int(e))
-            if held is not None:
+            if held is not None and held[2].written_at < since:
                 self.remove(nid, held[1])
-        return self.drop_namespace(name)
+        if anew is None:
+            return self.drop_namespace(name)
+        self.stamps.saw(anew[0])
+        self.namespace_created[name], self.namespace_codecs[name] = anew
+        return nid
 
     # ---- blocks -------------------------------------------------------------------------
     def put(self, nid: int, key: bytes, loc: Location) -> None:
@@ -120,11 +137,20 @@ class Catalog:
             self.dead(old)
         return old
 
+    def lose(self, nid: int, key: bytes, loc: Location) -> None:
+        """The block at ``loc`` (the key's now) failed its checksum: the key is dropped, and
+        remembered as its segment's until the segment goes."""
+        if self.index.get(nid, key) == loc:
+            self.remove(nid, key)
+            self.lost.setdefault(loc.segment, set()).add((nid, key))
+
     def dead(self, loc: Location) -> None:
         """The block at ``loc`` is no longer live in its segment."""
         info = self.segments.get(loc.segment)
         if info is not None:
             info.lost(loc.length)
+            if info.dead:  # by stamps: what killed it is stamped no later (eviction.py)
+                info.dead_at = max(info.dead_at, self.stamps.last)
 
     # ---- segments -----------------------------------------------------------------------
     def forget_segment(self, seg_id: int) -> int:
@@ -132,4 +158,5 @@ class Catalog:
         how many blocks that was."""
         dropped = self.index.drop_segment(seg_id)
         self.segments.remove(seg_id)
+        self.lost.pop(seg_id, None)
         return dropped

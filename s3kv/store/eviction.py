@@ -312,7 +312,8 @@ class Evictor:
                 log.info("eviction.segment_gone", segment=seg.name)  # carried what it hid)
                 continue
             layout.keep_newest(carried(manifest, seg.seg_id, cat.namespaces, cat.index,
-                                       floor, self._unsealed()), tombs)
+                                       floor, self._unsealed(), cat.lost.get(seg.seg_id, ())),
+                               tombs)
         if tombs:
             await self.writer.write_entries(list(tombs.values()))
             self.stats.tombstones_carried += len(tombs)

@@ -57,7 +57,7 @@ class BlockFetcher:
     def __init__(self, backend: Backend, prefix: str, index: BlockIndex,
                  segments: SegmentTable, dram: DramCache, writer: SegmentWriter,
                  stats: StoreStats, forget_segment: Callable[[int], int],
-                 dead: Callable[[Location], None], read_ahead: int = 0,
+                 lose: Callable[[int, bytes, Location], None], read_ahead: int = 0,
                  read_memory: int = 0) -> None:
         """``read_ahead``: the window read at once by one-block reads in order (readahead.py;
         0: off); ``read_memory``: bytes read held at once (readbudget.py; 0: those in flight)."""
@@ -71,7 +71,7 @@ class BlockFetcher:
         self.writer = writer
         self.stats = stats
         self._forget_segment = forget_segment
-        self._dead = dead
+        self._lose = lose  # a corrupt block: forgotten, and remembered for eviction
         self._budget = ReadBudget(READ_BUDGET, READ_CONCURRENCY, read_memory)
         #: up to four windows held: a walk uses two at a time (the one being served, the next)
         self.readahead = ReadAhead(self._read_run, stats, 4 * read_ahead, window=max(read_ahead, 1))
@@ -395,5 +395,4 @@ class BlockFetcher:
         log.error("block.corrupt", key=key[:80], segment=loc.segment, offset=loc.offset,
                   problem=problem)
         if self.index.get(nid, key) == loc:
-            self.index.remove(nid, key)
-            self._dead(loc)
+            self._lose(nid, key, loc)

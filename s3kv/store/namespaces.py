@@ -10,8 +10,9 @@ every start. Once a name has a marker, its entries count only if stamped after t
 the namespace that now holds the name: none while it stays deleted, and a namespace created
 anew under the name starts empty, without the old one's blocks or the writes another replica
 took into the old one before it learnt of the deletion (the deletion wins, as one S3
-bucket's would). A record that merely goes missing deletes nothing: a backend that lost its
-data loses every record too (docs/reliability.md).
+bucket's would), but those stamped after the creation anew. A record that merely goes
+missing deletes nothing: a backend that lost its data loses every record too
+(docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 from collections.abc import Collection, Mapping
 from typing import NamedTuple
 
@@ -28,6 +28,7 @@ from s3kv.errors import BackendError, InvalidInput
 from s3kv.log import get_logger
 from s3kv.retry import RetryPolicy
 from s3kv.store.codecs import CodecSpec, parse_codec_spec
+from s3kv.store.stamps import Stamps
 
 log = get_logger(__name__)
 
@@ -46,10 +47,13 @@ class NamespaceRecord(NamedTuple):
 class NamespaceRecords:
     """The records and deletion markers of one store's namespaces, on its backend."""
 
-    def __init__(self, backend: Backend, prefix: str, retry: RetryPolicy) -> None:
+    def __init__(self, backend: Backend, prefix: str, retry: RetryPolicy,
+                 stamps: Stamps | None = None) -> None:
+        """``stamps``: the creations' and deletions' (the catalog's: stamps.py)."""
         self.backend = backend
         self.prefix = prefix
         self.retry = retry
+        self.stamps = stamps or Stamps()
 
     def record_key(self, name: str) -> str:
         return f"{self.prefix}{RECORDS}{name}.json"
@@ -59,7 +63,7 @@ class NamespaceRecords:
 
     async def create(self, name: str, codec: CodecSpec) -> tuple[float, int]:
         """Write a new namespace's record; returns its creation time and the bytes written."""
-        created = time.time()
+        created = self.stamps.next()
         record = json.dumps({"name": name, "codec": codec.render(),
                              "created_at": created}).encode()
         await self.retry.run(lambda: self.backend.put_object(self.record_key(name), record))
@@ -70,7 +74,7 @@ class NamespaceRecords:
         namespace is deleted (raises before that, BackendError, and nothing changed); its
         record and older markers are then removed as far as the backend lets (what stays is
         superseded by the marker)."""
-        stamp = round(time.time(), 6)
+        stamp = round(self.stamps.next(), 6)  # after every stamp seen (stamps.py)
         body = json.dumps({"name": name, "deleted_at": stamp}).encode()
         await self.retry.run(lambda: self.backend.put_object(
             f"{self._markers_of(name)}{stamp:.6f}", body))

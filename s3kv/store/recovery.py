@@ -6,7 +6,8 @@ order, last writer wins, tombstones included. Unfinished multipart uploads of th
 crash) and stale ones of any node are aborted; sidecars whose segment is gone are removed.
 
 While running: every ``sync_interval`` seconds, pick up the namespaces other replicas created
-(an empty bucket too, with its codec), pick up segments other replicas sealed, and drop
+(an empty bucket too, with its codec), pick up segments other replicas sealed (and, from their
+footers, those left without a sidecar by a writer that died between the two uploads), and drop
 segments that disappeared (evicted elsewhere).
 """
 
@@ -99,10 +100,13 @@ async def load_manifest(backend: Backend, prefix: str, name: str, size: int,
 class Recovery:
     def __init__(self, backend: Backend, prefix: str, catalog: Catalog, node_id: str,
                  sync_interval: float, records: NamespaceRecords,
-                 on_deleted: Callable[[int], None] = lambda nid: None) -> None:
+                 on_deleted: Callable[[int], None] = lambda nid: None,
+                 bare_after: float = 60.0) -> None:
         """``node_id``: this node's (its unfinished uploads are a crash's); ``sync_interval``:
         seconds between looks at other replicas' segments (0: never); ``on_deleted``: called
-        with the id of a namespace another replica deleted, once it is gone from the catalog."""
+        with the id of a namespace another replica deleted, once it is gone from the catalog;
+        ``bare_after``: seconds a segment listed without its sidecar is given for it before a
+        sync reads its footer (the sidecar's upload rides out an outage that long)."""
         self.backend = backend
         self.prefix = prefix
         self.catalog = catalog
@@ -110,6 +114,8 @@ class Recovery:
         self.sync_interval = sync_interval
         self.records = records
         self.on_deleted = on_deleted
+        self.bare_after = bare_after
+        self._bare: dict[str, float] = {}  # segments listed without a sidecar: first seen
 
     # ---- listing ------------------------------------------------------------------------
     async def _list(self, kind: str) -> dict[str, ObjectInfo]:
@@ -137,6 +143,7 @@ class Recovery:
         """Register segments and replay their entries, last writer wins. Returns entries."""
         cat = self.catalog
         stream: list[tuple[float, int, layout.Entry]] = []
+        newest = 0.0
         for m in manifests:
             info = cat.segments.add(m.segment, SegmentState.SEALED, own=False)
             info.length = m.segment_length
@@ -147,8 +154,10 @@ class Recovery:
                 stamps = [e.written_at for e in m.entries]
                 info.saw(min(stamps))
                 info.saw(max(stamps))
+                newest = max(newest, info.newest)
             stream.extend((e.written_at, info.seg_id, e) for e in m.entries)
         stream.sort(key=lambda t: (t[0], t[1]))
+        cat.stamps.saw(newest)  # this store's next writes come after them (stamps.py)
         lost: set[str] = set()
         for _, seg_id, e in stream:
             if cat.hides(e.namespace, e.written_at):  # of a deleted namespace
@@ -177,7 +186,9 @@ class Recovery:
     # ---- start --------------------------------------------------------------------------
     async def rebuild(self) -> None:
         started = time.monotonic()
-        self.catalog.deleted.update(await self.records.deletions())
+        for name, stamp in (await self.records.deletions()).items():
+            self.catalog.deleted[name] = stamp
+            self.catalog.stamps.saw(stamp)
         await self._load_namespaces()
         recorded = set(self.catalog.namespaces)
         # sidecars first: a segment completes before its sidecar is written, so one listed
@@ -216,14 +227,20 @@ class Recovery:
                 log.warning("namespace.no_room", namespace=r.name, error=str(exc))
 
     async def _learn_deletions(self) -> None:
-        """Drop the namespaces other replicas deleted (with every block held in them)."""
+        """Drop the namespaces other replicas deleted (with every block held in them), but
+        the blocks stamped after the name's creation anew, if it was (catalog.py)."""
         cat = self.catalog
-        for name, stamp in (await self.records.deletions()).items():
-            if stamp > cat.deleted.get(name, float("-inf")):
-                nid = cat.delete_namespace(name, stamp)
-                if nid is not None:
-                    self.on_deleted(nid)
-                    log.info("namespace.deleted_elsewhere", namespace=name)
+        deletions = await self.records.deletions()
+        learnt = {n: s for n, s in deletions.items() if s > cat.deleted.get(n, float("-inf"))}
+        if not learnt:
+            return
+        anew = {r.name: (r.created_at, r.codec) for r in await self.records.read(
+            set(cat.namespaces) - set(learnt), deletions)}
+        for name, stamp in learnt.items():
+            nid = cat.delete_namespace(name, stamp, anew.get(name))
+            if nid is not None:
+                self.on_deleted(nid)
+                log.info("namespace.deleted_elsewhere", namespace=name, anew=name in anew)
 
     async def _abort_orphans(self) -> None:
         own = f"{self.prefix}segments/{self.node_id}/"
@@ -257,8 +274,14 @@ class Recovery:
             if info.name not in segs and info.sealed_at < listed_at:
                 dropped = cat.forget_segment(info.seg_id)
                 log.info("segment.vanished", segment=info.name, blocks=dropped)
-        # only segments whose sidecar exists: a segment without one may still be completing
-        new = sorted(n for n in segs if n not in known and n in sidecars)
+        # segments whose sidecar exists, and those listed without one for ``bare_after``:
+        # their writer died (kill -9) or failed between the segment's upload and the
+        # sidecar's, and no running replica would ever see their blocks, nor evict them
+        now = time.monotonic()
+        self._bare = {n: self._bare.get(n, now) for n in segs
+                      if n not in known and n not in sidecars}
+        new = sorted(n for n in segs if n not in known and (
+            n in sidecars or now - self._bare[n] >= self.bare_after))
         if new:
             self._apply(await self._load_all(new, segs, set(sidecars)))
             log.info("store.synced", segments=len(new))

@@ -40,7 +40,7 @@ class SegmentInfo:
     # uncover (carry.py)
     oldest: float = math.inf
     newest: float = 0.0
-    dead_at: float = 0.0  # when its last live block died (``dead``)
+    dead_at: float = 0.0  # when its last live block died (``dead``), no earlier than its killer
 
     def saw(self, written_at: float) -> None:
         """An entry stamped ``written_at`` is in the segment."""

@@ -65,16 +65,17 @@ class BlockStore:
         self.dram = DramCache(settings.dram_cache)
         self.writer = SegmentWriter(
             backend, prefix, settings, self.catalog.segments, self.stats, self._segment_failed,
-            reads_waiting=lambda: self.fetcher.reading)
+            reads_waiting=lambda: self.fetcher.reading, stamps=self.catalog.stamps)
         self.ready = False
         self.fetcher = BlockFetcher(
             backend, prefix, self.catalog.index, self.catalog.segments, self.dram, self.writer,
-            self.stats, self.catalog.forget_segment, self.catalog.dead, settings.read_ahead,
+            self.stats, self.catalog.forget_segment, self.catalog.lose, settings.read_ahead,
             settings.max_read_memory)
-        self._records = NamespaceRecords(backend, prefix, self.writer.retry)
-        self._recovery = Recovery(backend, prefix, self.catalog, self.writer.node_id,
-                                  settings.sync_interval, self._records,
-                                  self.dram.invalidate_namespace)
+        self._records = NamespaceRecords(backend, prefix, self.writer.retry, self.catalog.stamps)
+        self._recovery = Recovery(
+            backend, prefix, self.catalog, self.writer.node_id, settings.sync_interval,
+            self._records, self.dram.invalidate_namespace,
+            bare_after=settings.backend_timeout + settings.sync_interval)
         self._evictor = Evictor(settings, backend, prefix, self.catalog, self.writer,
                                 self.stats, self)
         self.writer.make_room = self._evictor.make_room
@@ -309,12 +310,11 @@ class BlockStore:
         return await self._evictor.run_once()
 
     async def delete(self, namespace: str, key: bytes) -> bool:
-        """Delete a block: its tombstone first (restarts and replicas learn of it), then its
-        index entry unless a write placed after the tombstone replaced it. Raises Backpressure
-        or BackendError (503: retry) if the tombstone cannot be appended (the block stays)."""
+        """Delete a block: its tombstone first, also for a key not held here (a replica's write
+        not synced yet stays deleted), then its index entry unless a write placed after the
+        tombstone replaced it (False: none removed). Raises Backpressure or BackendError (503:
+        retry) if the tombstone cannot be appended (the block stays)."""
         nid = self.ns_id(namespace)
-        if self.index.get(nid, key) is None:
-            return False
         placed = (await self.writer.append(layout.tombstone_for(namespace, key), b""))[1]
         self.catalog.deletes.note(namespace, key, placed.written_at)  # for syncs (deletes.py)
         old = self.index.get(nid, key)

@@ -44,6 +44,7 @@ from s3kv.store.segments import (
     segment_key,
     sidecar_key,
 )
+from s3kv.store.stamps import Stamps
 from s3kv.store.stats import StoreStats
 from s3kv.store.uploading import upload_segment
 from s3kv.wire.body import Pieces, size_of
@@ -54,8 +55,10 @@ log = get_logger(__name__)
 class SegmentWriter:
     def __init__(self, backend: Backend, prefix: str, settings: Settings, table: SegmentTable,
                  stats: StoreStats, on_failed: Callable[[SegmentInfo, BaseException], None],
-                 reads_waiting: Callable[[], bool] = lambda: False) -> None:
-        """``reads_waiting``: whether reads wait on the backend now (uploads yield: pacing.py)."""
+                 reads_waiting: Callable[[], bool] = lambda: False,
+                 stamps: Stamps | None = None) -> None:
+        """``reads_waiting``: whether reads wait on the backend now (uploads yield: pacing.py);
+        ``stamps``: where entries' stamps come from (the catalog's: stamps.py)."""
         self.backend = backend
         self.prefix = prefix
         self.s = settings
@@ -68,7 +71,7 @@ class SegmentWriter:
         self.node_id = settings.node_id or default_node_id()
         self._epoch = f"{int(time.time() * 1000):012x}"
         self._seq = 0
-        self._last_stamp = 0.0
+        self.stamps = stamps or Stamps()  # shared with the catalog (stamps.py)
         self._current: OpenSegment | None = None
         self._in_memory: dict[int, OpenSegment] = {}
         self._lock = asyncio.Lock()
@@ -176,7 +179,7 @@ class SegmentWriter:
         (unless it carries a stamp), into the segment's manifest and byte counts."""
         placed = layout.Entry(entry.namespace, entry.key, offset, entry.length,
                               entry.raw_length, entry.crc, entry.codec,
-                              entry.written_at or self._stamp(), entry.flags, entry.attrs)
+                              entry.written_at or self.stamps.next(), entry.flags, entry.attrs)
         seg.add_entry(placed)
         seg.info.saw(placed.written_at)
         if not placed.tombstone:
@@ -190,12 +193,6 @@ class SegmentWriter:
             seg.first_at = time.monotonic()
             seg.timer = asyncio.get_running_loop().call_later(
                 self.s.seal_after, self._seal_soon, seg, "deadline")
-
-    def _stamp(self) -> float:
-        """Wall-clock time, strictly increasing within this writer (last writer wins)."""
-        now = max(time.time(), self._last_stamp + 1e-6)
-        self._last_stamp = now
-        return now
 
     def seal_now(self, seg_id: int, reason: str) -> OpenSegment | None:
         """Seal the segment now if it is still open (as its ``seal_after`` timer would); it,

@@ -6,8 +6,12 @@ directory, and Ceph RGW with ``--rgw`` (``any_backend``)."""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from s3kv.backends.base import Backend
-from s3kv.sizes import KiB
+from s3kv.sizes import KiB, MiB
 from s3kv.store import eviction
 from tests.store.helpers import (
     SEG,
@@ -191,3 +195,67 @@ async def test_a_segment_dropped_before_its_overwrites_are_sealed_leaves_no_olde
         await store.close()
         if after is not None:
             await after.close()
+
+
+async def test_a_block_that_failed_its_checksum_does_not_uncover_its_older_value(
+        any_backend: Backend) -> None:
+    """k was written twice, in two segments; the newer copy is corrupt on the backend: a read
+    is a miss and the store forgets k, so its segment is dead and goes. Its entry still hid
+    the older copy: a restart misses k (as before the eviction). Before, no tombstone was
+    carried (the index no longer pointed into the segment) and the restart served the older,
+    overwritten value."""
+    backend = any_backend
+    store = await open_store(backend, seal_after=30)
+    try:
+        await store.create_namespace(NS)
+        await store.put(NS, b"k", block(1, 8 * KiB))
+        await store.put(NS, b"keep", block(2, 8 * KiB))  # the first segment stays alive
+        await store.flush()
+        first = set(await segments_on_backend(backend))
+        await store.put(NS, b"k", block(3, 8 * KiB))
+        await store.flush()
+        (second,) = set(await segments_on_backend(backend)) - first
+        loc = store.index.get(store.ns_id(NS), b"k")
+        assert loc is not None
+        raw = bytearray(await backend.get_object(f"segments/{second}.seg"))
+        raw[loc.offset + 9] ^= 0xFF  # a byte of the newer copy, on the backend
+        await backend.put_object(f"segments/{second}.seg", bytes(raw))
+        assert await store.get(NS, b"k") is None
+        assert store.stats.checksum_failures == 1
+        assert await store.evict_now() == 1  # the second segment, dead
+        assert second not in await segments_on_backend(backend)
+        store = await restart(store, backend)
+        assert await store.get(NS, b"k") is None
+        assert store.head(NS, b"k") is None
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("delete_first", [True, False])
+async def test_a_delete_racing_the_eviction_of_its_segment_never_uncovers_the_older_value(
+        backend: Backend, delete_first: bool) -> None:
+    """k's older value is in a hot segment, its newer one in the coldest, which the capacity
+    evicts while k is deleted (both orders on the loop; the delete's segment opening runs an
+    eviction round too). A store started meanwhile (the first one never sealed its delete: a
+    crash) misses k or serves the newer value, and a restart misses it: never the older."""
+    store = await open_store(backend, node_id="n", seal_after=30, capacity=21 * MiB)
+    try:
+        await store.create_namespace(NS)
+        old, new = block(1, MiB), block(2, MiB)
+        for value, other in ((old, b"o"), (new, b"p")):  # two segments of 7 MiB
+            await store.put(NS, b"k", value)
+            for i in range(3):
+                await store.put(NS, other + b"%d" % i, block(3, 2 * MiB))
+            await store.flush()
+        assert await store.get(NS, b"o0") is not None  # the older segment is read: hot
+        jobs = [store.delete(NS, b"k"), store.evict_now()]
+        await asyncio.gather(*(jobs if delete_first else jobs[::-1]))
+        crashed = await open_store(backend, node_id="m", seal_after=30)
+        try:
+            assert await crashed.get(NS, b"k") in (None, new)
+        finally:
+            await crashed.close()
+        store = await restart(store, backend, node_id="n")
+        assert await store.get(NS, b"k") is None
+    finally:
+        await store.close()

@@ -127,3 +127,37 @@ async def test_a_record_that_merely_went_missing_deletes_nothing(any_backend: Ba
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_write_taken_after_the_name_was_created_anew_counts_on_every_replica(
+        any_backend: Backend) -> None:
+    """A deletes the namespace and creates it anew; B, which has learnt of neither, takes a
+    write before (``raced``) and one after the creation (``late``, stamped after it). Every
+    replica and every start keeps the entries stamped after the creation (docs/format.md):
+    ``late`` is in the new namespace on A, on B once it synced, and after a start; ``raced``
+    nowhere. Before, B's sync dropped ``late`` with the old namespace while A and every start
+    served it."""
+    a = await _replica(any_backend, "a")
+    b = await _replica(any_backend, "b")
+    try:
+        await a.create_namespace(NS)
+        await b.recovery_sync()
+        await b.put(NS, b"raced", block(1, 4 * KiB))
+        await a.delete_namespace(NS)
+        await a.create_namespace(NS)
+        late = block(2, 4 * KiB)
+        await b.put(NS, b"late", late)
+        await b.flush()
+        await b.recovery_sync()
+        await a.recovery_sync()
+        for replica in (a, b):
+            assert await replica.get(NS, b"late") == late
+            assert await replica.get(NS, b"raced") is None
+    finally:
+        await a.close()
+        await b.close()
+    again = await _replica(any_backend, "c")
+    try:
+        assert [m.key for m in (await again.list_blocks(NS))[0]] == [b"late"]  # type: ignore[union-attr]
+    finally:
+        await again.close()
