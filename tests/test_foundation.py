@@ -75,7 +75,7 @@ def test_settings_a_gateway_could_not_serve_with_are_refused(tmp_path: Path) -> 
     more memory than the machine has: each started before, and is refused now."""
     with pytest.raises(ConfigError, match="segment_size must be positive"):
         Settings.load({"segment_size": "0"}, env={})
-    with pytest.raises(ConfigError, match="at most 4GiB .the index keeps 32-bit offsets"):
+    with pytest.raises(ConfigError, match=r"at most 4GiB \(the index keeps 32-bit offsets"):
         Settings.load({"segment_size": "8GiB"}, env={})  # offsets past 4 GiB would wrap
     assert Settings.load({"segment_size": "4GiB"}, env={}).segment_size == 4 * GiB
     with pytest.raises(ConfigError, match=r"max_request_memory \(1KiB\) must hold the largest "
