@@ -19,11 +19,16 @@ log = get_logger(__name__)
 
 #: a stamp seen this far ahead of the clock is logged (a replica's clock is ahead of ours)
 AHEAD = 1.0
+#: a stamp further ahead than this is not followed: a replica's clock that far off (or a stamp
+#: no clock gave, in a manifest another tool wrote) would carry every later stamp of every
+#: replica with it, for good; between such clocks wall-clock order decides, as without stamps
+FOLLOW_AT_MOST = 600.0
 
 
 class Stamps:
     def __init__(self) -> None:
         self.last = 0.0  # the latest stamp given out or seen
+        self._warned = False  # of a stamp too far ahead (once: a manifest has many)
 
     def next(self) -> float:
         """A new stamp: now, or just after the latest one given out or seen."""
@@ -35,6 +40,12 @@ class Stamps:
         """A stamp read from the backend: stamps given out from now on come after it."""
         if stamp > self.last:
             ahead = stamp - time.time()
+            if ahead > FOLLOW_AT_MOST:
+                if not self._warned:
+                    self._warned = True
+                    log.warning("store.stamp_too_far_ahead", seconds=round(ahead),
+                                detail="not followed: check the clocks of the replicas")
+                return
             if ahead > AHEAD and self.last - time.time() < AHEAD:  # logged as it starts
                 log.warning("store.clock_behind", seconds=round(ahead, 3))
             self.last = stamp

@@ -130,6 +130,17 @@ def test_stamps_follow_the_clock_and_come_after_every_stamp_seen() -> None:
     assert stamps.next() > ahead
 
 
+def test_a_stamp_far_ahead_of_the_clock_is_not_followed() -> None:
+    """A replica's clock an hour off, or a stamp no clock gave in a manifest another tool
+    wrote: followed, it would carry every later stamp of every replica with it for good."""
+    stamps = Stamps()
+    now = time.time()
+    stamps.saw(now + 3600)
+    assert stamps.next() < now + 60
+    stamps.saw(now + 30)  # a clock a little ahead: followed
+    assert stamps.next() > now + 30
+
+
 async def test_a_dead_segment_waits_for_its_killer_even_with_stamps_ahead_of_the_clock(
         backend: Backend) -> None:
     """This store saw a stamp 100 s ahead of its clock (a replica's), so its own stamps run
