@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 GROUND = ("s3kv", "s3kv.errors", "s3kv.sizes", "s3kv.log", "s3kv.retry", "s3kv.clock",
           "s3kv.frames", "s3kv.config", "s3kv.reference", "s3kv.wire", "s3kv.argtypes",
-          "s3kv.outputs")
+          "s3kv.outputs", "s3kv.procs")
 #: what each layer may import besides itself (layers named by module prefix)
 ALLOWED: dict[str, tuple[str, ...]] = {
     "ground": (),

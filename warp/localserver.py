@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -18,13 +17,14 @@ import urllib.request
 from collections.abc import Sequence
 
 from s3kv.errors import ConfigError
+from s3kv.procs import module_argv
 
 LOCAL_ACCESS_KEY = "s3kv-local"
 LOCAL_SECRET_KEY = "s3kv-local-secret"
 
 
 def moto_argv(host: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "warp._motoserver", host, str(port)]
+    return module_argv("warp._motoserver", host, str(port))
 
 
 def _free_port(host: str) -> int:

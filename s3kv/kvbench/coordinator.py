@@ -22,6 +22,7 @@ from tqdm import tqdm
 from s3kv.errors import ConfigError
 from s3kv.kvbench.rank import RankPass, RunSpec
 from s3kv.kvbench.report import stats_delta
+from s3kv.procs import module_argv
 from s3kv.wire.sigv4 import Credentials
 from warp.payload import PayloadSource
 from warp.s3 import S3Client
@@ -95,7 +96,7 @@ class Coordinator:
     async def start_ranks(self) -> None:
         for rank in range(self.spec.ranks):
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "s3kv.kvbench.rank", stdin=asyncio.subprocess.PIPE,
+                *module_argv("s3kv.kvbench.rank"), stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE, limit=LINE_LIMIT)
             self.procs.append(proc)
             self._send(proc, {"spec": self.spec.to_dict(), "rank": rank})

@@ -14,11 +14,12 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+
+from s3kv.procs import module_argv
 
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
@@ -47,7 +48,7 @@ class MotoServer:
         env.setdefault("TMPDIR", tempfile.gettempdir())
         # the same launcher `s3kv sweep` uses: moto with a periodic gc.collect()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "warp._motoserver", self.host, str(self.port)],
+            module_argv("warp._motoserver", self.host, str(self.port)),
             stdout=self._log, stderr=subprocess.STDOUT, env=env,
         )
         deadline = time.monotonic() + timeout

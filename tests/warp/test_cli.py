@@ -14,6 +14,8 @@ import psutil
 import pytest
 
 from s3kv.cli import main
+from s3kv.procs import module_argv
+from warp.localserver import LocalS3Server
 from warp.records import read_records
 
 
@@ -80,3 +82,20 @@ def test_the_local_server_ends_with_a_killed_command() -> None:
         starter.kill()
         if server is not None and server.is_running():
             server.kill()
+
+
+def test_a_file_named_like_a_package_where_the_command_runs_is_not_imported(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python -m` puts the working directory first on sys.path: a moto.py there was imported
+    by the local S3 server in place of moto (one that starts a local server itself made every
+    server start another, without end). The package's child processes run with -P."""
+    (tmp_path / "moto.py").write_text(
+        f"open({str(tmp_path / 'imported')!r}, 'w').close()\nraise SystemExit(3)\n")
+    monkeypatch.chdir(tmp_path)
+    server = LocalS3Server()
+    try:
+        assert server.start().startswith("http://127.0.0.1:")
+    finally:
+        server.stop()
+    assert not (tmp_path / "imported").exists()
+    assert module_argv("warp.client")[1:3] == ["-P", "-m"]

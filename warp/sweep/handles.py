@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import json
 import signal
-import sys
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
@@ -21,6 +20,7 @@ import aiohttp
 
 from s3kv.clock import now_s
 from s3kv.errors import S3KVError
+from s3kv.procs import module_argv
 from warp.client import Job
 
 READY_TIMEOUT_S = 600.0  # the first GET phase may wait for nothing, later ones for no upload
@@ -85,7 +85,7 @@ class LocalClient(ClientHandle):
     async def launch(self, job: Job) -> None:
         if self._proc is None or self._proc.returncode is not None:
             self._proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "warp.client", stdin=asyncio.subprocess.PIPE,
+                *module_argv("warp.client"), stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE, stderr=self._stderr)
         self._done, self._exit = False, 1
         await self._send({"job": job.to_dict()})
