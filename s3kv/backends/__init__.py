@@ -34,8 +34,15 @@ def parse_s3_url(url: str) -> S3Location:
                               " (several comma-separated for round-robin) or set AWS_ENDPOINT_URL")
         endpoints = [env_ep]
     for ep in endpoints:
-        if urlsplit(ep).scheme not in ("http", "https"):
+        try:
+            where = urlsplit(ep)
+            port = where.port  # ValueError: no port number (1-65535)
+        except ValueError:
+            raise ConfigError(f"endpoint {ep!r} is not http(s)://HOST[:PORT]") from None
+        if where.scheme not in ("http", "https"):
             raise ConfigError(f"endpoint {ep!r} must start with http:// or https://")
+        if not where.hostname or port == 0:
+            raise ConfigError(f"endpoint {ep!r} is not http(s)://HOST[:PORT]")
     prefix = unquote(parts.path.lstrip("/"))
     if prefix and not prefix.endswith("/"):
         prefix += "/"

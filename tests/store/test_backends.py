@@ -149,5 +149,9 @@ def test_parse_s3_url() -> None:
     assert loc.endpoints == ("http://h1:9000", "http://h2:9000")
     with pytest.raises(ConfigError, match="endpoint"):
         parse_s3_url("s3://kv/x?endpoint=ftp://h")
+    for bad in ("http://h:99999", "http://[::1:1", "http://h:0", "http://"):
+        # was taken, and failed at the gateway's first backend request (or a ValueError)
+        with pytest.raises(ConfigError, match="is not http"):
+            parse_s3_url(f"s3://kv/x?endpoint={bad}")
     with pytest.raises(ConfigError):
         parse_s3_url("http://kv/x")
