@@ -12,6 +12,7 @@ import argparse
 import functools
 from collections.abc import Callable
 from typing import TypeVar
+from urllib.parse import SplitResult, urlsplit
 
 from s3kv.errors import ConfigError
 
@@ -41,3 +42,16 @@ def listen_address(text: str, flag: str = "--listen") -> tuple[str, int]:
         raise ConfigError(f"invalid {flag} {text!r}: write HOST:PORT with a port from 1 to 65535, "
                           "e.g. 127.0.0.1:9470, [::1]:9470 or 0.0.0.0:9470 for every address")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def http_url(text: str) -> SplitResult | None:
+    """``text`` split as an ``http(s)://HOST[:PORT]`` URL; None if it is none (another scheme,
+    no host, a port out of 1-65535, or no URL at all: ``http://[::1:1``)."""
+    try:
+        parts = urlsplit(text)
+        port = parts.port  # ValueError: no port number
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+        return None
+    return parts

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import xxhash
 
+from s3kv.argtypes import http_url
 from s3kv.errors import ConfigError
 
 #: resolves (host, port) to the addresses of every gateway behind that name
@@ -41,12 +42,7 @@ def split_urls(urls: str | Sequence[str]) -> list[str]:
     if not out:
         raise ConfigError("no gateway URL given (expected http://HOST:PORT[,http://HOST:PORT...])")
     for u in out:
-        try:
-            parts = urlsplit(u)
-            port = parts.port  # ValueError when it is no port number (0-65535)
-        except ValueError:
-            parts, port = urlsplit(""), 0
-        if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+        if http_url(u) is None:
             raise ConfigError(f"gateway URL {u!r} is not http(s)://HOST:PORT")
     return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from s3kv.argtypes import http_url
 from s3kv.backends.base import Backend, ObjectInfo, UploadInfo
 from s3kv.backends.file import FileBackend
 from s3kv.backends.s3 import S3Backend, S3Location
@@ -34,14 +35,7 @@ def parse_s3_url(url: str) -> S3Location:
                               " (several comma-separated for round-robin) or set AWS_ENDPOINT_URL")
         endpoints = [env_ep]
     for ep in endpoints:
-        try:
-            where = urlsplit(ep)
-            port = where.port  # ValueError: no port number (1-65535)
-        except ValueError:
-            raise ConfigError(f"endpoint {ep!r} is not http(s)://HOST[:PORT]") from None
-        if where.scheme not in ("http", "https"):
-            raise ConfigError(f"endpoint {ep!r} must start with http:// or https://")
-        if not where.hostname or port == 0:
+        if http_url(ep) is None:
             raise ConfigError(f"endpoint {ep!r} is not http(s)://HOST[:PORT]")
     prefix = unquote(parts.path.lstrip("/"))
     if prefix and not prefix.endswith("/"):

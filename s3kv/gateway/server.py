@@ -29,6 +29,7 @@ from s3kv.gateway.app import make_app
 from s3kv.gateway.fdlimit import raise_open_files
 from s3kv.gateway.heap import keep_freed_memory
 from s3kv.gateway.memlimit import check_memory
+from s3kv.gateway.multipart import MIN_PART
 from s3kv.gateway.plainlane import PlainLane
 from s3kv.gateway.protocol import S3Server, front_runner
 from s3kv.gateway.state import STATE
@@ -67,15 +68,11 @@ def check_exposure(settings: Settings, host: str) -> None:
             "S3KV_SECRET_KEY (clients sign with them), or listen on 127.0.0.1")
 
 
-#: the smallest part S3 takes in a multipart upload but for the last (EntityTooSmall)
-S3_MIN_PART = 5 * 1024 * 1024
-
-
 def check_settings(settings: Settings) -> None:
     """The settings the store and the gateway own, checked before anything starts (config.py
     checks the rest on load): the default codec, the front credentials, an S3 store's parts."""
     check_default_codec(settings.default_codec)
-    if (settings.store.startswith("s3://") and settings.part_size < S3_MIN_PART
+    if (settings.store.startswith("s3://") and settings.part_size < MIN_PART
             and settings.part_size < settings.segment_size):
         raise ConfigError(
             f"part_size ({format_size(settings.part_size)}) is below S3's 5MiB minimum part: "
