@@ -45,13 +45,14 @@ def run_bench(args: argparse.Namespace, op: str) -> int:
     endpoints = endpoints_of(args)
     server: LocalS3Server | None = None
     if not endpoints:
-        config_from_args(args, op, ("http://127.0.0.1:1",))  # flags checked before the start
         server = LocalS3Server()
-        endpoints = (server.start(),)
-        print(f"no --endpoint: started a local S3 server at {endpoints[0]} (short local "
+        endpoints = (server.endpoint,)
+    config = config_from_args(args, op, endpoints)  # every flag checked before a server starts
+    if server is not None:
+        server.start()
+        print(f"no --endpoint: started a local S3 server at {server.endpoint} (short local "
               "profile)", file=sys.stderr)
     try:
-        config = config_from_args(args, op, endpoints)
         path = output_file(args.benchdata or default_records_path(op), "--benchdata")
         bar = tqdm(total=round(config.duration), unit="s", desc=f"{op} c={config.concurrent}",
                    file=sys.stderr, disable=True if args.json else None, leave=False)

@@ -41,14 +41,15 @@ class LocalS3Server:
         self._argv = list(argv) if argv else moto_argv(self.host, self.port)
         self._health = health_path
         self._proc: subprocess.Popen[bytes] | None = None
-        self._log = tempfile.NamedTemporaryFile(prefix="s3kv-local-s3-", suffix=".log",  # noqa: SIM115
-                                                delete=False)
 
     @property
     def endpoint(self) -> str:
+        """Where it serves once started (known before: a run's settings are checked with it)."""
         return f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> str:
+        self._log = tempfile.NamedTemporaryFile(prefix="s3kv-local-s3-", suffix=".log",  # noqa: SIM115
+                                                delete=False)
         # The local server accepts any credentials; give clients some if the user has none.
         os.environ.setdefault("AWS_ACCESS_KEY_ID", LOCAL_ACCESS_KEY)
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", LOCAL_SECRET_KEY)

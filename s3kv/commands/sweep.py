@@ -64,13 +64,6 @@ def run(args: argparse.Namespace) -> int:
     ops = tuple(o.strip().lower() for o in args.ops.split(",") if o.strip())
     out = Path(args.out or time.strftime("sweep-%Y%m%d-%H%M%S"))
     endpoints = endpoints_of(args)
-    def config(endpoints: tuple[str, ...], local: bool) -> SweepConfig:
-        return SweepConfig(
-            template=config_from_args(args, "put", endpoints), clients=clients, out=out, ops=ops,
-            agents=tuple(a.strip() for a in args.agents.split(",") if a.strip()),
-            agent_token=args.agent_token, reference=reference,
-            trim=profile_of(args).trim, local_server=local, progress=not args.json)
-
     server: LocalS3Server | None = None
     if not endpoints:
         if args.agents:
@@ -78,13 +71,18 @@ def run(args: argparse.Namespace) -> int:
 
             raise ConfigError("--agents needs --endpoint (remote clients cannot reach a local "
                               "loopback server)")
-        config(("http://127.0.0.1:1",), True)  # every flag checked before the server starts
         server = LocalS3Server()
-        endpoints = (server.start(),)
-        print(f"no --endpoint: started a local S3 server at {endpoints[0]}; running the short "
-              "local profile", file=sys.stderr)
+        endpoints = (server.endpoint,)
+    cfg = SweepConfig(  # every flag checked before a local server starts
+        template=config_from_args(args, "put", endpoints), clients=clients, out=out, ops=ops,
+        agents=tuple(a.strip() for a in args.agents.split(",") if a.strip()),
+        agent_token=args.agent_token, reference=reference, trim=profile_of(args).trim,
+        local_server=server is not None, progress=not args.json)
+    if server is not None:
+        server.start()
+        print(f"no --endpoint: started a local S3 server at {server.endpoint}; running the "
+              "short local profile", file=sys.stderr)
     try:
-        cfg = config(endpoints, server is not None)
         output_dir(cfg.out, "--out")  # after the flags are checked, before the run
         outcome = asyncio.run(Sweep(cfg).run())
     finally:
