@@ -66,10 +66,10 @@ class LocalS3Server:
                 return self.endpoint  # it answers
             except (urllib.error.URLError, OSError):
                 time.sleep(0.1)
-        self.stop()
+        self.stop(keep_log=True)  # the error sends the user to it
         raise ConfigError(f"local S3 server did not start in {timeout:.0f}s; see {self._log.name}")
 
-    def stop(self) -> None:
+    def stop(self, keep_log: bool = False) -> None:
         if self._proc is None:
             return
         self._proc.terminate()
@@ -80,7 +80,8 @@ class LocalS3Server:
             self._proc.wait()
         self._proc = None
         self._log.close()
-        os.unlink(self._log.name)
+        if not keep_log:
+            os.unlink(self._log.name)
 
     def __enter__(self) -> LocalS3Server:
         self.start()

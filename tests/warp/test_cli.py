@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from s3kv.cli import main
+from s3kv.errors import ConfigError
 from s3kv.procs import module_argv
 from warp.localserver import LocalS3Server
 from warp.records import read_records
@@ -99,3 +100,14 @@ def test_a_file_named_like_a_package_where_the_command_runs_is_not_imported(
         server.stop()
     assert not (tmp_path / "imported").exists()
     assert module_argv("warp.client")[1:3] == ["-P", "-m"]
+
+
+def test_a_local_server_that_does_not_start_leaves_the_log_its_error_names() -> None:
+    """The error said "see LOG" of a log the clean-up had just removed."""
+    server = LocalS3Server(argv=[sys.executable, "-c", "print('stuck', flush=True); "
+                                 "import time; time.sleep(60)"])
+    with pytest.raises(ConfigError, match="did not start in 1s; see ") as err:
+        server.start(timeout=1)
+    log = Path(str(err.value).rsplit("see ", 1)[1])
+    assert log.read_text().strip() == "stuck"
+    log.unlink()
