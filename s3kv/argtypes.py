@@ -15,6 +15,7 @@ from typing import TypeVar
 from urllib.parse import SplitResult, urlsplit
 
 from s3kv.errors import ConfigError
+from s3kv.wire.headers import is_decimal
 
 T = TypeVar("T")
 
@@ -38,7 +39,7 @@ def listen_address(text: str, flag: str = "--listen") -> tuple[str, int]:
     The gateway's ``--listen`` and the load generator's agent's share this reading.
     """
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not is_decimal(port) or not 0 < int(port) < 65536:
         raise ConfigError(f"invalid {flag} {text!r}: write HOST:PORT with a port from 1 to 65535, "
                           "e.g. 127.0.0.1:9470, [::1]:9470 or 0.0.0.0:9470 for every address")
     return host.strip("[]") or "0.0.0.0", int(port)

@@ -25,6 +25,7 @@ from s3kv.errors import BackendError, ConfigError
 from s3kv.outputs import output_dir, output_file
 from warp.flags import LOCAL_PROFILE, WARP_PROFILE
 from warp.records import Record, write_records
+from warp.units import parse_client_range
 
 BAD_FLAG_VALUES = [
     (["sweep", "--obj-size", "-1"], "--obj-size", "invalid size '-1'"),
@@ -127,6 +128,18 @@ def test_the_gateway_and_the_agent_read_listen_addresses_alike() -> None:
     assert listen_address(":7761") == ("0.0.0.0", 7761)
     with pytest.raises(ConfigError, match="port from 1 to 65535"):
         listen_address("127.0.0.1")
+    with pytest.raises(ConfigError, match="port from 1 to 65535"):
+        listen_address("127.0.0.1:\u00b2")  # a digit to str.isdigit(), none to int()
+
+
+def test_a_client_count_in_other_digits_is_a_usage_error(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A superscript two passed str.isdigit(), then int() raised; Arabic-Indic digits matched
+    the range's \\d and were read as 1..3."""
+    assert main(["sweep", "--clients", "\u00b2", "--endpoint", "http://127.0.0.1:1"]) == 2
+    assert "invalid client count" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="invalid client count"):
+        parse_client_range("\u0661..\u0663")
 
 
 def test_an_agent_listens_on_an_ipv6_address() -> None:

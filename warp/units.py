@@ -6,6 +6,7 @@ import re
 
 from s3kv.errors import ConfigError
 from s3kv.sizes import GiB, MiB
+from s3kv.wire.headers import is_decimal
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -28,13 +29,13 @@ def parse_client_range(text: str) -> list[int]:
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
-        m = re.fullmatch(r"(\d+)\.\.(\d+)(?::(\d+))?", part)
+        m = re.fullmatch(r"(\d+)\.\.(\d+)(?::(\d+))?", part, re.ASCII)
         if m:
             lo, hi, step = int(m.group(1)), int(m.group(2)), int(m.group(3) or 1)
             if lo < 1 or hi < lo or step < 1:
                 raise ConfigError(f"invalid client range {part!r}: write LO..HI with 1 <= LO <= HI")
             out.extend(range(lo, hi + 1, step))
-        elif part.isdigit() and int(part) >= 1:
+        elif is_decimal(part) and int(part) >= 1:
             out.append(int(part))
         else:
             raise ConfigError(f"invalid client count {part!r}: write 1..8, 1,2,4 or 3")
